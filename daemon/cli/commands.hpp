@@ -1,0 +1,17 @@
+// The anvil subcommands. Each takes the words after its name and returns the process exit code:
+// 0 success, 1 the checked input is bad, 2 the command could not run (usage, unreachable source).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace anvil::cli {
+
+int registry_command(const std::vector<std::string>& args);
+int model_command(const std::vector<std::string>& args);
+
+// Where anvil keeps clones and state when not told: $ANVIL_DATA_DIR, $XDG_STATE_HOME/anvil,
+// or ~/.local/state/anvil.
+std::string default_data_dir();
+
+}  // namespace anvil::cli

@@ -1,0 +1,65 @@
+// anvil: the command-line tool for registries, models and (later) the anvild daemon.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/cli/arguments.hpp"
+#include "daemon/cli/commands.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: anvil <command> [options]
+
+commands:
+  registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR]
+      read, validate and pin-check every document of a registry: a git repository (local path
+      or URL, read from the commit's tree), a plain directory, or a single file
+  model digest <dir>
+      print the content digest that pins a model directory in an embedded-engine recipe
+
+environment: ANVIL_LOG=debug|info|warn|error (default warn), ANVIL_DATA_DIR
+)";
+
+}  // namespace
+
+namespace anvil::cli {
+
+std::string default_data_dir() {
+    if (const char* d = std::getenv("ANVIL_DATA_DIR"); d && *d) return d;
+    if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/anvil";
+    if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/state/anvil";
+    return ".anvil";
+}
+
+}  // namespace anvil::cli
+
+int main(int argc, char** argv) {
+    auto logger = spdlog::stderr_color_mt("anvil");
+    spdlog::set_default_logger(logger);
+    const char* level = std::getenv("ANVIL_LOG");
+    spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
+
+    std::vector<std::string> words(argv + 1, argv + argc);
+    if (words.empty() || words[0] == "--help" || words[0] == "-h" || words[0] == "help") {
+        std::cout << kUsage;
+        return words.empty() ? 2 : 0;
+    }
+    const std::string command = words[0];
+    std::vector<std::string> rest(words.begin() + 1, words.end());
+    try {
+        if (command == "registry") return anvil::cli::registry_command(rest);
+        if (command == "model") return anvil::cli::model_command(rest);
+        std::cerr << "anvil: unknown command '" << command << "'\n" << kUsage;
+        return 2;
+    } catch (const anvil::cli::UsageError& e) {
+        std::cerr << "anvil " << command << ": " << e.what() << " (see anvil --help)\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "anvil " << command << ": " << e.what() << "\n";
+        return 2;
+    }
+}

@@ -1,0 +1,59 @@
+// The documents of one registry source at one commit, kept current incrementally: a new commit
+// re-reads only the paths its diff names; a rewound or force-pushed ref is read again in full.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "registry/document.hpp"
+#include "registry/git_source.hpp"
+
+namespace anvil::registry {
+
+struct SyncReport {
+    enum class Mode { unchanged, full, incremental };
+    Mode mode = Mode::unchanged;
+    std::string previous_commit;
+    std::string commit;
+    std::string full_reason;  // why everything was read: first read, ref rewound, commit gone
+    std::size_t added = 0, modified = 0, deleted = 0, renamed = 0;
+    std::vector<std::string> changed_paths;  // every path whose document appeared, changed or went away
+};
+std::string_view to_string(SyncReport::Mode mode);
+
+class Catalog {
+public:
+    // Fetches the source and applies what changed since the last sync.
+    SyncReport sync(GitSource& source);
+    // Brings the catalog to `commit` of an already fetched source.
+    SyncReport apply(const GitSource& source, const std::string& commit);
+    // Reads a plain directory (every document path below it) or one file of any name, outside git.
+    static Catalog from_filesystem(const std::filesystem::path& root);
+
+    const std::string& commit() const { return commit_; }
+    const std::map<std::string, Document>& documents() const { return documents_; }
+    std::size_t size() const { return documents_.size(); }
+
+    // The path that defined this document's id first (in path order), if it is a duplicate.
+    std::optional<std::string> duplicate_of(const Document& doc) const;
+    // Field errors plus a duplicate-id error, formatted one per line.
+    std::vector<std::string> problems(const Document& doc) const;
+    bool usable(const Document& doc) const { return doc.valid() && !duplicate_of(doc); }
+    const Document* find(DocumentKind kind, const std::string& id) const;
+
+private:
+    void put(Document doc);
+    void erase(const std::string& path);
+    static std::string id_key(const Document& doc);
+
+    std::string source_url_;
+    std::string commit_;
+    std::map<std::string, Document> documents_;             // by path
+    std::map<std::string, std::set<std::string>> by_id_;    // kind:id → paths defining it
+};
+
+}  // namespace anvil::registry

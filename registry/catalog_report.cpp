@@ -1,0 +1,70 @@
+#include "registry/catalog_report.hpp"
+
+namespace anvil::registry {
+
+using nlohmann::json;
+
+json document_report(const Catalog& catalog, const Document& doc) {
+    json errors = json::array();
+    for (const auto& e : doc.errors)
+        errors.push_back({{"pointer", e.pointer}, {"expected", e.expected}, {"found", e.found}, {"message", format_error(doc.provenance.path, e)}});
+    if (auto first = catalog.duplicate_of(doc)) {
+        auto lines = catalog.problems(doc);
+        errors.push_back({{"pointer", "/id"}, {"expected", "a unique id"}, {"found", first->c_str()}, {"message", lines.back()}});
+    }
+    json out = {
+        {"path", doc.provenance.path},
+        {"id", doc.id},
+        {"kind", std::string(to_string(doc.kind))},
+        {"schema", doc.schema},
+        {"valid", errors.empty()},
+        {"pinned", doc.pins_apply() ? json(doc.valid() && doc.pins.pinned()) : json(nullptr)},
+        {"unpinned_reasons", doc.pins.unpinned_reasons},
+        {"evidence_class", doc.is_external_prior() ? "external-prior" : "registry"},
+        {"warnings", doc.warnings},
+        {"errors", errors},
+        {"provenance",
+         {{"source", doc.provenance.source_url},
+          {"commit", doc.provenance.commit},
+          {"path", doc.provenance.path},
+          {"blob", doc.provenance.blob_id},
+          {"sha256", doc.provenance.sha256}}},
+    };
+    return out;
+}
+
+CatalogSummary summarize(const Catalog& catalog) {
+    CatalogSummary s;
+    for (const auto& [_, doc] : catalog.documents()) {
+        ++s.documents;
+        if (!catalog.usable(doc)) {
+            ++s.invalid;
+            continue;
+        }
+        ++s.valid;
+        if (!doc.pins_apply()) {
+        } else if (doc.pins.pinned()) {
+            ++s.pinned;
+        } else {
+            ++s.unpinned;
+        }
+        if (!doc.warnings.empty()) ++s.warnings;
+    }
+    return s;
+}
+
+json catalog_report(const Catalog& catalog, const std::string& source, const std::string& ref) {
+    json docs = json::array();
+    for (const auto& [_, doc] : catalog.documents()) docs.push_back(document_report(catalog, doc));
+    const auto s = summarize(catalog);
+    return {
+        {"source", source},
+        {"ref", ref},
+        {"commit", catalog.commit()},
+        {"summary",
+         {{"documents", s.documents}, {"valid", s.valid}, {"invalid", s.invalid}, {"pinned", s.pinned}, {"unpinned", s.unpinned}}},
+        {"documents", docs},
+    };
+}
+
+}  // namespace anvil::registry

@@ -1,0 +1,13 @@
+// The content digest that pins a model directory for the embedded engine: sha256 over the sorted
+// list of (relative path, sha256 of the file) for every regular file, hidden files excluded.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace anvil::registry {
+
+// "sha256:<64 hex>". Throws std::runtime_error naming the path when it cannot be read.
+std::string model_directory_digest(const std::filesystem::path& directory);
+
+}  // namespace anvil::registry

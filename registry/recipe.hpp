@@ -1,0 +1,112 @@
+// The typed recipe: a local-ai-registry/v1 record (vLLM, SGLang, llama.cpp in containers) or an
+// anvil.recipe/v1 record (the same shape, plus launch kind `embedded` and a pinned model block).
+// Both read alike: engine, launch {kind, arguments, environment, mounts, model}, serving, capabilities.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "registry/json_reader.hpp"
+#include "registry/pinning.hpp"
+
+namespace anvil::registry {
+
+inline constexpr std::string_view kLocalAiRegistrySchema = "local-ai-registry/v1";
+inline constexpr std::string_view kAnvilRecipeSchema = "anvil.recipe/v1";
+
+struct ModelProvision {  // a hub checkout a mount expects, e.g. a speculative-decoding draft
+    std::string repository;
+    std::string revision;
+};
+
+struct Mount {
+    std::string source;  // may hold ${PLACEHOLDERS}, resolved against allowed roots at launch
+    std::string target;
+    bool read_only = true;
+    std::optional<ModelProvision> provision;
+};
+
+// launch.container: where the image's digest was captured, and whether it is pinned.
+struct ContainerRecord {
+    std::string state;  // digest-pinned | mutable | indirect | none
+    std::optional<std::string> runtime;
+    std::optional<std::string> image;
+    std::optional<std::string> digest;
+    std::string reason;
+};
+
+// The weights an engine serves, pinned by a hub revision or by a content digest of the directory.
+struct ModelRef {
+    std::string path;                       // directory, may hold ${MODEL_ROOT}
+    std::optional<std::string> digest;      // sha256 over the directory's files (anvil model digest)
+    std::optional<std::string> repository;  // hub repository it came from, if any
+    std::optional<std::string> revision;    // 40-hex hub commit, if any
+    std::string dtype;                      // f32 | bf16 | f16 | q8 ... as the engine loads it
+};
+
+struct Launch {
+    std::string kind;  // embedded | native | docker | docker-compose | reference | controller | script
+    std::vector<std::string> arguments;
+    std::map<std::string, std::string> environment;
+    std::optional<std::string> image;
+    std::vector<Mount> mounts;
+    std::optional<ContainerRecord> container;
+    std::optional<ModelRef> model;
+    std::optional<std::int64_t> container_port;
+    std::optional<std::int64_t> host_port;
+    std::optional<std::string> ipc;
+    std::optional<std::string> shm_size;
+    std::optional<std::string> accelerator_backend;
+
+    bool runs_container() const { return kind == "docker" || kind == "docker-compose"; }
+};
+
+struct Serving {
+    std::optional<std::int64_t> max_context_tokens;
+    std::optional<std::int64_t> max_concurrency;
+    std::optional<std::int64_t> tensor_parallel;
+    std::optional<std::int64_t> expert_parallel;
+    std::optional<std::int64_t> kv_cache_tokens;
+    std::optional<std::string> kv_cache_dtype;
+    std::optional<std::string> served_model_name;
+};
+
+struct Capabilities {  // null in the document means "not validated"
+    std::optional<bool> chat, reasoning, tools, vision;
+};
+
+struct Recipe {
+    std::string schema_version;
+    std::string id;
+    std::string recipe_source;
+    std::string status;  // the registry's own claim (candidate | validated); anvil derives its own
+    std::string description;
+    std::string model_instance_id;
+    std::string hardware_id;
+    std::int64_t hardware_count = 1;
+    std::string engine_name;
+    std::optional<std::string> engine_version;
+    Launch launch;
+    Serving serving;
+    Capabilities capabilities;
+    std::vector<std::string> speed_sweep_ids;
+
+    // Tensor parallelism as served: serving.tensor_parallel, else the launch flags, else 1.
+    std::int64_t effective_tensor_parallel() const;
+    // The model id an OpenAI client must ask for: serving.served_model_name or --served-model-name.
+    std::optional<std::string> served_model_name() const;
+};
+
+struct RecipeCheck {
+    std::vector<std::string> warnings;  // suspicious but not disqualifying
+    PinStatus pins;
+};
+
+// Reads the record at `root` (already unwrapped from a {"data", "meta"} envelope). Structural and
+// consistency problems go to `reader`; pinning and warnings go to `check`.
+std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeCheck& check);
+
+}  // namespace anvil::registry
