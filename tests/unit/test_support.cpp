@@ -1,0 +1,118 @@
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace anvil::test {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+    std::random_device rd;
+    const char* base = std::getenv("TMPDIR");
+    fs::path root = base && *base ? fs::path(base) : fs::temp_directory_path();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        fs::path candidate = root / ("anvil-test-" + std::to_string(rd()));
+        if (fs::create_directory(candidate)) {
+            path_ = candidate;
+            return;
+        }
+    }
+    throw std::runtime_error("cannot create a temporary directory under " + root.string());
+}
+
+TempDir::~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+}
+
+std::string read_file(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + file.string());
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+}
+
+void write_file(const fs::path& file, const std::string& content) {
+    if (file.has_parent_path()) fs::create_directories(file.parent_path());
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << content;
+    if (!out) throw std::runtime_error("cannot write " + file.string());
+}
+
+ProcessResult run(const std::vector<std::string>& argv, const fs::path& cwd) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        dup2(pipefd[1], STDOUT_FILENO);
+        dup2(pipefd[1], STDERR_FILENO);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        _exit(127);
+    }
+    close(pipefd[1]);
+    ProcessResult result;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(pipefd[0], buffer, sizeof buffer)) > 0) result.output.append(buffer, static_cast<std::size_t>(n));
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return result;
+}
+
+GitRepo::GitRepo(fs::path dir, const std::string& branch) : dir_(std::move(dir)) {
+    fs::create_directories(dir_);
+    git({"init", "-q", "-b", branch});
+    git({"config", "user.name", "anvil tests"});
+    git({"config", "user.email", "tests@anvil.invalid"});
+    git({"config", "commit.gpgsign", "false"});
+}
+
+void GitRepo::write(const std::string& relative, const std::string& content) { write_file(dir_ / relative, content); }
+
+void GitRepo::git(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{"git"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto result = run(argv, dir_);
+    if (result.exit_code != 0) throw std::runtime_error("git failed: " + result.output);
+}
+
+std::string GitRepo::commit(const std::string& message) {
+    git({"add", "-A"});
+    git({"commit", "-q", "--allow-empty", "-m", message});
+    return head();
+}
+
+std::string GitRepo::head() {
+    auto result = run({"git", "rev-parse", "HEAD"}, dir_);
+    if (result.exit_code != 0) throw std::runtime_error("git rev-parse failed: " + result.output);
+    return result.output.substr(0, 40);
+}
+
+std::string seed_path(const std::string& prefix) {
+    for (const auto& entry : fs::directory_iterator(ANVIL_SEEDS_DIR)) {
+        if (entry.path().filename().string().starts_with(prefix)) return entry.path().string();
+    }
+    throw std::runtime_error("no seed starting with " + prefix + " in " + std::string(ANVIL_SEEDS_DIR));
+}
+
+std::string seed_text(const std::string& prefix) { return read_file(seed_path(prefix)); }
+
+}  // namespace anvil::test

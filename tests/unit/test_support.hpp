@@ -1,0 +1,53 @@
+// Test helpers: temporary directories, files, real git repositories driven through the git CLI
+// (argv, no shell), and running the anvil binary.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace anvil::test {
+
+// A fresh directory under $TMPDIR, removed with everything in it when the object goes away.
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+    std::filesystem::path operator/(const std::string& child) const { return path_ / child; }
+
+private:
+    std::filesystem::path path_;
+};
+
+std::string read_file(const std::filesystem::path& file);
+void write_file(const std::filesystem::path& file, const std::string& content);
+
+struct ProcessResult {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr together
+};
+// Runs argv[0] (looked up on PATH) with the arguments, in `cwd`, capturing its output.
+ProcessResult run(const std::vector<std::string>& argv, const std::filesystem::path& cwd = {});
+
+// A real git repository with a working tree, for tests to commit registry documents into.
+class GitRepo {
+public:
+    explicit GitRepo(std::filesystem::path dir, const std::string& branch = "main");
+    const std::filesystem::path& dir() const { return dir_; }
+    void write(const std::string& relative, const std::string& content);
+    void git(const std::vector<std::string>& args);
+    // Stages everything and commits; returns the new commit id.
+    std::string commit(const std::string& message);
+    std::string head();
+
+private:
+    std::filesystem::path dir_;
+};
+
+std::string seed_path(const std::string& prefix);  // the seed file whose name starts with prefix
+std::string seed_text(const std::string& prefix);
+
+}  // namespace anvil::test
