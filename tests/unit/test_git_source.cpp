@@ -1,0 +1,217 @@
+// The git source: documents come from a commit's tree with full provenance; new commits apply
+// incrementally (add, change, rename, delete); a force-push is detected and read in full.
+#include <catch2/catch.hpp>
+
+#include "registry/catalog.hpp"
+#include "registry/catalog_report.hpp"
+#include "registry/git_source.hpp"
+#include "registry/sha256.hpp"
+#include "test_support.hpp"
+
+using namespace anvil::registry;
+using anvil::test::GitRepo;
+using anvil::test::seed_text;
+using anvil::test::TempDir;
+
+namespace {
+
+std::string recipe_with_id(const std::string& id) {
+    auto j = json::parse(seed_text("003_"));
+    j["data"]["id"] = id;
+    return j.dump(2);
+}
+
+struct Fixture {
+    TempDir tmp;
+    GitRepo upstream{tmp / "upstream"};
+    std::filesystem::path data = tmp / "data";
+
+    Fixture() {
+        upstream.write("recipes/a.json", recipe_with_id("recipe-a"));
+        upstream.write("recipes/b.json", recipe_with_id("recipe-b"));
+        upstream.write("priors/p.json", seed_text("000_"));
+        upstream.write("README.md", "not a document");
+        upstream.write("schema/recipe.schema.json", R"({"$schema": "x"})");
+        upstream.commit("initial registry");
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a first sync reads every document from the commit with provenance", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    auto report = catalog.sync(source);
+    CHECK(report.mode == SyncReport::Mode::full);
+    CHECK(report.added == 3);
+    REQUIRE(catalog.size() == 3);
+    const std::string head = f.upstream.head();
+    CHECK(catalog.commit() == head);
+    const auto& a = catalog.documents().at("recipes/a.json");
+    CHECK(a.valid());
+    CHECK(a.id == "recipe-a");
+    CHECK(a.provenance.commit == head);
+    CHECK(a.provenance.source_url == f.upstream.dir().string());
+    CHECK(a.provenance.blob_id.size() == 40);
+    CHECK(a.provenance.sha256 == sha256_hex(anvil::test::read_file(f.upstream.dir() / "recipes/a.json")));
+    CHECK(std::filesystem::exists(source.clone_dir() / "HEAD"));  // its own bare clone under the data dir
+}
+
+TEST_CASE("documents are read from the commit, never from the working tree", "[git]") {
+    Fixture f;
+    f.upstream.write("recipes/a.json", "{ uncommitted garbage");
+    f.upstream.write("recipes/new.json", recipe_with_id("uncommitted"));
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    CHECK(catalog.size() == 3);
+    CHECK(catalog.documents().at("recipes/a.json").valid());
+}
+
+TEST_CASE("new commits apply incrementally: add, change, rename, delete", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    const std::string first = catalog.commit();
+
+    f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
+    f.upstream.write("recipes/a.json", recipe_with_id("recipe-a2"));
+    f.upstream.git({"mv", "recipes/b.json", "recipes/renamed-b.json"});
+    f.upstream.git({"rm", "-q", "priors/p.json"});
+    const std::string second = f.upstream.commit("add c, change a, rename b, drop priors");
+
+    auto report = catalog.sync(source);
+    CHECK(report.mode == SyncReport::Mode::incremental);
+    CHECK(report.previous_commit == first);
+    CHECK(report.commit == second);
+    CHECK(report.added == 1);
+    CHECK(report.modified == 1);
+    CHECK(report.renamed == 1);
+    CHECK(report.deleted == 1);
+    REQUIRE(catalog.size() == 3);
+    CHECK(catalog.documents().count("recipes/b.json") == 0);
+    CHECK(catalog.documents().at("recipes/renamed-b.json").id == "recipe-b");
+    CHECK(catalog.documents().at("recipes/a.json").id == "recipe-a2");
+    CHECK(catalog.find(DocumentKind::recipe, "recipe-c"));
+    CHECK_FALSE(catalog.find(DocumentKind::external_priors, "priors:wrldsuksgo2mars/GLM-5.3-Flash-EXL3-K3-v1@319d66a8b530"));
+    for (const auto& [_, doc] : catalog.documents()) CHECK(doc.provenance.commit == second);
+
+    // The incremental result equals a cold read of the same commit.
+    Catalog cold;
+    cold.apply(source, second);
+    REQUIRE(cold.size() == catalog.size());
+    for (const auto& [path, doc] : cold.documents()) {
+        CHECK(catalog.documents().at(path).provenance.blob_id == doc.provenance.blob_id);
+        CHECK(catalog.documents().at(path).id == doc.id);
+    }
+
+    auto unchanged = catalog.sync(source);
+    CHECK(unchanged.mode == SyncReport::Mode::unchanged);
+}
+
+TEST_CASE("a corrupt file is reported and the other documents are still read", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    f.upstream.write("recipes/a.json", "{\"schema_version\": \"local-ai-registry/v1\", ");
+    f.upstream.commit("break a");
+    catalog.sync(source);
+    const auto& a = catalog.documents().at("recipes/a.json");
+    CHECK_FALSE(a.valid());
+    CHECK_THAT(a.error_lines().at(0), Catch::StartsWith("recipes/a.json: ") && Catch::Contains("invalid JSON"));
+    CHECK(catalog.documents().at("recipes/b.json").valid());
+    CHECK(summarize(catalog).invalid == 1);
+
+    f.upstream.write("recipes/a.json", recipe_with_id("recipe-a"));
+    f.upstream.commit("fix a");
+    catalog.sync(source);
+    CHECK(summarize(catalog).invalid == 0);
+}
+
+TEST_CASE("a duplicate id added later is an error until the first goes away", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    f.upstream.write("recipes/z-copy.json", recipe_with_id("recipe-a"));
+    f.upstream.commit("copy a");
+    catalog.sync(source);
+    CHECK(catalog.duplicate_of(catalog.documents().at("recipes/z-copy.json")) == "recipes/a.json");
+    f.upstream.git({"rm", "-q", "recipes/a.json"});
+    f.upstream.commit("drop the original");
+    catalog.sync(source);
+    CHECK(catalog.usable(catalog.documents().at("recipes/z-copy.json")));
+}
+
+TEST_CASE("a force-pushed ref is detected and read in full", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
+    const std::string ahead = f.upstream.commit("add c");
+    catalog.sync(source);
+    REQUIRE(catalog.find(DocumentKind::recipe, "recipe-c"));
+
+    f.upstream.git({"reset", "-q", "--hard", "HEAD~1"});
+    f.upstream.write("recipes/d.json", recipe_with_id("recipe-d"));
+    const std::string rewritten = f.upstream.commit("history rewritten");
+    auto report = catalog.sync(source);
+    CHECK(report.mode == SyncReport::Mode::full);
+    CHECK_THAT(report.full_reason, Catch::Contains("force-pushed"));
+    CHECK(report.commit == rewritten);
+    CHECK(report.added == 1);    // d
+    CHECK(report.deleted == 1);  // c
+    CHECK_FALSE(catalog.find(DocumentKind::recipe, "recipe-c"));
+    CHECK(catalog.find(DocumentKind::recipe, "recipe-d"));
+}
+
+TEST_CASE("refs: branches, tags, commits, the default branch, and a clear error for a missing ref", "[git]") {
+    Fixture f;
+    const std::string first = f.upstream.head();
+    f.upstream.git({"tag", "v1"});
+    f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
+    f.upstream.commit("add c");
+    {
+        GitSource tagged(f.upstream.dir().string(), "v1", f.data);
+        CHECK(tagged.fetch() == first);
+    }
+    {
+        GitSource pinned(f.upstream.dir().string(), first, f.data);
+        CHECK(pinned.fetch() == first);
+    }
+    {
+        GitSource head(f.upstream.dir().string(), "", f.data);
+        CHECK(head.fetch() == f.upstream.head());
+    }
+    GitSource missing(f.upstream.dir().string(), "no-such-branch", f.data);
+    try {
+        missing.fetch();
+        FAIL("a missing ref must throw");
+    } catch (const SourceError& e) {
+        CHECK_THAT(e.what(), Catch::Contains("'no-such-branch' not found") && Catch::Contains("branches: main") &&
+                                 Catch::Contains("tags: v1"));
+    }
+}
+
+TEST_CASE("an unreachable source is a clear error", "[git]") {
+    TempDir tmp;
+    GitSource source((tmp / "nowhere").string(), "main", tmp / "data");
+    CHECK_THROWS_WITH(source.fetch(), Catch::Contains("cannot reach registry source") && Catch::Contains("nowhere"));
+}
+
+TEST_CASE("file:// URLs and bare repositories are sources too", "[git]") {
+    Fixture f;
+    auto bare = f.tmp / "bare.git";
+    REQUIRE(anvil::test::run({"git", "clone", "-q", "--bare", f.upstream.dir().string(), bare.string()}).exit_code == 0);
+    CHECK(is_git_location(bare.string()));
+    CHECK(is_git_location(f.upstream.dir().string()));
+    CHECK_FALSE(is_git_location((f.upstream.dir() / "recipes").string()));
+    GitSource source("file://" + bare.string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    CHECK(catalog.size() == 3);
+}
