@@ -120,8 +120,6 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
             else put(read(change.path, change.blob_id));
         }
     }
-    // Every document carries the commit it was last confirmed at, not only the one it changed in.
-    for (auto& [_, doc] : documents_) doc.provenance.commit = commit;
     source_url_ = source.url();
     commit_ = commit;
     return report;

@@ -32,7 +32,8 @@ std::string_view to_string(DocumentKind kind);
 // Where a document's bytes came from: enough to fetch exactly these bytes again.
 struct Provenance {
     std::string source_url;  // the registry source as configured (path or URL)
-    std::string commit;      // 40-hex commit id; empty for a plain directory or a single file
+    std::string commit;      // the commit these bytes were read at (unchanged since, until a newer
+                             // revision replaces them); empty for a plain directory or a file
     std::string path;        // path inside the source
     std::string blob_id;     // git blob id; empty outside git
     std::string sha256;      // of the bytes as read

@@ -137,12 +137,15 @@ GitSource::~GitSource() = default;
 std::string GitSource::fetch() {
     Remote remote;
     check(git_remote_lookup(remote.out(), impl_->repo, "origin"), "source " + url_);
-    git_remote_callbacks callbacks = GIT_REMOTE_CALLBACKS_INIT;
+    // The *_init functions rather than the INIT macros: the macros leave fields implicit.
+    git_remote_callbacks callbacks;
+    git_remote_init_callbacks(&callbacks, GIT_REMOTE_CALLBACKS_VERSION);
     if (git_remote_connect(remote.get(), GIT_DIRECTION_FETCH, &callbacks, nullptr, nullptr) < 0)
         raise("cannot reach registry source " + url_ + " (is the path or URL right?)");
     Buf head;
     const bool has_head = git_remote_default_branch(&head.buf, remote.get()) == 0;
-    git_fetch_options options = GIT_FETCH_OPTIONS_INIT;
+    git_fetch_options options;
+    git_fetch_options_init(&options, GIT_FETCH_OPTIONS_VERSION);
     options.prune = GIT_FETCH_PRUNE;
     options.download_tags = GIT_REMOTE_DOWNLOAD_TAGS_ALL;
     check(git_remote_download(remote.get(), nullptr, &options), "fetching " + url_);
@@ -214,9 +217,11 @@ std::vector<PathChange> GitSource::diff(const std::string& from_commit, const st
     impl_->lookup_tree(from_commit, from);
     impl_->lookup_tree(to_commit, to);
     Diff diff;
-    git_diff_options options = GIT_DIFF_OPTIONS_INIT;
+    git_diff_options options;
+    git_diff_options_init(&options, GIT_DIFF_OPTIONS_VERSION);
     check(git_diff_tree_to_tree(diff.out(), impl_->repo, from.get(), to.get(), &options), "diffing " + from_commit + ".." + to_commit);
-    git_diff_find_options find = GIT_DIFF_FIND_OPTIONS_INIT;
+    git_diff_find_options find;
+    git_diff_find_options_init(&find, GIT_DIFF_FIND_OPTIONS_VERSION);
     find.flags = GIT_DIFF_FIND_RENAMES;
     check(git_diff_find_similar(diff.get(), &find), "finding renames in " + from_commit + ".." + to_commit);
 
