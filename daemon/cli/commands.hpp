@@ -9,6 +9,7 @@ namespace anvil::cli {
 
 int registry_command(const std::vector<std::string>& args);
 int model_command(const std::vector<std::string>& args);
+int feasibility_command(const std::vector<std::string>& args);
 
 // Where anvil keeps clones and state when not told: $ANVIL_DATA_DIR, $XDG_STATE_HOME/anvil,
 // or ~/.local/state/anvil.

@@ -20,6 +20,9 @@ commands:
       or URL, read from the commit's tree), a plain directory, or a single file
   model digest <dir>
       print the content digest that pins a model directory in an embedded-engine recipe
+  feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
+      judge on paper what can run here: a feasibility input's candidates by interval maths, and
+      recipes by GPU count and memory, context, pinning, licence and collective-path gates
 
 environment: ANVIL_LOG=debug|info|warn|error (default warn), ANVIL_DATA_DIR
 )";
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     try {
         if (command == "registry") return anvil::cli::registry_command(rest);
         if (command == "model") return anvil::cli::model_command(rest);
+        if (command == "feasibility") return anvil::cli::feasibility_command(rest);
         std::cerr << "anvil: unknown command '" << command << "'\n" << kUsage;
         return 2;
     } catch (const anvil::cli::UsageError& e) {

@@ -1,0 +1,149 @@
+// The feasibility calculator: from requirements, candidates and their evidence to one verdict per
+// candidate, with the axes, figures and reasons behind it. Pure: no I/O, no clock, and the same
+// input always gives the same result, so the daemon can re-run it whenever evidence changes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "registry/evidence_variable.hpp"
+#include "registry/feasibility_input.hpp"
+#include "registry/interval.hpp"
+
+namespace anvil::registry {
+
+inline constexpr std::string_view kFeasibilityResultSchema = "anvil-serving.recipe-feasibility-result/v1";
+
+// Ratios compare with this much slack in the candidate's favour (see compare() in interval.hpp).
+inline constexpr double kRatioTolerance = 1e-9;
+
+enum class AxisName : std::uint8_t {
+    context_limit,
+    stable_context,
+    memory,
+    deterministic_correctness,
+    quality,
+    warm_e2e_speed,
+    tasks_per_hour,
+};
+inline constexpr std::size_t kAxisCount = 7;
+std::string_view to_string(AxisName a);
+// Behaviour axes judge what the candidate does; only measured or confirmed inputs may decide them.
+bool is_behaviour_axis(AxisName a);
+
+// `physical_fail` and `policy_fail` are the memory axis's two ways of failing.
+enum class AxisStatus : std::uint8_t { pass, fail, physical_fail, policy_fail, unknown };
+std::string_view to_string(AxisStatus s);  // pass | fail | physical-fail | policy-fail | unknown
+inline bool fails(AxisStatus s) { return s == AxisStatus::fail || s == AxisStatus::physical_fail || s == AxisStatus::policy_fail; }
+
+// The verdict classes, in the order the rules try them. `math_qualified` and `benchmark_survivor`
+// mean "worth qualifying locally"; neither authorizes promotion.
+enum class Verdict : std::uint8_t {
+    empirically_disqualified,
+    modeled_infeasible,
+    proven_infeasible,
+    policy_infeasible,
+    requirements_disqualified,
+    unresolved,
+    math_qualified,
+    benchmark_survivor,
+};
+std::string_view to_string(Verdict v);
+
+// Where a variable sits in the input document, so a result can name it by JSON pointer.
+enum class Slot : std::uint8_t {
+    token,           // /requirements/tokens/<name>
+    concurrency,     // /requirements/concurrency
+    physical_vram,   // /requirements/physical_vram_bytes
+    vram_reserve,    // /requirements/vram_reserves/<name>/variable
+    threshold,       // /requirements/thresholds/<name>
+    context_limit,   // /candidates/<i>/runtime_context_limit_tokens
+    stable_context,  // /candidates/<i>/measured_max_stable_context_tokens
+    resident,        // /candidates/<i>/resident_components/<name>
+    per_sequence,    // /candidates/<i>/per_sequence_components/<name>
+    per_token,       // /candidates/<i>/per_token_components/<name>
+    kv_multiplier,   // /candidates/<i>/kv_token_multiplier
+    metric,          // /candidates/<i>/metrics/<name>
+};
+
+// One variable the calculator read. Borrows from the input (or, for a variable the document lacks,
+// from a static stand-in whose status is unknown): keep the input alive while the result is used.
+struct VariableRef {
+    const EvidenceVariable* variable = nullptr;
+    Slot slot = Slot::token;
+    std::string_view name;  // the key in its group; empty for single variables
+    bool absent = false;    // not in the document, so counted as unknown
+};
+// "/candidates/0/per_token_components/x": the variable's JSON pointer in the input document.
+std::string pointer(const VariableRef& ref, std::size_t candidate_index);
+void append_pointer(std::string& out, const VariableRef& ref, std::size_t candidate_index);
+
+using AnyInterval = std::variant<IntInterval, RatioInterval>;
+
+struct Axis {
+    AxisName name = AxisName::context_limit;
+    AxisStatus status = AxisStatus::unknown;
+    // A behaviour axis whose inputs are not all measured or confirmed stays unknown; this is the
+    // status it would have if they were.
+    std::optional<AxisStatus> projected_status;
+    Comparison comparison = Comparison::at_least;
+    AnyInterval actual;
+    AnyInterval required;
+    EvidenceStatus evidence = EvidenceStatus::unknown;  // the weakest status among its inputs
+};
+
+enum class UnknownReason : std::uint8_t { absent, status_unknown, no_lower_bound, no_upper_bound, not_proof };
+std::string_view to_string(UnknownReason r);
+
+// An input that keeps an axis unknown: measuring it is what could decide the axis.
+struct LoadBearingUnknown {
+    AxisName axis;
+    VariableRef variable;
+    UnknownReason reason;
+};
+
+struct CandidateResult {
+    std::size_t index = 0;  // in FeasibilityInput::candidates
+    std::string_view id;
+    Verdict verdict = Verdict::unresolved;
+    std::vector<std::string> reasons;
+    std::array<Axis, kAxisCount> axes{};
+    IntInterval demand;           // bytes
+    IntInterval physical_margin;  // physical available − demand
+    IntInterval policy_margin;    // policy available − demand
+    IntInterval physical_t_max;   // tokens
+    IntInterval policy_t_max;
+    std::vector<LoadBearingUnknown> load_bearing_unknowns;
+    std::vector<VariableRef> missing_evidence;  // inputs with status unknown; their notes say what to do
+    std::vector<VariableRef> used;              // the candidate's own variables, for the ledger
+    std::string arithmetic_error;               // set when exact arithmetic overflowed
+
+    const Axis& axis(AxisName a) const { return axes[static_cast<std::size_t>(a)]; }
+};
+
+struct FeasibilityResult {
+    std::string_view campaign;
+    IntInterval t_req;               // tokens
+    IntInterval physical_available;  // bytes
+    IntInterval policy_available;
+    std::vector<VariableRef> used;              // requirement variables, for the ledger
+    std::vector<VariableRef> missing_evidence;  // requirement variables with status unknown
+    std::vector<std::string> errors;            // requirement arithmetic that overflowed
+    std::vector<CandidateResult> candidates;
+};
+
+// Evaluates every candidate of `input`. Never throws on document content: arithmetic that would
+// overflow leaves the affected figures unknown and says so in `errors` or `arithmetic_error`.
+FeasibilityResult evaluate_feasibility(const FeasibilityInput& input);
+
+// The exact interval a variable states: `value` as both bounds, else `min` and `max`. A fractional
+// number widens outward to whole units (floor the minimum, ceil the maximum). Throws
+// ArithmeticOverflow for a number beyond 64 bits.
+IntInterval to_int_interval(const EvidenceVariable& v);
+RatioInterval to_ratio_interval(const EvidenceVariable& v);
+
+}  // namespace anvil::registry

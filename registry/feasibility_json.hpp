@@ -1,0 +1,17 @@
+// The calculator's result as `anvil-serving.recipe-feasibility-result/v1` JSON: campaign, the
+// equations, T_req, available bytes, each candidate's class, reasons, axes and figures, and a
+// ledger of every variable used, keyed by its JSON pointer in the input.
+#pragma once
+
+#include <string>
+
+#include "registry/feasibility.hpp"
+
+namespace anvil::registry {
+
+// Compact JSON, written straight into `out` (the daemon serializes thousands of candidates, so no
+// DOM is built). A missing bound is written as null, never as zero.
+void append_feasibility_json(std::string& out, const FeasibilityResult& result);
+std::string feasibility_json(const FeasibilityResult& result);
+
+}  // namespace anvil::registry
