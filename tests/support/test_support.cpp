@@ -1,6 +1,8 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +77,62 @@ ProcessResult run(const std::vector<std::string>& argv, const fs::path& cwd) {
     waitpid(pid, &status, 0);
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return result;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        dup2(pipefd[1], STDOUT_FILENO);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        _exit(127);
+    }
+    close(pipefd[1]);
+    fd_ = pipefd[0];
+}
+
+ChildProcess::~ChildProcess() {
+    if (!reaped_) {
+        ::kill(pid_, SIGKILL);
+        wait();
+    }
+    if (fd_ >= 0) close(fd_);
+}
+
+bool ChildProcess::read_line(std::string& line, int timeout_ms) {
+    for (;;) {
+        auto newline = buffer_.find('\n');
+        if (newline != std::string::npos) {
+            line = buffer_.substr(0, newline);
+            buffer_.erase(0, newline + 1);
+            return true;
+        }
+        pollfd p{fd_, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0) return false;
+        char chunk[4096];
+        ssize_t n = read(fd_, chunk, sizeof chunk);
+        if (n <= 0) return false;
+        buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+}
+
+void ChildProcess::kill(int signal) {
+    if (!reaped_) ::kill(pid_, signal);
+}
+
+int ChildProcess::wait() {
+    if (!reaped_) {
+        waitpid(pid_, &status_, 0);
+        reaped_ = true;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
 }
 
 GitRepo::GitRepo(fs::path dir, const std::string& branch) : dir_(std::move(dir)) {

@@ -32,6 +32,27 @@ struct ProcessResult {
 // Runs argv[0] (looked up on PATH) with the arguments, in `cwd`, capturing its output.
 ProcessResult run(const std::vector<std::string>& argv, const std::filesystem::path& cwd = {});
 
+// A child process whose stdout is read line by line while it runs (stderr passes through).
+class ChildProcess {
+public:
+    explicit ChildProcess(const std::vector<std::string>& argv);
+    ~ChildProcess();  // kills and reaps the child if it still runs
+    ChildProcess(const ChildProcess&) = delete;
+    ChildProcess& operator=(const ChildProcess&) = delete;
+    // The next line (without '\n'), or false at end of output or after `timeout_ms`.
+    bool read_line(std::string& line, int timeout_ms);
+    void kill(int signal);
+    int wait();  // exit code, or 128 + signal
+    int pid() const { return pid_; }
+
+private:
+    int pid_ = -1;
+    int fd_ = -1;
+    std::string buffer_;
+    bool reaped_ = false;
+    int status_ = 0;
+};
+
 // A real git repository with a working tree, for tests to commit registry documents into.
 class GitRepo {
 public:

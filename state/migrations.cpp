@@ -1,0 +1,173 @@
+#include "state/migrations.hpp"
+
+#include <string>
+
+namespace anvil::state {
+
+namespace {
+
+// Version 1: the ledger itself. Transitions are append-only (triggers refuse UPDATE and DELETE);
+// revision_status and the summary columns of recipes are caches of the ledger kept in the same
+// transaction, and rebuildable from it.
+constexpr std::string_view kVersion1 = R"sql(
+CREATE TABLE sources (
+  id INTEGER PRIMARY KEY,
+  url TEXT NOT NULL,
+  ref TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  UNIQUE (url, ref)
+);
+CREATE TABLE source_commits (
+  id INTEGER PRIMARY KEY,
+  source_id INTEGER NOT NULL REFERENCES sources(id),
+  commit_id TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  added INTEGER NOT NULL, modified INTEGER NOT NULL, deleted INTEGER NOT NULL, renamed INTEGER NOT NULL,
+  seen_at TEXT NOT NULL
+);
+CREATE TABLE recipes (
+  id TEXT PRIMARY KEY,
+  latest_revision_id INTEGER,
+  status TEXT,
+  engine TEXT,
+  hardware_id TEXT,
+  pinned INTEGER,
+  verdict TEXT,
+  search_text TEXT NOT NULL DEFAULT '',
+  first_seen_at TEXT NOT NULL
+);
+CREATE TABLE recipe_revisions (
+  id INTEGER PRIMARY KEY,
+  recipe_id TEXT NOT NULL REFERENCES recipes(id),
+  sha256 TEXT NOT NULL,
+  source_id INTEGER REFERENCES sources(id),
+  commit_id TEXT NOT NULL,
+  path TEXT NOT NULL,
+  blob_id TEXT NOT NULL,
+  engine TEXT NOT NULL,
+  hardware_id TEXT NOT NULL,
+  launch_kind TEXT NOT NULL,
+  serving_slot TEXT NOT NULL,
+  pinned INTEGER NOT NULL CHECK (pinned IN (0, 1)),
+  unpinned_reasons TEXT NOT NULL,
+  document TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  UNIQUE (recipe_id, sha256)
+);
+CREATE TABLE evidence (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER NOT NULL REFERENCES recipe_revisions(id),
+  metric TEXT NOT NULL,
+  value_min,
+  value_max,
+  unit TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('measured', 'confirmed', 'estimated', 'assumed', 'unknown')),
+  class TEXT NOT NULL CHECK (class IN ('local', 'external-prior')),
+  source TEXT NOT NULL,
+  observed_at TEXT NOT NULL,
+  receipt_sha256 TEXT,
+  receipt_path TEXT,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE verdicts (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER NOT NULL REFERENCES recipe_revisions(id),
+  gate TEXT NOT NULL,
+  result TEXT NOT NULL CHECK (result IN ('pass', 'fail', 'unknown')),
+  class TEXT,
+  reasons TEXT NOT NULL,
+  evidence_ids TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE transitions (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER NOT NULL REFERENCES recipe_revisions(id),
+  from_status TEXT,
+  to_status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  evidence_ids TEXT NOT NULL,
+  verdict_ids TEXT NOT NULL,
+  commit_id TEXT,
+  actor TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE TRIGGER transitions_are_append_only_update BEFORE UPDATE ON transitions
+  BEGIN SELECT RAISE(ABORT, 'transitions are append-only'); END;
+CREATE TRIGGER transitions_are_append_only_delete BEFORE DELETE ON transitions
+  BEGIN SELECT RAISE(ABORT, 'transitions are append-only'); END;
+CREATE TABLE revision_status (
+  revision_id INTEGER PRIMARY KEY REFERENCES recipe_revisions(id),
+  status TEXT NOT NULL,
+  serving_slot TEXT NOT NULL,
+  last_transition_id INTEGER NOT NULL REFERENCES transitions(id)
+);
+CREATE UNIQUE INDEX one_promoted_revision_per_slot ON revision_status(serving_slot) WHERE status = 'promoted';
+CREATE INDEX recipe_revisions_by_recipe ON recipe_revisions(recipe_id);
+CREATE INDEX transitions_by_revision ON transitions(revision_id);
+CREATE INDEX evidence_by_revision ON evidence(revision_id);
+CREATE INDEX verdicts_by_revision ON verdicts(revision_id, gate);
+)sql";
+
+// Version 2: what runs, and a feed of everything that happened, for the daemon and its API.
+constexpr std::string_view kVersion2 = R"sql(
+CREATE TABLE engines (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER REFERENCES recipe_revisions(id),
+  driver TEXT NOT NULL CHECK (driver IN ('embedded', 'process', 'container')),
+  pid INTEGER,
+  container_id TEXT,
+  port INTEGER,
+  started_at TEXT NOT NULL,
+  health TEXT NOT NULL,
+  health_at TEXT NOT NULL,
+  stopped_at TEXT,
+  exit_code INTEGER
+);
+CREATE INDEX engines_running ON engines(stopped_at);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  subject TEXT NOT NULL,
+  message TEXT NOT NULL,
+  data TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX recipes_by_status ON recipes(status, id);
+CREATE INDEX recipes_by_engine ON recipes(engine, id);
+CREATE INDEX recipes_by_hardware ON recipes(hardware_id, id);
+CREATE INDEX recipes_by_verdict ON recipes(verdict, id);
+)sql";
+
+}  // namespace
+
+const std::vector<Migration>& migrations() {
+    static const std::vector<Migration> all{
+        {1, "ledger: sources, recipes, revisions, evidence, verdicts, transitions", kVersion1},
+        {2, "engines, events, listing indexes", kVersion2},
+    };
+    return all;
+}
+
+int current_schema_version() { return migrations().back().version; }
+
+int migrate(Connection& db, int target) {
+    if (target == 0) target = current_schema_version();
+    Transaction tx(db);
+    Statement version(db, "PRAGMA user_version");
+    version.step();
+    const int found = static_cast<int>(version.integer(0));
+    version.reset();
+    if (found > current_schema_version())
+        throw StoreError("state database " + db.path().string() + " has schema version " + std::to_string(found) +
+                         ", newer than this anvil understands (" + std::to_string(current_schema_version()) +
+                         "): run a newer anvil or restore a backup");
+    for (const auto& m : migrations()) {
+        if (m.version <= found || m.version > target) continue;
+        db.exec(m.sql);
+        db.exec("PRAGMA user_version = " + std::to_string(m.version));
+    }
+    tx.commit();
+    return found;
+}
+
+}  // namespace anvil::state

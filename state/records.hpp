@@ -1,0 +1,154 @@
+// Rows of the ledger as the store reads and writes them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "registry/evidence_variable.hpp"
+#include "state/lifecycle.hpp"
+
+namespace anvil::state {
+
+using Id = std::int64_t;
+
+enum class EvidenceClass { local, external_prior };
+std::string_view to_string(EvidenceClass c);
+
+struct EvidenceRow {
+    Id id = 0;
+    Id revision_id = 0;
+    std::string metric;
+    std::optional<registry::Number> min;  // a point value has min == max
+    std::optional<registry::Number> max;
+    std::string unit;
+    registry::EvidenceStatus status = registry::EvidenceStatus::measured;
+    EvidenceClass evidence_class = EvidenceClass::local;
+    std::string source;
+    std::string observed_at;
+    std::optional<std::string> receipt_sha256;
+    std::optional<std::string> receipt_path;
+    std::string created_at;
+};
+
+enum class GateResult { pass, fail, unknown };
+std::string_view to_string(GateResult r);
+
+struct VerdictRow {
+    Id id = 0;
+    Id revision_id = 0;
+    std::string gate;  // "feasibility", "identity", "smoke", …
+    GateResult result = GateResult::unknown;
+    std::optional<std::string> verdict_class;  // e.g. "proven-infeasible"
+    std::vector<std::string> reasons;
+    std::vector<Id> evidence_ids;
+    std::string created_at;
+};
+
+struct TransitionRequest {
+    Id revision_id = 0;
+    Status to = Status::candidate;
+    std::string reason;
+    std::string actor;
+    std::vector<Id> evidence_ids;
+    std::vector<Id> verdict_ids;
+    std::optional<std::string> commit_id;
+};
+
+struct TransitionRow {
+    Id id = 0;
+    Id revision_id = 0;
+    std::optional<Status> from;
+    Status to = Status::candidate;
+    std::string reason;
+    std::vector<Id> evidence_ids;
+    std::vector<Id> verdict_ids;
+    std::optional<std::string> commit_id;
+    std::string actor;
+    std::string created_at;
+};
+
+struct RevisionRow {
+    Id id = 0;
+    std::string recipe_id;
+    std::string sha256;
+    std::string source_url;
+    std::string commit_id;
+    std::string path;
+    std::string blob_id;
+    std::string engine;
+    std::string hardware_id;
+    std::string launch_kind;
+    std::string serving_slot;
+    bool pinned = false;
+    std::vector<std::string> unpinned_reasons;
+    Status status = Status::candidate;
+    std::string created_at;
+    nlohmann::json document;
+};
+
+struct EngineRow {
+    Id id = 0;
+    std::optional<Id> revision_id;
+    std::string driver;  // embedded | process | container
+    std::optional<std::int64_t> pid;
+    std::optional<std::string> container_id;
+    std::optional<std::int64_t> port;
+    std::string started_at;
+    std::string health;  // starting | healthy | unhealthy | exited
+    std::string health_at;
+    std::optional<std::string> stopped_at;
+    std::optional<std::int64_t> exit_code;
+};
+
+struct EventRow {
+    Id id = 0;
+    std::string kind;
+    std::string subject;
+    std::string message;
+    nlohmann::json data;
+    std::string created_at;
+};
+
+// One recipe in a listing: its newest revision and that revision's status.
+struct RecipeSummary {
+    std::string id;
+    Id revision_id = 0;
+    std::string status;
+    std::string engine;
+    std::string hardware_id;
+    bool pinned = false;
+    std::optional<std::string> verdict;
+};
+
+struct RecipeFilter {
+    std::optional<std::string> status;
+    std::optional<std::string> engine;
+    std::optional<std::string> hardware;
+    std::optional<bool> pinned;
+    std::optional<std::string> verdict;
+    std::optional<std::string> text;  // substring of id or description, case-insensitive
+    std::int64_t limit = 50;
+    std::int64_t offset = 0;
+};
+
+struct RecipePage {
+    std::vector<RecipeSummary> items;
+    std::int64_t total = 0;
+};
+
+struct RecipeDetail {
+    std::string id;
+    std::vector<RevisionRow> revisions;  // newest first
+    std::vector<EvidenceRow> evidence;
+    std::vector<VerdictRow> verdicts;
+    std::vector<TransitionRow> history;  // oldest first
+};
+
+// UTC, ISO 8601 with milliseconds: "2026-11-30T06:14:00.123Z".
+std::string now_iso8601();
+
+}  // namespace anvil::state

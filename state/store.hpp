@@ -1,0 +1,98 @@
+// The daemon's memory: one SQLite file (WAL, foreign keys, busy timeout, versioned schema) holding
+// the ledger. One writer connection serialises every logical change into one transaction; reads go
+// through their own connections and never block it. When the file cannot be written (read-only
+// file or mount) the store still opens and serves reads, and every write says why it cannot.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "registry/catalog.hpp"
+#include "registry/document.hpp"
+#include "state/records.hpp"
+#include "state/sqlite.hpp"
+
+namespace anvil::state {
+
+struct TransitionRefused : StoreError {
+    using StoreError::StoreError;
+};
+
+struct StoreOptions {
+    std::vector<std::string> hard_gates = default_hard_gates();
+    int target_schema_version = 0;  // 0: the newest; tests write files of earlier versions
+};
+
+class Store {
+public:
+    explicit Store(std::filesystem::path file, StoreOptions options = {});
+    ~Store();
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    const std::filesystem::path& path() const { return path_; }
+    bool writable() const { return write_error_.empty(); }
+    const std::string& write_error() const { return write_error_; }
+    int schema_version() const;
+
+    // ---- writes: each is one transaction ----
+    Id upsert_source(const std::string& url, const std::string& ref);
+    Id record_sync(Id source_id, const registry::SyncReport& report);
+
+    struct Ingested {
+        Id revision_id = 0;
+        bool created = false;  // false: these exact bytes were already a revision of this recipe
+    };
+    // Records a valid recipe document as a revision (a new one starts as `candidate`; a new
+    // revision of a promoted recipe does not inherit its status).
+    Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
+    Id add_evidence(const EvidenceRow& row);
+    Id add_verdict(const VerdictRow& row);
+    // Guarded; throws TransitionRefused naming the guard that failed.
+    Id transition(const TransitionRequest& request);
+    // Many transitions in one transaction: all or none.
+    std::vector<Id> transition_batch(const std::vector<TransitionRequest>& requests);
+
+    struct Promotion {
+        Id promoted_transition = 0;
+        std::optional<Id> retired_revision;
+        std::optional<Id> retired_transition;
+    };
+    // The old default of the slot becomes retired and this revision promoted, in one transaction.
+    Promotion promote(Id revision_id, const std::string& reason, const std::string& actor,
+                      const std::vector<Id>& evidence_ids = {}, const std::vector<Id>& verdict_ids = {});
+
+    Id record_engine_start(const EngineRow& row);
+    void record_engine_health(Id engine_id, const std::string& health);
+    void record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_code);
+    Id append_event(const std::string& kind, const std::string& subject, const std::string& message,
+                    const nlohmann::json& data = nlohmann::json::object());
+
+    // ---- reads ----
+    RecipePage list_recipes(const RecipeFilter& filter) const;
+    std::optional<RecipeDetail> recipe(const std::string& id) const;
+    std::optional<RevisionRow> revision(Id revision_id) const;
+    std::optional<RevisionRow> current_default(const std::string& slot = "default") const;
+    std::vector<EngineRow> running_engines() const;
+    std::vector<EventRow> events_since(Id cursor, int limit = 100) const;
+    std::vector<TransitionRow> transitions_since(Id cursor, int limit = 1000) const;
+    std::optional<Status> status_of(Id revision_id) const;
+    // The status cache, and the same thing recomputed from the transition ledger alone.
+    std::map<Id, Status> statuses() const;
+    std::map<Id, Status> statuses_from_ledger() const;
+    // "ok", or what PRAGMA integrity_check found.
+    std::string integrity_check() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::filesystem::path path_;
+    std::string write_error_;
+};
+
+}  // namespace anvil::state
