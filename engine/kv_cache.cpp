@@ -1,0 +1,72 @@
+#include "engine/kv_cache.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/convert.hpp"
+
+namespace anvil::engine {
+
+kernels::KvType parse_kv_type(const std::string& text) {
+    if (text == "f32") return kernels::KvType::F32;
+    if (text == "bf16") return kernels::KvType::BF16;
+    throw std::runtime_error("--kv-dtype " + text + ": expected f32 or bf16");
+}
+
+const char* kv_type_name(kernels::KvType type) { return type == kernels::KvType::F32 ? "f32" : "bf16"; }
+
+namespace {
+uint8_t* allocate_zeroed(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw std::runtime_error("cannot allocate the KV cache (" + std::to_string(bytes >> 20) +
+                                     " MB): lower --max-seqs or --max-context");
+    std::memset(p, 0, rounded);
+    return static_cast<uint8_t*>(p);
+}
+}  // namespace
+
+KvCache::KvCache(kernels::KvType type, int n_layers, int n_blocks, int block_size, int kv_heads, int head_dim)
+    : type_(type),
+      n_layers_(n_layers),
+      n_blocks_(n_blocks),
+      block_size_(block_size),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      element_size_(type == kernels::KvType::F32 ? 4 : 2),
+      layer_bytes_(size_t(n_blocks) * block_size * kv_heads * head_dim * element_size_),
+      bytes_(2 * layer_bytes_ * n_layers),
+      keys_(allocate_zeroed(layer_bytes_ * n_layers), &std::free),
+      values_(allocate_zeroed(layer_bytes_ * n_layers), &std::free) {}
+
+kernels::PagedKv KvCache::layer(int layer) const {
+    kernels::PagedKv kv;
+    kv.type = type_;
+    kv.keys = keys_.get() + layer_bytes_ * layer;
+    kv.values = values_.get() + layer_bytes_ * layer;
+    kv.block_size = block_size_;
+    kv.kv_heads = kv_heads_;
+    kv.head_dim = head_dim_;
+    return kv;
+}
+
+uint8_t* KvCache::slot_pointer(uint8_t* base, int layer, int block, int slot) const {
+    const size_t row = size_t(block) * block_size_ + size_t(slot);
+    return base + layer_bytes_ * layer + row * kv_heads_ * head_dim_ * element_size_;
+}
+
+void KvCache::write(int layer, int block, int slot, const float* keys, const float* values) {
+    const size_t n = size_t(kv_heads_) * head_dim_;
+    uint8_t* k = slot_pointer(keys_.get(), layer, block, slot);
+    uint8_t* v = slot_pointer(values_.get(), layer, block, slot);
+    if (type_ == kernels::KvType::F32) {
+        std::memcpy(k, keys, n * 4);
+        std::memcpy(v, values, n * 4);
+    } else {
+        kernels::f32_to_bf16_array(keys, reinterpret_cast<uint16_t*>(k), n);
+        kernels::f32_to_bf16_array(values, reinterpret_cast<uint16_t*>(v), n);
+    }
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,110 @@
+// anvil-engine: the embedded inference engine. `serve` runs the OpenAI-compatible server;
+// `make-model` writes the deterministic test models.
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/make_model.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: anvil-engine <command> [options]
+
+commands:
+  serve --model DIR [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
+        [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
+        [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N]
+      load a Hugging Face model directory and serve the OpenAI API (/v1/completions,
+      /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port
+  make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
+             [--dtype f32|bf16|f16] [--shards N]
+      write a deterministic model directory with random weights and a byte-level BPE tokenizer
+
+environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512
+)";
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::map<std::string, std::string> parse_flags(const std::vector<std::string>& words, const std::set<std::string>& known) {
+    std::map<std::string, std::string> flags;
+    for (size_t i = 0; i < words.size(); ++i) {
+        std::string word = words[i], value;
+        if (!word.starts_with("--")) throw UsageError("unexpected argument '" + word + "'");
+        if (auto eq = word.find('='); eq != std::string::npos) {
+            value = word.substr(eq + 1);
+            word = word.substr(0, eq);
+        } else {
+            if (i + 1 >= words.size()) throw UsageError(word + " needs a value");
+            value = words[++i];
+        }
+        if (!known.count(word)) throw UsageError("unknown option " + word);
+        flags[word] = value;
+    }
+    return flags;
+}
+
+long number(const std::map<std::string, std::string>& flags, const std::string& flag, long fallback) {
+    auto it = flags.find(flag);
+    if (it == flags.end()) return fallback;
+    char* end = nullptr;
+    const long v = std::strtol(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || v < 0) throw UsageError(flag + " " + it->second + ": expected a non-negative integer");
+    return v;
+}
+
+std::string text(const std::map<std::string, std::string>& flags, const std::string& flag, const std::string& fallback) {
+    auto it = flags.find(flag);
+    return it == flags.end() ? fallback : it->second;
+}
+
+int make_model_command(const std::vector<std::string>& words) {
+    const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--shards"});
+    anvil::engine::MakeModelOptions o;
+    if (!flags.count("--out")) throw UsageError("make-model needs --out DIR");
+    o.out = flags.at("--out");
+    o.preset = text(flags, "--preset", "tiny");
+    o.arch = text(flags, "--arch", "llama");
+    o.dtype = text(flags, "--dtype", "f32");
+    o.seed = uint64_t(number(flags, "--seed", 1));
+    o.shards = int(number(flags, "--shards", 1));
+    const size_t bytes = anvil::engine::make_model(o);
+    std::cout << "wrote " << o.out.string() << ": " << o.preset << " " << o.arch << " model, " << bytes
+              << " bytes of " << o.dtype << " weights\n";
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    auto logger = spdlog::stderr_color_mt("anvil-engine");
+    spdlog::set_default_logger(logger);
+    const char* level = std::getenv("ANVIL_LOG");
+    spdlog::set_level(level && *level ? spdlog::level::from_str(level) : spdlog::level::info);
+
+    std::vector<std::string> words(argv + 1, argv + argc);
+    if (words.empty() || words[0] == "--help" || words[0] == "-h" || words[0] == "help") {
+        std::cout << kUsage;
+        return words.empty() ? 2 : 0;
+    }
+    const std::string command = words[0];
+    std::vector<std::string> rest(words.begin() + 1, words.end());
+    try {
+        if (command == "make-model") return make_model_command(rest);
+        std::cerr << "anvil-engine: unknown command '" << command << "'\n" << kUsage;
+        return 2;
+    } catch (const UsageError& e) {
+        std::cerr << "anvil-engine " << command << ": " << e.what() << " (see anvil-engine --help)\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "anvil-engine " << command << ": " << e.what() << "\n";
+        return 1;
+    }
+}

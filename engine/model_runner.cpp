@@ -1,0 +1,142 @@
+#include "engine/model_runner.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/ops.hpp"
+
+namespace anvil::engine {
+
+ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, const RunnerOptions& options)
+    : config_(config),
+      weights_(weights),
+      options_(options),
+      kv_(options.kv_type, config.n_layers, options.kv_blocks, options.block_size, config.n_kv_heads, config.head_dim),
+      threads_(omp_get_max_threads()) {
+    if (options.max_batch_tokens <= 0 || options.max_logit_rows <= 0 || options.max_context <= 0 ||
+        options.kv_blocks <= 0 || options.block_size <= 0)
+        throw std::invalid_argument("runner options must all be positive");
+    const int half = config.head_dim / 2;
+    const auto inverse = rope_inverse_frequencies(config);
+    rope_cos_.resize(size_t(options.max_context) * half);
+    rope_sin_.resize(size_t(options.max_context) * half);
+    for (int p = 0; p < options.max_context; ++p)
+        for (int i = 0; i < half; ++i) {
+            const double angle = double(p) * inverse[size_t(i)];
+            rope_cos_[size_t(p) * half + i] = float(std::cos(angle));
+            rope_sin_[size_t(p) * half + i] = float(std::sin(angle));
+        }
+    const size_t n = size_t(options.max_batch_tokens);
+    x_.resize(n * config.dim);
+    xb_.resize(n * config.dim);
+    xb2_.resize(n * config.dim);
+    q_.resize(n * config.q_dim());
+    k_.resize(n * config.kv_dim());
+    v_.resize(n * config.kv_dim());
+    att_.resize(n * config.q_dim());
+    hb_.resize(n * config.hidden_dim);
+    hb2_.resize(n * config.hidden_dim);
+    scores_.resize(size_t(threads_) * options.max_context);
+    final_.resize(size_t(options.max_logit_rows) * config.dim);
+    logits_.resize(size_t(options.max_logit_rows) * config.vocab_size);
+}
+
+void ModelRunner::check(const Batch& batch) const {
+    const int n = batch.size();
+    if (n == 0 || n > options_.max_batch_tokens)
+        throw std::logic_error("batch of " + std::to_string(n) + " tokens; the runner takes 1 to " +
+                               std::to_string(options_.max_batch_tokens));
+    if (int(batch.logit_tokens.size()) > options_.max_logit_rows)
+        throw std::logic_error("batch asks for more logits than the runner holds");
+    if (batch.positions.size() != size_t(n) || batch.sequence.size() != size_t(n))
+        throw std::logic_error("batch vectors disagree in length");
+    for (int i = 0; i < n; ++i) {
+        if (batch.tokens[i] < 0 || batch.tokens[i] >= config_.vocab_size)
+            throw std::logic_error("token id " + std::to_string(batch.tokens[i]) + " outside the vocabulary");
+        if (batch.positions[i] < 0 || batch.positions[i] >= options_.max_context)
+            throw std::logic_error("position outside the context");
+        if (batch.sequence[i] < 0 || size_t(batch.sequence[i]) >= batch.block_tables.size())
+            throw std::logic_error("token of an unknown sequence");
+    }
+    for (int t : batch.logit_tokens)
+        if (t < 0 || t >= n) throw std::logic_error("logits asked for a token outside the batch");
+}
+
+void ModelRunner::forward(const Batch& batch) {
+    check(batch);
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim, half = hd / 2;
+    const int group = c.n_heads / c.n_kv_heads;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const int block_size = options_.block_size;
+
+    for (int i = 0; i < n; ++i) kernels::dequantize_row(weights_.embedding, batch.tokens[i], &x_[size_t(i) * dim]);
+
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LayerWeights& w = weights_.layers[size_t(l)];
+        for (int i = 0; i < n; ++i)
+            kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);
+        kernels::matmul(w.wq, xb_.data(), n, q_.data());
+        kernels::matmul(w.wk, xb_.data(), n, k_.data());
+        kernels::matmul(w.wv, xb_.data(), n, v_.data());
+
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; ++i) {
+            float* q = &q_[size_t(i) * q_dim];
+            float* k = &k_[size_t(i) * kv_dim];
+            float* v = &v_[size_t(i) * kv_dim];
+            if (w.bq) {
+                kernels::add(q, w.bq, q_dim);
+                kernels::add(k, w.bk, kv_dim);
+                kernels::add(v, w.bv, kv_dim);
+            }
+            if (w.q_norm) {
+                for (int h = 0; h < c.n_heads; ++h) kernels::rmsnorm(q + h * hd, q + h * hd, w.q_norm, hd, c.norm_eps);
+                for (int h = 0; h < c.n_kv_heads; ++h) kernels::rmsnorm(k + h * hd, k + h * hd, w.k_norm, hd, c.norm_eps);
+            }
+            const size_t p = size_t(batch.positions[i]);
+            kernels::rope(q, c.n_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
+            kernels::rope(k, c.n_kv_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
+            const int32_t* table = batch.block_tables[size_t(batch.sequence[i])];
+            kv_.write(l, table[p / block_size], int(p % block_size), k, v);
+        }
+
+        const kernels::PagedKv kv = kv_.layer(l);
+#pragma omp parallel for schedule(dynamic, 1) collapse(2)
+        for (int i = 0; i < n; ++i)
+            for (int h = 0; h < c.n_heads; ++h) {
+                const int position = batch.positions[i];
+                const int first = c.sliding_window > 0 ? std::max(0, position + 1 - c.sliding_window) : 0;
+                float* scores = &scores_[size_t(omp_get_thread_num()) * options_.max_context];
+                kernels::attention(&q_[size_t(i) * q_dim + h * hd], kv, h / group,
+                                   batch.block_tables[size_t(batch.sequence[i])], first, position + 1 - first, scale,
+                                   scores, &att_[size_t(i) * q_dim + h * hd]);
+            }
+
+        kernels::matmul(w.wo, att_.data(), n, xb2_.data());
+        kernels::add(x_.data(), xb2_.data(), n * dim);
+        for (int i = 0; i < n; ++i)
+            kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.ffn_norm, dim, c.norm_eps);
+        kernels::matmul(w.w_gate, xb_.data(), n, hb_.data());
+        kernels::matmul(w.w_up, xb_.data(), n, hb2_.data());
+        kernels::silu_mul(hb_.data(), hb2_.data(), n * c.hidden_dim);
+        kernels::matmul(w.w_down, hb_.data(), n, xb2_.data());
+        kernels::add(x_.data(), xb2_.data(), n * dim);
+    }
+
+    const int rows = int(batch.logit_tokens.size());
+    if (rows == 0) return;
+    for (int r = 0; r < rows; ++r)
+        kernels::rmsnorm(&final_[size_t(r) * dim], &x_[size_t(batch.logit_tokens[size_t(r)]) * dim], weights_.final_norm,
+                         dim, c.norm_eps);
+    kernels::matmul(weights_.lm_head, final_.data(), rows, logits_.data());
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,191 @@
+#include "engine/weights.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "kernels/convert.hpp"
+
+namespace anvil::engine {
+
+using kernels::WeightMatrix;
+using kernels::WeightType;
+
+WeightFormat parse_weight_format(const std::string& text) {
+    if (text == "stored" || text == "auto") return WeightFormat::Stored;
+    if (text == "f32") return WeightFormat::F32;
+    if (text == "bf16") return WeightFormat::BF16;
+    if (text == "q8") return WeightFormat::Q8;
+    throw std::runtime_error("--weights " + text + ": expected f32, bf16, q8 or stored");
+}
+
+const char* weight_format_name(WeightFormat format) {
+    switch (format) {
+        case WeightFormat::Stored: return "stored";
+        case WeightFormat::F32: return "f32";
+        case WeightFormat::BF16: return "bf16";
+        case WeightFormat::Q8: return "q8";
+    }
+    return "?";
+}
+
+size_t matrix_bytes(const WeightMatrix& m) {
+    const size_t n = size_t(m.rows) * m.cols;
+    switch (m.type) {
+        case WeightType::F32: return n * 4;
+        case WeightType::BF16: return n * 2;
+        case WeightType::Q8: return n + n / kernels::kQ8Group * 4;
+    }
+    return 0;
+}
+
+void* ModelWeights::allocate(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p) throw std::runtime_error("out of memory converting weights (" + std::to_string(bytes) + " bytes)");
+    owned_.emplace_back(p, &std::free);
+    owned_bytes_ += rounded;
+    return p;
+}
+
+namespace {
+
+// Row r of a stored tensor widened to f32.
+void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
+    const uint8_t* base = t.data + size_t(r) * cols * dtype_size(t.dtype);
+    switch (t.dtype) {
+        case Dtype::F32: std::memcpy(out, base, sizeof(float) * cols); break;
+        case Dtype::BF16:
+            for (int k = 0; k < cols; ++k) {
+                uint16_t bits;
+                std::memcpy(&bits, base + 2 * k, 2);
+                out[k] = kernels::bf16_to_f32(bits);
+            }
+            break;
+        case Dtype::F16:
+            for (int k = 0; k < cols; ++k) {
+                uint16_t bits;
+                std::memcpy(&bits, base + 2 * k, 2);
+                out[k] = kernels::f16_to_f32(bits);
+            }
+            break;
+        case Dtype::Other: throw std::logic_error("unsupported dtype reached conversion");
+    }
+}
+
+}  // namespace
+
+WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, WeightFormat format) {
+    const TensorInfo& t = store_->get(name, {rows, cols});
+    WeightType type = WeightType::F32;
+    switch (format) {
+        case WeightFormat::Stored: type = t.dtype == Dtype::BF16 ? WeightType::BF16 : WeightType::F32; break;
+        case WeightFormat::F32: type = WeightType::F32; break;
+        case WeightFormat::BF16: type = WeightType::BF16; break;
+        case WeightFormat::Q8: type = WeightType::Q8; break;
+    }
+    WeightMatrix m{type, rows, cols, nullptr, nullptr};
+    const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16);
+    if (same && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) {
+        m.data = t.data;  // zero copy: the kernels read the mapping
+        return m;
+    }
+    if (type == WeightType::Q8 && cols % kernels::kQ8Group != 0)
+        throw std::runtime_error(t.file + ": tensor " + name + " has " + std::to_string(cols) +
+                                 " columns, not a multiple of " + std::to_string(kernels::kQ8Group) +
+                                 "; use --weights bf16 or f32 for this model");
+    const size_t n = size_t(rows) * cols;
+    switch (type) {
+        case WeightType::F32: {
+            float* out = static_cast<float*>(allocate(n * 4));
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < rows; ++r) stored_row_to_f32(t, r, cols, out + size_t(r) * cols);
+            m.data = out;
+            break;
+        }
+        case WeightType::BF16: {
+            uint16_t* out = static_cast<uint16_t*>(allocate(n * 2));
+#pragma omp parallel
+            {
+                std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+                for (int r = 0; r < rows; ++r) {
+                    stored_row_to_f32(t, r, cols, row.data());
+                    kernels::f32_to_bf16_array(row.data(), out + size_t(r) * cols, size_t(cols));
+                }
+            }
+            m.data = out;
+            break;
+        }
+        case WeightType::Q8: {
+            const int groups = cols / kernels::kQ8Group;
+            int8_t* out = static_cast<int8_t*>(allocate(n));
+            float* scales = static_cast<float*>(allocate(size_t(rows) * groups * 4));
+#pragma omp parallel
+            {
+                std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+                for (int r = 0; r < rows; ++r) {
+                    stored_row_to_f32(t, r, cols, row.data());
+                    kernels::quantize_q8_row(row.data(), cols, out + size_t(r) * cols, scales + size_t(r) * groups);
+                }
+            }
+            m.data = out;
+            m.scales = scales;
+            break;
+        }
+    }
+    return m;
+}
+
+const float* ModelWeights::vector(const std::string& name, int n) {
+    const TensorInfo& t = store_->get(name, {n});
+    if (t.dtype == Dtype::F32 && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) return reinterpret_cast<const float*>(t.data);
+    float* out = static_cast<float*>(allocate(size_t(n) * 4));
+    stored_row_to_f32(t, 0, n, out);
+    return out;
+}
+
+ModelWeights::ModelWeights(const ModelConfig& c, const std::filesystem::path& model_dir, WeightFormat format)
+    : store_(std::make_unique<TensorStore>(model_dir)) {
+    embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.dim, format);
+    layers.resize(size_t(c.n_layers));
+    for (int i = 0; i < c.n_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        LayerWeights& l = layers[size_t(i)];
+        l.attn_norm = vector(p + "input_layernorm.weight", c.dim);
+        l.wq = matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim, format);
+        l.wk = matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim, format);
+        l.wv = matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim, format);
+        l.wo = matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim(), format);
+        if (c.qkv_bias) {
+            l.bq = vector(p + "self_attn.q_proj.bias", c.q_dim());
+            l.bk = vector(p + "self_attn.k_proj.bias", c.kv_dim());
+            l.bv = vector(p + "self_attn.v_proj.bias", c.kv_dim());
+        }
+        if (c.qk_norm) {
+            l.q_norm = vector(p + "self_attn.q_norm.weight", c.head_dim);
+            l.k_norm = vector(p + "self_attn.k_norm.weight", c.head_dim);
+        }
+        l.ffn_norm = vector(p + "post_attention_layernorm.weight", c.dim);
+        l.w_gate = matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, format);
+        l.w_up = matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, format);
+        l.w_down = matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, format);
+        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes_per_token_ += matrix_bytes(*m);
+    }
+    final_norm = vector("model.norm.weight", c.dim);
+    if (c.tie_embeddings) {
+        lm_head = embedding;
+    } else {
+        if (!store_->contains("lm_head.weight"))
+            throw std::runtime_error(model_dir.string() + ": lm_head.weight is missing and config.json does not set "
+                                     "tie_word_embeddings");
+        lm_head = matrix("lm_head.weight", c.vocab_size, c.dim, format);
+    }
+    bytes_per_token_ += matrix_bytes(lm_head);
+    spdlog::info("weights: {} tensors, {} MB as {} ({} MB read per token)", store_->tensor_count(),
+                 store_->total_bytes() >> 20, weight_format_name(format), bytes_per_token_ >> 20);
+}
+
+}  // namespace anvil::engine

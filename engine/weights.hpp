@@ -1,0 +1,67 @@
+// The model's tensors in the format the kernels multiply with: mapped straight from the files when
+// the stored format is the one asked for, converted once at load otherwise.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.hpp"
+#include "engine/safetensors.hpp"
+#include "kernels/weight_matrix.hpp"
+
+namespace anvil::engine {
+
+// `Stored` keeps f32 and bf16 as they are and widens f16 to f32.
+enum class WeightFormat { Stored, F32, BF16, Q8 };
+WeightFormat parse_weight_format(const std::string& text);  // throws with the accepted values
+const char* weight_format_name(WeightFormat format);
+
+struct LayerWeights {
+    const float* attn_norm = nullptr;  // [dim]
+    kernels::WeightMatrix wq;          // [q_dim][dim]
+    kernels::WeightMatrix wk;          // [kv_dim][dim]
+    kernels::WeightMatrix wv;          // [kv_dim][dim]
+    kernels::WeightMatrix wo;          // [dim][q_dim]
+    const float* bq = nullptr;         // [q_dim], with qkv_bias
+    const float* bk = nullptr;         // [kv_dim]
+    const float* bv = nullptr;         // [kv_dim]
+    const float* q_norm = nullptr;     // [head_dim], with qk_norm
+    const float* k_norm = nullptr;     // [head_dim]
+    const float* ffn_norm = nullptr;   // [dim]
+    kernels::WeightMatrix w_gate;      // [hidden_dim][dim]
+    kernels::WeightMatrix w_up;        // [hidden_dim][dim]
+    kernels::WeightMatrix w_down;      // [dim][hidden_dim]
+};
+
+class ModelWeights {
+public:
+    ModelWeights(const ModelConfig& config, const std::filesystem::path& model_dir, WeightFormat format);
+    ModelWeights(const ModelWeights&) = delete;
+    ModelWeights& operator=(const ModelWeights&) = delete;
+
+    kernels::WeightMatrix embedding;  // [vocab][dim]
+    std::vector<LayerWeights> layers;
+    const float* final_norm = nullptr;  // [dim]
+    kernels::WeightMatrix lm_head;      // [vocab][dim]; the embedding itself when tied
+
+    // Weight bytes one decoded token reads: every matrix once, the embedding row aside.
+    size_t bytes_per_token() const { return bytes_per_token_; }
+    size_t resident_bytes() const { return owned_bytes_; }
+
+private:
+    kernels::WeightMatrix matrix(const std::string& name, int rows, int cols, WeightFormat format);
+    const float* vector(const std::string& name, int n);
+    void* allocate(size_t bytes);
+
+    std::unique_ptr<TensorStore> store_;
+    std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
+    size_t owned_bytes_ = 0;
+    size_t bytes_per_token_ = 0;
+};
+
+size_t matrix_bytes(const kernels::WeightMatrix& m);
+
+}  // namespace anvil::engine

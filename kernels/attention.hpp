@@ -1,0 +1,31 @@
+// Attention of one query head over a sequence's keys and values in the paged KV cache.
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::kernels {
+
+enum class KvType { F32, BF16 };
+
+// One layer of the cache: keys and values each [blocks][block_size][kv_heads][head_dim] of `type`.
+struct PagedKv {
+    KvType type = KvType::F32;
+    const void* keys = nullptr;
+    const void* values = nullptr;
+    int block_size = 0;
+    int kv_heads = 0;
+    int head_dim = 0;
+};
+
+// out[head_dim] = softmax(scale * q . k_j) . v_j over positions first .. first+count-1 of the
+// sequence whose j-th position lives in block block_table[j / block_size], slot j % block_size.
+// scores: scratch of at least `count` floats.
+void attention(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count,
+               float scale, float* scores, float* out);
+
+// The same with the keys and values laid out contiguously ([positions][kv_heads][head_dim]) and
+// computed plainly in double: the reference the paged kernel is checked against.
+void attention_reference(const float* q, const float* keys, const float* values, int kv_heads, int head_dim,
+                         int kv_head, int first, int count, float scale, float* out);
+
+}  // namespace anvil::kernels

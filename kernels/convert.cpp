@@ -1,0 +1,96 @@
+#include "kernels/convert.hpp"
+
+#include <cmath>
+
+#include "kernels/weight_matrix.hpp"
+
+namespace anvil::kernels {
+
+const char* weight_type_name(WeightType type) {
+    switch (type) {
+        case WeightType::F32: return "f32";
+        case WeightType::BF16: return "bf16";
+        case WeightType::Q8: return "q8";
+    }
+    return "?";
+}
+
+float f16_to_f32(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu;
+    uint32_t bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {
+        // Subnormal half: normalise into a float's wider exponent.
+        exponent = 113;
+        while ((mantissa & 0x400u) == 0) {
+            mantissa <<= 1;
+            --exponent;
+        }
+        bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+void dequantize_row(const WeightMatrix& w, int row, float* out) {
+    const size_t offset = size_t(row) * w.cols;
+    switch (w.type) {
+        case WeightType::F32:
+            std::memcpy(out, static_cast<const float*>(w.data) + offset, sizeof(float) * w.cols);
+            return;
+        case WeightType::BF16:
+            bf16_to_f32_array(static_cast<const uint16_t*>(w.data) + offset, out, w.cols);
+            return;
+        case WeightType::Q8: {
+            const int8_t* q = static_cast<const int8_t*>(w.data) + offset;
+            const int groups = w.cols / kQ8Group;
+            for (int g = 0; g < groups; ++g) {
+                const float scale = w.scales[size_t(row) * groups + g];
+                for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k) out[k] = float(q[k]) * scale;
+            }
+            return;
+        }
+    }
+}
+
+void detail::f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+void f32_to_bf16_array(const float* in, uint16_t* out, size_t n) {
+    if (cpu_features().avx512_bf16 && active_isa() == Isa::Avx512) return detail::f32_to_bf16_avx512bf16(in, out, n);
+    detail::f32_to_bf16_scalar(in, out, n);
+}
+
+void bf16_to_f32_array(const uint16_t* in, float* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+
+void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
+}
+
+void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales) {
+    for (int g = 0; g < cols / kQ8Group; ++g) {
+        const float* block = in + g * kQ8Group;
+        float largest = 0.0f;
+        for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(block[k]));
+        const float scale = largest / 127.0f;
+        scales[g] = scale;
+        const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+        for (int k = 0; k < kQ8Group; ++k) {
+            const long q = std::lrint(block[k] * inverse);
+            out[g * kQ8Group + k] = int8_t(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+    }
+}
+
+}  // namespace anvil::kernels

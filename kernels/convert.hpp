@@ -1,0 +1,25 @@
+// Conversions between weight and cache formats: load-time and KV-cache work, not per-token maths.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu_features.hpp"
+
+namespace anvil::kernels {
+
+// Uses the AVX-512 BF16 conversion instruction when the processor has it.
+void f32_to_bf16_array(const float* in, uint16_t* out, size_t n);
+void bf16_to_f32_array(const uint16_t* in, float* out, size_t n);
+void f16_to_f32_array(const uint16_t* in, float* out, size_t n);
+
+// One row into int8 with a scale per group of kQ8Group: scale = max|w| / 127, q = round(w / scale).
+// cols must be a multiple of kQ8Group; `scales` receives cols / kQ8Group floats.
+void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales);
+
+namespace detail {
+void f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n);
+void f32_to_bf16_avx512bf16(const float* in, uint16_t* out, size_t n);
+}  // namespace detail
+
+}  // namespace anvil::kernels

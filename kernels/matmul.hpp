@@ -1,0 +1,25 @@
+// y = W x for a batch of tokens: the product that holds nearly all of the model's arithmetic.
+//
+// Every (row, token) dot product is summed in the same order whatever the batch size, the tile it
+// falls in or the thread that computes it, so a token's result does not depend on what else is in
+// the batch: greedy decoding gives the same tokens alone or batched.
+#pragma once
+
+#include "kernels/cpu_features.hpp"
+#include "kernels/weight_matrix.hpp"
+
+namespace anvil::kernels {
+
+// x: [n_tokens][w.cols], y: [n_tokens][w.rows]. Runs on the OpenMP threads, split by output rows.
+void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+// The same with one instruction-set level, for tests and benchmarks. Throws when the processor
+// lacks it.
+void matmul_with(Isa isa, const WeightMatrix& w, const float* x, int n_tokens, float* y);
+
+namespace detail {
+void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+void matmul_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+void matmul_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+}  // namespace detail
+
+}  // namespace anvil::kernels

@@ -1,0 +1,153 @@
+// AVX2/FMA products, the baseline: 8 lanes, the same tiling as the AVX-512 file.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul.hpp"
+
+namespace anvil::kernels::detail {
+namespace {
+
+constexpr int kLanes = 8;
+constexpr int kTokenChunk = 64;
+
+template <WeightType T>
+inline __m256 load_weights(const void* row, int k) {
+    if constexpr (T == WeightType::F32) {
+        return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+    } else if constexpr (T == WeightType::BF16) {
+        __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+    } else {
+        __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + k));
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    }
+}
+
+// The last partial vector of a row, zero-filled through a small buffer.
+template <WeightType T>
+inline __m256 load_weights_tail(const void* row, int k, int count) {
+    if constexpr (T == WeightType::F32) {
+        float buffer[kLanes] = {};
+        std::memcpy(buffer, static_cast<const float*>(row) + k, sizeof(float) * count);
+        return _mm256_loadu_ps(buffer);
+    } else {
+        static_assert(T == WeightType::BF16, "q8 rows are whole groups");
+        uint16_t buffer[kLanes] = {};
+        std::memcpy(buffer, static_cast<const uint16_t*>(row) + k, sizeof(uint16_t) * count);
+        return load_weights<T>(buffer, 0);
+    }
+}
+
+inline __m256 load_x_tail(const float* x, int count) {
+    float buffer[kLanes] = {};
+    std::memcpy(buffer, x, sizeof(float) * count);
+    return _mm256_loadu_ps(buffer);
+}
+
+inline float horizontal_sum(__m256 v) {
+    __m128 low = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 high = _mm_movehdup_ps(low);
+    __m128 sum = _mm_add_ps(low, high);
+    high = _mm_movehl_ps(high, sum);
+    return _mm_cvtss_f32(_mm_add_ss(sum, high));
+}
+
+inline const void* row_pointer(const WeightMatrix& w, int r) {
+    const size_t offset = size_t(r) * w.cols;
+    switch (w.type) {
+        case WeightType::F32: return static_cast<const float*>(w.data) + offset;
+        case WeightType::BF16: return static_cast<const uint16_t*>(w.data) + offset;
+        case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
+    }
+    return nullptr;
+}
+
+template <WeightType T, int RT, int TT>
+void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
+    const int cols = w.cols;
+    const void* rows[RT];
+    for (int r = 0; r < RT; ++r) rows[r] = row_pointer(w, r0 + r);
+    const float* xs[TT];
+    for (int t = 0; t < TT; ++t) xs[t] = x + size_t(t0 + t) * cols;
+    __m256 acc[RT][TT];
+    for (int r = 0; r < RT; ++r)
+        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
+
+    if constexpr (T == WeightType::Q8) {
+        const int groups = cols / kQ8Group;
+        constexpr int kParts = kQ8Group / kLanes;
+        for (int g = 0; g < groups; ++g) {
+            const int k = g * kQ8Group;
+            for (int r = 0; r < RT; ++r) {
+                __m256 wv[kParts];
+                for (int p = 0; p < kParts; ++p) wv[p] = load_weights<T>(rows[r], k + p * kLanes);
+                const __m256 scale = _mm256_set1_ps(w.scales[size_t(r0 + r) * groups + g]);
+                for (int t = 0; t < TT; ++t) {
+                    __m256 part = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xs[t] + k));
+                    for (int p = 1; p < kParts; ++p)
+                        part = _mm256_fmadd_ps(wv[p], _mm256_loadu_ps(xs[t] + k + p * kLanes), part);
+                    acc[r][t] = _mm256_fmadd_ps(part, scale, acc[r][t]);
+                }
+            }
+        }
+    } else {
+        int k = 0;
+        for (; k + kLanes <= cols; k += kLanes) {
+            __m256 xv[TT];
+            for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(xs[t] + k);
+            for (int r = 0; r < RT; ++r) {
+                const __m256 wv = load_weights<T>(rows[r], k);
+                for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            }
+        }
+        if (k < cols) {
+            __m256 xv[TT];
+            for (int t = 0; t < TT; ++t) xv[t] = load_x_tail(xs[t] + k, cols - k);
+            for (int r = 0; r < RT; ++r) {
+                const __m256 wv = load_weights_tail<T>(rows[r], k, cols - k);
+                for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < RT; ++r)
+        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
+}
+
+template <WeightType T, int RT, int TT>
+void run(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+    const int row_tiles = (w.rows + RT - 1) / RT;
+#pragma omp parallel
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+#pragma omp for schedule(static) nowait
+        for (int rt = 0; rt < row_tiles; ++rt) {
+            const int r0 = rt * RT;
+            if (r0 + RT <= w.rows) {
+                int t = c0;
+                for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
+                for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
+            } else {
+                for (int r = r0; r < w.rows; ++r) {
+                    int t = c0;
+                    for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
+                    for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void matmul_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+    switch (w.type) {
+        case WeightType::F32: return run<WeightType::F32, 4, 2>(w, x, n_tokens, y);
+        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(w, x, n_tokens, y);
+        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(w, x, n_tokens, y);
+    }
+}
+
+}  // namespace anvil::kernels::detail

@@ -1,0 +1,141 @@
+// AVX-512 products: 16 lanes, each (row, token) one accumulator, rows x tokens tiles so that one
+// weight load serves several tokens during prefill. Compiled with -mavx512f/bw/vl/dq.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/matmul.hpp"
+
+namespace anvil::kernels::detail {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kTokenChunk = 64;  // tokens whose activations stay in L2 while the rows stream by
+
+template <WeightType T>
+inline __m512 load_weights(const void* row, int k) {
+    if constexpr (T == WeightType::F32) {
+        return _mm512_loadu_ps(static_cast<const float*>(row) + k);
+    } else if constexpr (T == WeightType::BF16) {
+        __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    } else {
+        __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + k));
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+    }
+}
+
+template <WeightType T>
+inline __m512 load_weights_tail(const void* row, int k, __mmask16 mask) {
+    if constexpr (T == WeightType::F32) {
+        return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + k);
+    } else {
+        static_assert(T == WeightType::BF16, "q8 rows are whole groups");
+        __m256i half = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + k);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    }
+}
+
+inline const void* row_pointer(const WeightMatrix& w, int r) {
+    const size_t offset = size_t(r) * w.cols;
+    switch (w.type) {
+        case WeightType::F32: return static_cast<const float*>(w.data) + offset;
+        case WeightType::BF16: return static_cast<const uint16_t*>(w.data) + offset;
+        case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
+    }
+    return nullptr;
+}
+
+// RT rows starting at r0 times TT tokens starting at t0.
+template <WeightType T, int RT, int TT>
+void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
+    const int cols = w.cols;
+    const void* rows[RT];
+    for (int r = 0; r < RT; ++r) rows[r] = row_pointer(w, r0 + r);
+    const float* xs[TT];
+    for (int t = 0; t < TT; ++t) xs[t] = x + size_t(t0 + t) * cols;
+    __m512 acc[RT][TT];
+    for (int r = 0; r < RT; ++r)
+        for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
+
+    if constexpr (T == WeightType::Q8) {
+        const int groups = cols / kQ8Group;
+        for (int g = 0; g < groups; ++g) {
+            const int k = g * kQ8Group;
+            __m512 x0[TT], x1[TT];
+            for (int t = 0; t < TT; ++t) {
+                x0[t] = _mm512_loadu_ps(xs[t] + k);
+                x1[t] = _mm512_loadu_ps(xs[t] + k + kLanes);
+            }
+            for (int r = 0; r < RT; ++r) {
+                const __m512 w0 = load_weights<T>(rows[r], k);
+                const __m512 w1 = load_weights<T>(rows[r], k + kLanes);
+                const __m512 scale = _mm512_set1_ps(w.scales[size_t(r0 + r) * groups + g]);
+                for (int t = 0; t < TT; ++t) {
+                    __m512 part = _mm512_mul_ps(w0, x0[t]);
+                    part = _mm512_fmadd_ps(w1, x1[t], part);
+                    acc[r][t] = _mm512_fmadd_ps(part, scale, acc[r][t]);
+                }
+            }
+        }
+    } else {
+        int k = 0;
+        for (; k + kLanes <= cols; k += kLanes) {
+            __m512 xv[TT];
+            for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_ps(xs[t] + k);
+            for (int r = 0; r < RT; ++r) {
+                const __m512 wv = load_weights<T>(rows[r], k);
+                for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+            }
+        }
+        if (k < cols) {
+            const __mmask16 mask = __mmask16((1u << (cols - k)) - 1);
+            __m512 xv[TT];
+            for (int t = 0; t < TT; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xs[t] + k);
+            for (int r = 0; r < RT; ++r) {
+                const __m512 wv = load_weights_tail<T>(rows[r], k, mask);
+                for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < RT; ++r)
+        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <WeightType T, int RT, int TT>
+void run(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+    const int row_tiles = (w.rows + RT - 1) / RT;
+#pragma omp parallel
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+        // Static and identical on every chunk: each thread keeps its rows, so no barrier is needed.
+#pragma omp for schedule(static) nowait
+        for (int rt = 0; rt < row_tiles; ++rt) {
+            const int r0 = rt * RT;
+            if (r0 + RT <= w.rows) {
+                int t = c0;
+                for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
+                for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
+            } else {
+                for (int r = r0; r < w.rows; ++r) {
+                    int t = c0;
+                    for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
+                    for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void matmul_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
+    switch (w.type) {
+        case WeightType::F32: return run<WeightType::F32, 4, 4>(w, x, n_tokens, y);
+        case WeightType::BF16: return run<WeightType::BF16, 4, 4>(w, x, n_tokens, y);
+        case WeightType::Q8: return run<WeightType::Q8, 4, 2>(w, x, n_tokens, y);
+    }
+}
+
+}  // namespace anvil::kernels::detail

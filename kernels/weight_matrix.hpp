@@ -1,0 +1,48 @@
+// The weight formats the kernels multiply with, and the scalar conversions every format shares.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace anvil::kernels {
+
+enum class WeightType { F32, BF16, Q8 };
+const char* weight_type_name(WeightType type);
+
+// Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.
+constexpr int kQ8Group = 32;
+
+// A row-major [rows][cols] matrix. `data` holds floats, bf16 bits or int8 by `type`; `scales`
+// ([rows][cols / kQ8Group]) only for Q8. The memory belongs to the weights that made the view.
+struct WeightMatrix {
+    WeightType type = WeightType::F32;
+    int rows = 0;
+    int cols = 0;
+    const void* data = nullptr;
+    const float* scales = nullptr;
+};
+
+inline float bf16_to_f32(uint16_t bits) {
+    uint32_t wide = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &wide, sizeof f);
+    return f;
+}
+
+// Round to nearest even, as torch does; NaN stays NaN. Subnormals flush to zero so that the
+// scalar path and the AVX-512 BF16 instruction (which flushes them) give the same bits.
+inline uint16_t f32_to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
+    if ((bits & 0x7f800000u) == 0) return uint16_t((bits >> 16) & 0x8000);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return uint16_t(bits >> 16);
+}
+
+float f16_to_f32(uint16_t bits);
+
+// Dequantizes one row of any format into `out` (cols floats): the embedding lookup.
+void dequantize_row(const WeightMatrix& w, int row, float* out);
+
+}  // namespace anvil::kernels

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""An independent reference for anvil-engine's forward pass: reads a Hugging Face model directory
+(config.json and safetensors, sharded or not) with nothing but NumPy, and computes the logits of
+every position of each token sequence in float64, the way Hugging Face's Llama, Qwen2, Qwen3 and
+Mistral modelling code does.
+
+usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FILE
+FILE receives, for each sequence in order, [len][vocab] little-endian float32 logits.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    base = 8 + length
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[base + begin:base + end]
+        dtype = entry["dtype"]
+        if dtype == "F32":
+            array = np.frombuffer(raw, dtype="<f4")
+        elif dtype == "F16":
+            array = np.frombuffer(raw, dtype="<f2")
+        elif dtype == "BF16":
+            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"{path}: {name} has dtype {dtype}, which the reference does not read")
+        tensors[name] = array.astype(np.float64).reshape(entry["shape"])
+    return tensors
+
+
+def load_weights(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    weights = {}
+    for file in files:
+        weights.update(read_safetensors(os.path.join(model_dir, file)))
+    return weights
+
+
+def inverse_frequencies(config, head_dim):
+    theta = config.get("rope_theta", 10000.0)
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    scaling = config.get("rope_scaling")
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "linear":
+            inv = inv / scaling["factor"]
+        elif kind == "llama3":
+            factor = scaling["factor"]
+            low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+            old = scaling["original_max_position_embeddings"]
+            low_wavelen, high_wavelen = old / low, old / high
+            out = []
+            for f in inv:
+                wavelen = 2 * math.pi / f
+                if wavelen < high_wavelen:
+                    out.append(f)
+                elif wavelen > low_wavelen:
+                    out.append(f / factor)
+                else:
+                    smooth = (old / wavelen - low) / (high - low)
+                    out.append((1 - smooth) * f / factor + smooth * f)
+            inv = np.array(out)
+    return inv
+
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rotate(x, cos, sin):
+    # "rotate half": element i pairs with i + head_dim / 2.
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def forward(config, w, tokens):
+    arch = config["architectures"][0]
+    dim = config["hidden_size"]
+    n_heads = config["num_attention_heads"]
+    n_kv = config.get("num_key_value_heads", n_heads)
+    head_dim = config.get("head_dim") or dim // n_heads
+    eps = config.get("rms_norm_eps", 1e-6)
+    window = config.get("sliding_window") if arch == "MistralForCausalLM" else None
+    n = len(tokens)
+
+    inv = inverse_frequencies(config, head_dim)
+    angles = np.outer(np.arange(n, dtype=np.float64), inv)
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    mask = np.tril(np.ones((n, n), dtype=bool))
+    if window:
+        mask &= np.triu(np.ones((n, n), dtype=bool), k=-(window - 1))
+
+    x = w["model.embed_tokens.weight"][tokens]
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = h @ w[p + "self_attn.q_proj.weight"].T
+        k = h @ w[p + "self_attn.k_proj.weight"].T
+        v = h @ w[p + "self_attn.v_proj.weight"].T
+        if p + "self_attn.q_proj.bias" in w:
+            q = q + w[p + "self_attn.q_proj.bias"]
+            k = k + w[p + "self_attn.k_proj.bias"]
+            v = v + w[p + "self_attn.v_proj.bias"]
+        q = q.reshape(n, n_heads, head_dim)
+        k = k.reshape(n, n_kv, head_dim)
+        v = v.reshape(n, n_kv, head_dim)
+        if arch == "Qwen3ForCausalLM":
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        group = n_heads // n_kv
+        out = np.zeros((n, n_heads, head_dim))
+        for head in range(n_heads):
+            scores = q[:, head, :] @ k[:, head // group, :].T / math.sqrt(head_dim)
+            scores = np.where(mask, scores, -np.inf)
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, head, :] = scores @ v[:, head // group, :]
+        x = x + out.reshape(n, n_heads * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--tokens", action="append", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    with open(os.path.join(args.model, "config.json")) as f:
+        config = json.load(f)
+    weights = load_weights(args.model)
+    with open(args.out, "wb") as f:
+        for text in args.tokens:
+            tokens = [int(t) for t in text.split(",")]
+            f.write(forward(config, weights, tokens).astype("<f4").tobytes())
+
+
+if __name__ == "__main__":
+    main()

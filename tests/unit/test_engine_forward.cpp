@@ -1,0 +1,201 @@
+// The forward pass against an independent NumPy implementation of the same architectures.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "test_engine_helpers.hpp"
+#include "test_support.hpp"
+
+using namespace anvil;
+using anvil::engine::WeightFormat;
+using anvil::test::TempDir;
+using anvil::test::engine::load_model;
+using anvil::test::engine::run_sequences;
+using anvil::test::engine::token_sequence;
+
+namespace {
+
+const std::string kReference = std::string(ANVIL_EXAMPLES_DIR) + "/../tests/reference/llama_reference.py";
+
+bool numpy_available() {
+    static const bool available = test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code == 0;
+    return available;
+}
+
+// The reference's logits for each sequence, [sequence][position * vocab + v].
+std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model,
+                                                 const std::vector<std::vector<int32_t>>& seqs, int vocab) {
+    TempDir scratch;
+    std::vector<std::string> argv = {"/usr/bin/python3", kReference, "--model", model.string(), "--out",
+                                      (scratch / "logits.bin").string()};
+    for (const auto& s : seqs) {
+        std::string list;
+        for (auto t : s) list += (list.empty() ? "" : ",") + std::to_string(t);
+        argv.push_back("--tokens");
+        argv.push_back(list);
+    }
+    const auto result = test::run(argv);
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    const std::string bytes = test::read_file(scratch / "logits.bin");
+    std::vector<std::vector<float>> out;
+    size_t offset = 0;
+    for (const auto& s : seqs) {
+        std::vector<float> logits(s.size() * size_t(vocab));
+        REQUIRE(offset + logits.size() * 4 <= bytes.size());
+        std::memcpy(logits.data(), bytes.data() + offset, logits.size() * 4);
+        offset += logits.size() * 4;
+        out.push_back(std::move(logits));
+    }
+    REQUIRE(offset == bytes.size());
+    return out;
+}
+
+// max |engine - reference| over a position's logits, relative to that position's largest |logit|.
+double worst_relative_error(const std::vector<float>& engine, const std::vector<float>& reference, int vocab) {
+    double worst = 0;
+    for (size_t p = 0; p < reference.size() / size_t(vocab); ++p) {
+        double scale = 0, diff = 0;
+        for (int v = 0; v < vocab; ++v) {
+            scale = std::max(scale, double(std::fabs(reference[p * vocab + v])));
+            diff = std::max(diff, double(std::fabs(engine[p * vocab + v] - reference[p * vocab + v])));
+        }
+        worst = std::max(worst, diff / scale);
+    }
+    return worst;
+}
+
+int top1_agreement(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, int* positions) {
+    int agree = 0;
+    const size_t n = reference.size() / size_t(vocab);
+    for (size_t p = 0; p < n; ++p) {
+        auto e = std::max_element(engine.begin() + long(p * vocab), engine.begin() + long((p + 1) * vocab));
+        auto r = std::max_element(reference.begin() + long(p * vocab), reference.begin() + long((p + 1) * vocab));
+        agree += (e - engine.begin()) - long(p * vocab) == (r - reference.begin()) - long(p * vocab);
+    }
+    *positions += int(n);
+    return agree;
+}
+
+std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
+    return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
+}
+
+}  // namespace
+
+TEST_CASE("f32 logits match the NumPy reference to 1e-4 for every architecture, batched and step by step",
+          "[engine][reference]") {
+    if (!numpy_available()) {
+        WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
+        return;
+    }
+    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
+        SECTION(arch) {
+            TempDir dir;
+            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+            auto model = load_model(dir / "m", WeightFormat::Stored);
+            const int vocab = model.config.vocab_size;
+            // Mistral's test model has a 64-token sliding window: one prompt runs past it.
+            const auto seqs = prompts(vocab, arch == "mistral");
+            const auto reference = reference_logits(dir / "m", seqs, vocab);
+            const auto batched = run_sequences(model, seqs, 0);
+            const auto stepwise = run_sequences(model, seqs, 1);
+            const auto chunked = run_sequences(model, seqs, 5);
+            for (size_t i = 0; i < seqs.size(); ++i) {
+                INFO("sequence " << i << " of " << seqs[i].size() << " tokens");
+                CHECK(worst_relative_error(batched[i], reference[i], vocab) < 1e-4);
+                CHECK(worst_relative_error(stepwise[i], reference[i], vocab) < 1e-4);
+                CHECK(worst_relative_error(chunked[i], reference[i], vocab) < 1e-4);
+            }
+        }
+    }
+}
+
+TEST_CASE("bf16 and f16 stored weights, sharded, load and match the reference", "[engine][reference]") {
+    if (!numpy_available()) {
+        WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
+        return;
+    }
+    for (std::string dtype : {"bf16", "f16"}) {
+        SECTION(dtype) {
+            TempDir dir;
+            engine::make_model({dir / "m", "tiny", "qwen2", dtype, 3, 3});
+            REQUIRE(std::filesystem::exists(dir / "m" / "model.safetensors.index.json"));
+            REQUIRE(std::filesystem::exists(dir / "m" / "model-00003-of-00003.safetensors"));
+            // Stored: bf16 stays bf16 (the reference reads the same rounded values), f16 widens.
+            auto model = load_model(dir / "m", WeightFormat::Stored);
+            CHECK(model.weights->layers[0].wq.type ==
+                  (dtype == "bf16" ? kernels::WeightType::BF16 : kernels::WeightType::F32));
+            const int vocab = model.config.vocab_size;
+            const auto seqs = prompts(vocab, false);
+            const auto reference = reference_logits(dir / "m", seqs, vocab);
+            const auto engine_logits = run_sequences(model, seqs, 0);
+            for (size_t i = 0; i < seqs.size(); ++i) CHECK(worst_relative_error(engine_logits[i], reference[i], vocab) < 1e-4);
+        }
+    }
+}
+
+TEST_CASE("bf16 and q8 weights and a bf16 KV cache keep the reference's top token", "[engine][reference]") {
+    if (!numpy_available()) {
+        WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
+        return;
+    }
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "llama", "f32", 11, 1});
+    const auto config = engine::load_config(dir / "m");
+    const auto seqs = prompts(config.vocab_size, false);
+    const auto reference = reference_logits(dir / "m", seqs, config.vocab_size);
+    struct Variant {
+        WeightFormat format;
+        kernels::KvType kv;
+        const char* name;
+    };
+    for (const Variant& v : {Variant{WeightFormat::BF16, kernels::KvType::F32, "bf16 weights"},
+                             Variant{WeightFormat::Q8, kernels::KvType::F32, "q8 weights"},
+                             Variant{WeightFormat::F32, kernels::KvType::BF16, "bf16 KV cache"},
+                             Variant{WeightFormat::Q8, kernels::KvType::BF16, "q8 weights, bf16 KV cache"}}) {
+        INFO(v.name);
+        auto model = load_model(dir / "m", v.format);
+        const auto logits = run_sequences(model, seqs, 0, v.kv);
+        int positions = 0, agree = 0;
+        for (size_t i = 0; i < seqs.size(); ++i) agree += top1_agreement(logits[i], reference[i], config.vocab_size, &positions);
+        CHECK(agree == positions);
+        // Close, not equal: the conversion really happened.
+        double error = 0;
+        for (size_t i = 0; i < seqs.size(); ++i) error = std::max(error, worst_relative_error(logits[i], reference[i], config.vocab_size));
+        CHECK(error > 1e-6);
+        CHECK(error < 0.1);
+    }
+}
+
+TEST_CASE("a sequence's logits are bit-identical alone, batched with others and decoded step by step", "[engine]") {
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "qwen3", "f32", 5, 1});
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+        auto model = load_model(dir / "m", format);
+        const int vocab = model.config.vocab_size;
+        const auto seqs = prompts(vocab, false);
+        const auto together = run_sequences(model, seqs, 0);
+        const auto stepwise = run_sequences(model, seqs, 1);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            const auto alone = run_sequences(model, {seqs[i]}, 0);
+            CHECK(alone[0] == together[i]);
+            CHECK(alone[0] == stepwise[i]);
+        }
+    }
+}
+
+TEST_CASE("make-model writes the same bytes for the same seed and different bytes for another", "[engine]") {
+    TempDir dir;
+    engine::make_model({dir / "a", "tiny", "llama", "f32", 1, 1});
+    engine::make_model({dir / "b", "tiny", "llama", "f32", 1, 1});
+    engine::make_model({dir / "c", "tiny", "llama", "f32", 2, 1});
+    for (const char* file : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                             "model.safetensors"}) {
+        INFO(file);
+        CHECK(test::read_file(dir / "a" / file) == test::read_file(dir / "b" / file));
+    }
+    CHECK(test::read_file(dir / "a" / "model.safetensors") != test::read_file(dir / "c" / "model.safetensors"));
+    CHECK_THROWS_WITH(engine::make_model({dir / "a", "tiny", "llama", "f32", 1, 1}), Catch::Contains("not empty"));
+}
