@@ -1,0 +1,213 @@
+// Byte-level BPE: pre-tokenizer splits, merges by rank, added tokens, streaming decode, and the
+// tokenizer make-model writes. Expected ids are worked out by hand from the vocabularies here.
+#include <catch2/catch.hpp>
+
+#include "engine/chat_template.hpp"
+#include "engine/make_model.hpp"
+#include "engine/pretokenizer.hpp"
+#include "engine/tokenizer.hpp"
+#include "engine/unicode.hpp"
+#include "test_support.hpp"
+
+using namespace anvil::engine;
+using nlohmann::json;
+using anvil::test::TempDir;
+
+namespace {
+
+std::vector<std::string> pieces(const std::string& text, SplitPattern pattern) {
+    std::vector<std::string> out;
+    for (auto p : pretokenize(text, pattern)) out.emplace_back(p);
+    return out;
+}
+
+std::string mapped(const std::string& bytes) {
+    std::string out;
+    for (unsigned char b : bytes) append_utf8(out, byte_to_unicode(b));
+    return out;
+}
+
+// Vocabulary: byte b has id b; merges add ids from 256 in rank order.
+json hand_tokenizer(const char* regex, bool ignore_merges, const std::vector<std::pair<std::string, std::string>>& merges,
+                    const std::vector<std::pair<std::string, int>>& extra_vocab = {}) {
+    json vocab = json::object();
+    for (int b = 0; b < 256; ++b) vocab[mapped(std::string(1, char(b)))] = b;
+    json merge_list = json::array();
+    int next = 256;
+    for (const auto& [a, b] : merges) {
+        merge_list.push_back(mapped(a) + " " + mapped(b));
+        if (!vocab.contains(mapped(a + b))) vocab[mapped(a + b)] = next++;
+    }
+    for (const auto& [text, id] : extra_vocab) vocab[mapped(text)] = id;
+    json pre = regex ? json{{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}
+                     : json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+    return {{"added_tokens", {{{"id", 300}, {"content", "<|im_end|>"}, {"special", true}}, {{"id", 301}, {"content", "<tool>"}, {"special", false}}}},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", pre},
+            {"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", merge_list}}}};
+}
+
+const std::vector<std::pair<std::string, std::string>> kMerges = {
+    {" ", "w"}, {"o", "r"}, {" w", "or"}, {"l", "d"}, {" wor", "ld"},  // 256..260: " world"
+    {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"},              // 261..264: "hello"
+    {"1", "2"}, {"12", "3"},                                          // 265..266: "123"
+    {"b", "c"}, {"a", "b"},                                           // 267..268: rank decides "abc"
+};
+
+const std::string kMixed = "hello world 12345 \xE4\xBD\xA0\xE5\xA5\xBD\xF0\x9F\x98\x80!!\n";  // ... 你好😀!!\n
+
+}  // namespace
+
+TEST_CASE("the Llama-3 pattern splits letters, 3-digit groups, punctuation runs, CJK and emoji", "[tokenizer]") {
+    CHECK(pieces(kMixed, SplitPattern::Llama3) ==
+          std::vector<std::string>{"hello", " world", " ", "123", "45", " \xE4\xBD\xA0\xE5\xA5\xBD", "\xF0\x9F\x98\x80!!\n"});
+    CHECK(pieces("I'm DON'T they're", SplitPattern::Llama3) ==
+          std::vector<std::string>{"I", "'m", " DON", "'T", " they", "'re"});
+    CHECK(pieces("a  b\n\nc   ", SplitPattern::Llama3) == std::vector<std::string>{"a", " ", " b", "\n\n", "c", "   "});
+    CHECK(pieces("x = f(y);\n  z", SplitPattern::Llama3) ==
+          std::vector<std::string>{"x", " =", " f", "(y", ");\n", " ", " z"});
+}
+
+TEST_CASE("the Qwen2 pattern takes digits one at a time", "[tokenizer]") {
+    CHECK(pieces("abc 12345", SplitPattern::Qwen2) == std::vector<std::string>{"abc", " ", "1", "2", "3", "4", "5"});
+}
+
+TEST_CASE("the GPT-2 pattern keeps a leading space on numbers and is case-sensitive on contractions", "[tokenizer]") {
+    CHECK(pieces(kMixed, SplitPattern::Gpt2) ==
+          std::vector<std::string>{"hello", " world", " 12345", " \xE4\xBD\xA0\xE5\xA5\xBD", "\xF0\x9F\x98\x80!!", "\n"});
+    CHECK(pieces("DON'T don't", SplitPattern::Gpt2) == std::vector<std::string>{"DON", "'", "T", " don", "'t"});
+}
+
+TEST_CASE("pre-tokenizer pieces always concatenate back to the text", "[tokenizer]") {
+    const std::string text = "Mixed: caf\xC3\xA9 \xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \t\r\n 3.14 \xE2\x80\x94 \xFF\xFE bad bytes";
+    for (auto pattern : {SplitPattern::Gpt2, SplitPattern::Llama3, SplitPattern::Qwen2}) {
+        std::string joined;
+        for (auto& p : pieces(text, pattern)) joined += p;
+        CHECK(joined == text);
+    }
+}
+
+TEST_CASE("BPE applies merges by rank and yields the hand-computed ids", "[tokenizer]") {
+    Tokenizer tok(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
+    // "hello" 264, " world" 260, " " 32, "123" 266, "45" 52 53, " 你好" as bytes, "😀!!\n" as bytes.
+    CHECK(tok.encode(kMixed) == std::vector<int32_t>{264, 260, 32, 266, 52, 53, 32, 0xE4, 0xBD, 0xA0, 0xE5, 0xA5, 0xBD,
+                                                     0xF0, 0x9F, 0x98, 0x80, 33, 33, 10});
+    // "b c" outranks "a b": abc -> a + bc; ab alone -> ab.
+    CHECK(tok.encode("abc") == std::vector<int32_t>{97, 267});
+    CHECK(tok.encode("ab") == std::vector<int32_t>{268});
+    CHECK(tok.decode(tok.encode(kMixed)) == kMixed);
+}
+
+TEST_CASE("added tokens are split out before pre-tokenizing; special ones vanish from decoded text", "[tokenizer]") {
+    Tokenizer tok(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
+    CHECK(tok.encode("hello<|im_end|> world<tool>") == std::vector<int32_t>{264, 300, 260, 301});
+    CHECK(tok.decode({264, 300, 260, 301}) == "hello world<tool>");
+    CHECK(tok.decode({264, 300, 260}, false) == "hello<|im_end|> world");
+    CHECK(tok.is_special(300));
+    CHECK_FALSE(tok.is_special(301));
+}
+
+TEST_CASE("ignore_merges takes a whole word straight from the vocabulary", "[tokenizer]") {
+    // "hel" is in the vocabulary but no merge builds it from h+e+l.
+    Tokenizer plain(hand_tokenizer(kLlama3Pattern, false, kMerges, {{"hel", 290}}), json::object(), "hand");
+    Tokenizer direct(hand_tokenizer(kLlama3Pattern, true, kMerges, {{"hel", 290}}), json::object(), "hand");
+    CHECK(plain.encode("hel") == std::vector<int32_t>{261, 108});
+    CHECK(direct.encode("hel") == std::vector<int32_t>{290});
+}
+
+TEST_CASE("the GPT-2 ByteLevel pre-tokenizer is honoured", "[tokenizer]") {
+    Tokenizer tok(hand_tokenizer(nullptr, false, kMerges), json::object(), "hand");
+    CHECK(tok.encode(" 12345") == std::vector<int32_t>{32, 266, 52, 53});
+}
+
+TEST_CASE("streaming decode never emits half a UTF-8 character", "[tokenizer]") {
+    Tokenizer tok(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
+    StreamDecoder stream(tok);
+    CHECK(stream.push(264) == "hello");
+    CHECK(stream.push(0xF0).empty());
+    CHECK(stream.push(0x9F).empty());
+    CHECK(stream.push(0x98).empty());
+    CHECK(stream.push(0x80) == "\xF0\x9F\x98\x80");
+    CHECK(stream.push(0xE4).empty());
+    CHECK(stream.push(300).empty());  // a special token adds nothing
+    CHECK(stream.finish() == "\xEF\xBF\xBD");  // the unfinished character becomes U+FFFD at the end
+}
+
+TEST_CASE("tokenizer.json problems are refused with the reason", "[tokenizer]") {
+    auto doc = hand_tokenizer("\\w+", false, kMerges);
+    CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("pattern") && Catch::Contains("GPT-2"));
+    doc = hand_tokenizer(kLlama3Pattern, false, kMerges);
+    doc["model"]["merges"].push_back("zz qq");
+    CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("missing from the vocabulary"));
+    doc = hand_tokenizer(kLlama3Pattern, false, kMerges);
+    doc["model"]["byte_fallback"] = true;
+    CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("SentencePiece"));
+}
+
+TEST_CASE("make-model's tokenizers round-trip text and add their begin-of-text token", "[tokenizer]") {
+    const std::string text = "Hello world! 1234567 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80\n\tdef f(x): return x";
+    for (std::string arch : {"llama", "qwen2", "mistral"}) {
+        INFO(arch);
+        TempDir dir;
+        make_model({dir / "m", "tiny", arch, "f32", 1, 1});
+        const Tokenizer tok = Tokenizer::load(dir / "m");
+        const auto ids = tok.encode(text);
+        CHECK(ids.size() < text.size());  // merges were learned and used
+        CHECK(tok.decode(ids) == text);
+        const auto with_special = tok.encode(text, true);
+        if (arch == "qwen2") {
+            CHECK(with_special == ids);
+        } else {
+            REQUIRE(with_special.size() == ids.size() + 1);
+            CHECK(with_special[0] == *tok.token_id(tok.bos_token()));
+        }
+    }
+}
+
+TEST_CASE("an NFC tokenizer refuses text that normalisation would change", "[tokenizer]") {
+    TempDir dir;
+    make_model({dir / "m", "tiny", "qwen2", "f32", 1, 1});
+    const Tokenizer tok = Tokenizer::load(dir / "m");
+    CHECK_NOTHROW(tok.encode("caf\xC3\xA9"));                                   // precomposed é
+    CHECK_THROWS_WITH(tok.encode("cafe\xCC\x81"), Catch::Contains("U+0301"));  // e + combining acute
+}
+
+TEST_CASE("chat templates render chatml, Llama-3 and Mistral prompts", "[tokenizer][chat]") {
+    const std::vector<ChatMessage> chat = {{"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello."}, {"user", "Bye"}};
+    TempDir dir;
+    make_model({dir / "llama", "tiny", "llama", "f32", 1, 1});
+    make_model({dir / "qwen", "tiny", "qwen2", "f32", 1, 1});
+    make_model({dir / "mistral", "tiny", "mistral", "f32", 1, 1});
+    auto llama = ChatTemplate::detect(Tokenizer::load(dir / "llama"));
+    auto qwen = ChatTemplate::detect(Tokenizer::load(dir / "qwen"));
+    auto mistral = ChatTemplate::detect(Tokenizer::load(dir / "mistral"));
+    CHECK(llama.family() == ChatFamily::Llama3);
+    CHECK(llama.render(chat) ==
+          "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+          "Hello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    CHECK(qwen.family() == ChatFamily::ChatMl);
+    CHECK(qwen.render(chat) ==
+          "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+          "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(mistral.family() == ChatFamily::Mistral);
+    CHECK(mistral.render(chat) == "<s>[INST] Be brief.\n\n Hi  [/INST]Hello.</s>[INST] Bye [/INST]");
+    CHECK_THROWS_WITH(mistral.render({{"user", "a"}, {"user", "b"}}), Catch::Contains("alternate"));
+    CHECK_THROWS_WITH(qwen.render({{"tool", "x"}}), Catch::Contains("role 'tool'"));
+    // The special tokens of a rendered prompt become single ids.
+    const Tokenizer qwen_tok = Tokenizer::load(dir / "qwen");
+    const auto ids = qwen_tok.encode(qwen.render({{"user", "Hi"}}));
+    CHECK(ids.front() == *qwen_tok.token_id("<|im_start|>"));
+}
+
+TEST_CASE("a chat template of no known family is refused with what to do instead", "[tokenizer][chat]") {
+    json config = {{"chat_template", "{% for m in messages %}<<{{ m.content }}>>{% endfor %}"}};
+    Tokenizer tok(hand_tokenizer(kLlama3Pattern, false, kMerges), config, "hand");
+    CHECK_THROWS_WITH(ChatTemplate::detect(tok), Catch::Contains("/v1/completions"));
+    Tokenizer none(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
+    CHECK_THROWS_WITH(ChatTemplate::detect(none), Catch::Contains("no chat_template"));
+}
