@@ -1,6 +1,7 @@
 #include "registry/feasibility.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 namespace anvil::registry {
@@ -77,7 +78,6 @@ std::int64_t whole(const Number& n, bool lower) {
 struct BehaviourSpec {
     AxisName axis;
     std::string_view threshold;
-    Comparison comparison;
     std::string_view numerator;
     std::string_view denominator;  // empty: the numerator is the figure itself
     bool one_minus;                // the figure is 1 − numerator / denominator
@@ -85,13 +85,13 @@ struct BehaviourSpec {
 };
 
 constexpr std::array<BehaviourSpec, 4> kBehaviour{{
-    {AxisName::deterministic_correctness, "min_deterministic_pass_rate", Comparison::at_least, "deterministic_pass_rate", "",
+    {AxisName::deterministic_correctness, "min_deterministic_pass_rate", "deterministic_pass_rate", "",
      false, "deterministic pass rate"},
-    {AxisName::quality, "max_relative_quality_loss", Comparison::at_most, "quality_score", "reference_quality_score", true,
+    {AxisName::quality, "max_relative_quality_loss", "quality_score", "reference_quality_score", true,
      "relative quality loss"},
-    {AxisName::warm_e2e_speed, "min_warm_e2e_gain", Comparison::at_least, "warm_e2e_seconds", "no_spec_warm_e2e_seconds", true,
+    {AxisName::warm_e2e_speed, "min_warm_e2e_gain", "warm_e2e_seconds", "no_spec_warm_e2e_seconds", true,
      "warm e2e gain"},
-    {AxisName::tasks_per_hour, "min_tasks_per_hour_ratio", Comparison::at_least, "successful_tasks_per_hour",
+    {AxisName::tasks_per_hour, "min_tasks_per_hour_ratio", "successful_tasks_per_hour",
      "reference_tasks_per_hour", false, "tasks-per-hour ratio"},
 }};
 
@@ -104,6 +104,7 @@ struct Shared {
     std::vector<VariableRef> token_inputs;
     std::vector<VariableRef> memory_inputs;  // tokens, concurrency, VRAM, reserves
     std::array<std::optional<VariableRef>, kBehaviour.size()> thresholds;
+    std::array<RatioInterval, kBehaviour.size()> threshold_values;
 };
 
 Shared prepare(const FeasibilityInput& in, FeasibilityResult& out) {
@@ -111,7 +112,7 @@ Shared prepare(const FeasibilityInput& in, FeasibilityResult& out) {
     Shared s;
     auto use = [&](const EvidenceVariable& v, Slot slot, std::string_view name) {
         VariableRef r{&v, slot, name, false};
-        out.used.push_back(r);
+        out.requirement_variables.push_back(r);
         return r;
     };
     for (const auto& [name, v] : q.tokens) s.token_inputs.push_back(use(v, Slot::token, name));
@@ -121,8 +122,8 @@ Shared prepare(const FeasibilityInput& in, FeasibilityResult& out) {
     for (const auto& reserve : q.vram_reserves) s.memory_inputs.push_back(use(reserve.amount, Slot::vram_reserve, reserve.name));
     for (std::size_t i = 0; i < kBehaviour.size(); ++i)
         if (const auto* v = find(q.thresholds, kBehaviour[i].threshold)) s.thresholds[i] = use(*v, Slot::threshold, kBehaviour[i].threshold);
-    for (const auto& r : out.used)
-        if (r.variable->status == EvidenceStatus::unknown) out.missing_evidence.push_back(r);
+    for (const auto& r : out.requirement_variables)
+        if (r.variable->status == EvidenceStatus::unknown) out.requirement_missing_evidence.push_back(r);
 
     try {
         s.t_req = IntInterval::exact(0);  // the empty sum is exactly zero, not a missing bound
@@ -150,72 +151,98 @@ Shared prepare(const FeasibilityInput& in, FeasibilityResult& out) {
         s.physical_available = s.policy_available = {};
         out.errors.push_back(std::string("available VRAM: ") + e.what());
     }
+    for (std::size_t i = 0; i < kBehaviour.size(); ++i) {
+        if (s.thresholds[i]) s.threshold_values[i] = to_ratio_interval(*s.thresholds[i]->variable);
+        out.required[at(kBehaviour[i].axis)] = s.threshold_values[i];
+    }
     out.t_req = s.t_req;
     out.physical_available = s.physical_available;
     out.policy_available = s.policy_available;
+    out.required[at(AxisName::context_limit)] = s.t_req;
+    out.required[at(AxisName::stable_context)] = s.t_req;
+    out.required[at(AxisName::memory)] = s.policy_available;
     return s;
 }
 
 class CandidateEvaluator {
 public:
-    CandidateEvaluator(const Shared& s, const FeasibilityCandidate& c, CandidateResult& r) : s_(s), c_(c), r_(r) {}
+    CandidateEvaluator(const Shared& s, const FeasibilityCandidate& c, CandidateResult& r, FeasibilityResult& out)
+        : s_(s), c_(c), r_(r), out_(out) {}
 
     void run() {
-        r_.used.reserve(8 + c_.resident_components.size() + c_.per_sequence_components.size() + c_.per_token_components.size());
+        r_.used.first = static_cast<std::uint32_t>(out_.variables.size());
+        r_.load_bearing_unknowns.first = static_cast<std::uint32_t>(out_.unknowns.size());
         for (std::size_t i = 0; i < kAxisCount; ++i) r_.axes[i].name = static_cast<AxisName>(i);
-        try {
-            context_axis(AxisName::context_limit, c_.runtime_context_limit_tokens, Slot::context_limit);
-            context_axis(AxisName::stable_context, c_.measured_max_stable_context_tokens, Slot::stable_context);
-        } catch (const ArithmeticOverflow& e) {
-            r_.arithmetic_error = std::string("context: ") + e.what();
-        }
+        context_axis(AxisName::context_limit, c_.runtime_context_limit_tokens, Slot::context_limit);
+        context_axis(AxisName::stable_context, c_.measured_max_stable_context_tokens, Slot::stable_context);
         memory_axis();
         for (std::size_t i = 0; i < kBehaviour.size(); ++i) behaviour_axis(i);
-        for (const auto& u : r_.used)
-            if (u.variable->status == EvidenceStatus::unknown) r_.missing_evidence.push_back(u);
+        r_.used.count = static_cast<std::uint32_t>(out_.variables.size()) - r_.used.first;
+        r_.missing_evidence.first = static_cast<std::uint32_t>(out_.missing.size());
+        for (const auto& u : out_.used(r_))
+            if (u.variable->status == EvidenceStatus::unknown) out_.missing.push_back(u);
+        r_.missing_evidence.count = static_cast<std::uint32_t>(out_.missing.size()) - r_.missing_evidence.first;
+        r_.load_bearing_unknowns.count = static_cast<std::uint32_t>(out_.unknowns.size()) - r_.load_bearing_unknowns.first;
         decide();
+        // Once a failure has ruled the candidate out, no measurement can bring it back.
+        if (r_.verdict != Verdict::unresolved && r_.verdict != Verdict::benchmark_survivor && r_.verdict != Verdict::math_qualified) {
+            out_.unknowns.resize(r_.load_bearing_unknowns.first);
+            r_.load_bearing_unknowns.count = 0;
+        }
     }
 
 private:
     VariableRef use(const EvidenceVariable* v, Slot slot, std::string_view name,
                     const EvidenceVariable& stand_in = absent_variable()) {
         VariableRef ref{v ? v : &stand_in, slot, name, v == nullptr};
-        r_.used.push_back(ref);
+        out_.variables.push_back(ref);
         return ref;
     }
 
     Axis& axis(AxisName a) { return r_.axes[at(a)]; }
 
-    // The requirement's memory inputs, then the candidate's.
+    void note_arithmetic_error(std::string_view where, const ArithmeticOverflow& e) {
+        if (!r_.arithmetic_error.empty()) r_.arithmetic_error += "; ";
+        r_.arithmetic_error += std::string(where) + ": " + e.what();
+    }
+
+    // The requirement's memory inputs, then the candidate's (read back from its variables so far).
     template <typename F>
     void each_memory_input(F f) const {
         for (const auto& ref : s_.memory_inputs) f(ref);
-        for (const auto& ref : memory_inputs_) f(ref);
+        for (std::size_t i = r_.used.first; i < out_.variables.size(); ++i) {
+            const VariableRef& ref = out_.variables[i];
+            if (ref.slot == Slot::resident || ref.slot == Slot::per_sequence || ref.slot == Slot::per_token ||
+                ref.slot == Slot::kv_multiplier)
+                f(ref);
+        }
     }
 
     void note_unknowns(AxisName a, const VariableRef& ref, bool behaviour) {
-        if (auto why = why_unknown(ref, behaviour)) r_.load_bearing_unknowns.push_back({a, ref, *why});
+        if (auto why = why_unknown(ref, behaviour)) out_.unknowns.push_back({a, ref, *why});
     }
 
     void context_axis(AxisName name, const std::optional<EvidenceVariable>& limit, Slot slot) {
         const VariableRef ref = use(limit ? &*limit : nullptr, slot, {});
         Axis& a = axis(name);
-        a.comparison = Comparison::at_least;
-        a.required = s_.t_req;
         // The verdict classes a context failure by the limit's own evidence, not by T_req's.
         a.evidence = ref.variable->status;
-        const IntInterval actual = to_int_interval(*ref.variable);
-        a.actual = actual;
-        a.status = from(compare(actual, Comparison::at_least, s_.t_req));
+        try {
+            const IntInterval actual = to_int_interval(*ref.variable);
+            a.actual = actual;
+            a.status = from(compare(actual, Comparison::at_least, s_.t_req));
+        } catch (const ArithmeticOverflow& e) {
+            note_arithmetic_error(to_string(name), e);
+        }
         if (a.status != AxisStatus::unknown) return;
         note_unknowns(name, ref, false);
         for (const auto& t : s_.token_inputs) note_unknowns(name, t, false);
     }
 
-    IntInterval sum(const NamedVariables& vars, Slot slot, std::vector<VariableRef>& inputs) {
+    IntInterval sum(const NamedVariables& vars, Slot slot) {
         IntInterval total = IntInterval::exact(0);
         for (const auto& [name, v] : vars) {
-            inputs.push_back(use(&v, slot, name));
+            use(&v, slot, name);
             total = total + to_int_interval(v);
         }
         return total;
@@ -223,16 +250,12 @@ private:
 
     void memory_axis() {
         Axis& a = axis(AxisName::memory);
-        a.comparison = Comparison::at_most;
-        auto& inputs = memory_inputs_;
-        inputs.reserve(1 + c_.resident_components.size() + c_.per_sequence_components.size() + c_.per_token_components.size());
         const VariableRef multiplier =
             use(c_.kv_token_multiplier ? &*c_.kv_token_multiplier : nullptr, Slot::kv_multiplier, {}, absent_multiplier());
-        inputs.push_back(multiplier);
         try {
-            const IntInterval resident = sum(c_.resident_components, Slot::resident, inputs);
-            const IntInterval per_sequence = sum(c_.per_sequence_components, Slot::per_sequence, inputs);
-            const IntInterval per_token = sum(c_.per_token_components, Slot::per_token, inputs);
+            const IntInterval resident = sum(c_.resident_components, Slot::resident);
+            const IntInterval per_sequence = sum(c_.per_sequence_components, Slot::per_sequence);
+            const IntInterval per_token = sum(c_.per_token_components, Slot::per_token);
             const IntInterval token_bytes = to_int_interval(*multiplier.variable) * per_token;
             const IntInterval sequence_part = s_.concurrency * per_sequence;
             r_.demand = resident + sequence_part + s_.t_req * token_bytes;
@@ -242,11 +265,9 @@ private:
             r_.policy_t_max = floor_divide(s_.policy_available - resident - sequence_part, token_bytes);
         } catch (const ArithmeticOverflow& e) {
             r_.demand = r_.physical_margin = r_.policy_margin = r_.physical_t_max = r_.policy_t_max = {};
-            if (!r_.arithmetic_error.empty()) r_.arithmetic_error += "; ";
-            r_.arithmetic_error += std::string("memory: ") + e.what();
+            note_arithmetic_error("memory", e);
         }
         a.actual = r_.demand;
-        a.required = s_.policy_available;
 
         EvidenceStatus evidence = EvidenceStatus::measured;
         each_memory_input([&](const VariableRef& ref) {
@@ -265,7 +286,6 @@ private:
     void behaviour_axis(std::size_t i) {
         const BehaviourSpec& spec = kBehaviour[i];
         Axis& a = axis(spec.axis);
-        a.comparison = spec.comparison;
         const VariableRef numerator = use(find(c_.metrics, spec.numerator), Slot::metric, spec.numerator);
         RatioInterval actual = to_ratio_interval(*numerator.variable);
         EvidenceStatus evidence = numerator.variable->status;
@@ -277,11 +297,10 @@ private:
         }
         if (spec.one_minus) actual = one_minus(actual);
         const auto& threshold = s_.thresholds[i];
-        const RatioInterval required = threshold ? to_ratio_interval(*threshold->variable) : RatioInterval{};
+        const RatioInterval& required = s_.threshold_values[i];
         a.actual = actual;
-        a.required = required;
         a.evidence = evidence;
-        const AxisStatus status = from(compare(actual, spec.comparison, required, kRatioTolerance));
+        const AxisStatus status = from(compare(actual, comparison_of(spec.axis), required, kRatioTolerance));
         if (is_proof(evidence)) {
             a.status = status;
         } else {
@@ -292,14 +311,14 @@ private:
         note_unknowns(spec.axis, numerator, true);
         if (denominator) note_unknowns(spec.axis, *denominator, true);
         if (threshold) note_unknowns(spec.axis, *threshold, false);
-        else r_.load_bearing_unknowns.push_back({spec.axis, VariableRef{&absent_variable(), Slot::threshold, spec.threshold, true},
+        else out_.unknowns.push_back({spec.axis, VariableRef{&absent_variable(), Slot::threshold, spec.threshold, true},
                                                  UnknownReason::absent});
     }
 
     // The load-bearing inputs of one axis, as "pointer (reason)" for a reason line.
     std::string unknowns_of(AxisName a) const {
         std::string out;
-        for (const auto& u : r_.load_bearing_unknowns) {
+        for (const auto& u : out_.load_bearing_unknowns(r_)) {
             if (u.axis != a) continue;
             out += out.empty() ? "" : ", ";
             out += pointer(u.variable, r_.index) + " (" + std::string(to_string(u.reason)) + ")";
@@ -317,8 +336,8 @@ private:
     std::string behaviour_reason(const BehaviourSpec& spec) const {
         const Axis& a = r_.axis(spec.axis);
         return std::string(to_string(spec.axis)) + ": " + std::string(spec.figure) + " " + to_string(std::get<RatioInterval>(a.actual)) +
-               (spec.comparison == Comparison::at_least ? " below the required " : " above the allowed ") +
-               to_string(std::get<RatioInterval>(a.required));
+               (comparison_of(spec.axis) == Comparison::at_least ? " below the required " : " above the allowed ") +
+               to_string(s_.threshold_values[static_cast<std::size_t>(&spec - kBehaviour.data())]);
     }
 
     std::string memory_reason(bool physical) const {
@@ -435,7 +454,7 @@ private:
     const Shared& s_;
     const FeasibilityCandidate& c_;
     CandidateResult& r_;
-    std::vector<VariableRef> memory_inputs_;  // the candidate's components and multiplier
+    FeasibilityResult& out_;
     bool memory_unresolved_ = false;  // a memory input is unknown or unbounded
 };
 
@@ -457,6 +476,10 @@ std::string_view to_string(AxisName a) {
 bool is_behaviour_axis(AxisName a) {
     return a == AxisName::deterministic_correctness || a == AxisName::quality || a == AxisName::warm_e2e_speed ||
            a == AxisName::tasks_per_hour;
+}
+
+Comparison comparison_of(AxisName a) {
+    return a == AxisName::memory || a == AxisName::quality ? Comparison::at_most : Comparison::at_least;
 }
 
 std::string_view to_string(AxisStatus s) {
@@ -497,8 +520,9 @@ std::string_view to_string(UnknownReason r) {
 
 void append_pointer(std::string& out, const VariableRef& ref, std::size_t candidate_index) {
     auto candidate = [&](std::string_view field) {
+        char digits[24];
         out += "/candidates/";
-        out += std::to_string(candidate_index);
+        out.append(digits, std::to_chars(digits, digits + sizeof digits, candidate_index).ptr);
         out += field;
     };
     switch (ref.slot) {
@@ -515,7 +539,8 @@ void append_pointer(std::string& out, const VariableRef& ref, std::size_t candid
         case Slot::kv_multiplier: candidate("/kv_token_multiplier"); return;
         case Slot::metric: candidate("/metrics/"); break;
     }
-    if (ref.name.find_first_of("~/") == std::string_view::npos) out += ref.name;
+    const bool plain = std::none_of(ref.name.begin(), ref.name.end(), [](char c) { return c == '~' || c == '/'; });
+    if (plain) out += ref.name;
     else out += escape_pointer_token(ref.name);
     if (ref.slot == Slot::vram_reserve) out += "/variable";
 }
@@ -546,12 +571,16 @@ FeasibilityResult evaluate_feasibility(const FeasibilityInput& input) {
     FeasibilityResult out;
     out.campaign = input.campaign;
     const Shared shared = prepare(input, out);
-    out.candidates.resize(input.candidates.size());
-    for (std::size_t i = 0; i < input.candidates.size(); ++i) {
+    const std::size_t n = input.candidates.size();
+    out.candidates.resize(n);
+    out.variables.reserve(n * 16);  // 7 metrics, 2 context limits, a multiplier, a few components
+    out.missing.reserve(n * 4);
+    out.unknowns.reserve(n * 4);
+    for (std::size_t i = 0; i < n; ++i) {
         CandidateResult& r = out.candidates[i];
         r.index = i;
         r.id = input.candidates[i].id;
-        CandidateEvaluator(shared, input.candidates[i], r).run();
+        CandidateEvaluator(shared, input.candidates[i], r, out).run();
     }
     return out;
 }

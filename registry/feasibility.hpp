@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -34,6 +35,8 @@ inline constexpr std::size_t kAxisCount = 7;
 std::string_view to_string(AxisName a);
 // Behaviour axes judge what the candidate does; only measured or confirmed inputs may decide them.
 bool is_behaviour_axis(AxisName a);
+// Memory and quality loss are at-most comparisons; every other axis is at-least.
+Comparison comparison_of(AxisName a);
 
 // `physical_fail` and `policy_fail` are the memory axis's two ways of failing.
 enum class AxisStatus : std::uint8_t { pass, fail, physical_fail, policy_fail, unknown };
@@ -90,20 +93,27 @@ struct Axis {
     // A behaviour axis whose inputs are not all measured or confirmed stays unknown; this is the
     // status it would have if they were.
     std::optional<AxisStatus> projected_status;
-    Comparison comparison = Comparison::at_least;
-    AnyInterval actual;
-    AnyInterval required;
+    AnyInterval actual;  // compared with FeasibilityResult::required, the same for every candidate
     EvidenceStatus evidence = EvidenceStatus::unknown;  // the weakest status among its inputs
 };
 
 enum class UnknownReason : std::uint8_t { absent, status_unknown, no_lower_bound, no_upper_bound, not_proof };
 std::string_view to_string(UnknownReason r);
 
-// An input that keeps an axis unknown: measuring it is what could decide the axis.
+// An input that keeps an axis unknown: measuring it is what could decide the axis. Reported only
+// while the candidate is still in the running (unresolved, benchmark-survivor).
 struct LoadBearingUnknown {
     AxisName axis;
     VariableRef variable;
     UnknownReason reason;
+};
+
+// A run of entries in one of FeasibilityResult's shared lists. Candidates keep their variable
+// lists there rather than in vectors of their own: thousands of small allocations were most of
+// the evaluation's cost.
+struct Span {
+    std::uint32_t first = 0;
+    std::uint32_t count = 0;
 };
 
 struct CandidateResult {
@@ -117,10 +127,10 @@ struct CandidateResult {
     IntInterval policy_margin;    // policy available − demand
     IntInterval physical_t_max;   // tokens
     IntInterval policy_t_max;
-    std::vector<LoadBearingUnknown> load_bearing_unknowns;
-    std::vector<VariableRef> missing_evidence;  // inputs with status unknown; their notes say what to do
-    std::vector<VariableRef> used;              // the candidate's own variables, for the ledger
-    std::string arithmetic_error;               // set when exact arithmetic overflowed
+    Span used;                   // the candidate's own variables, for the ledger
+    Span missing_evidence;       // inputs with status unknown; their notes say what to do
+    Span load_bearing_unknowns;  // see LoadBearingUnknown
+    std::string arithmetic_error;  // set when exact arithmetic overflowed
 
     const Axis& axis(AxisName a) const { return axes[static_cast<std::size_t>(a)]; }
 };
@@ -130,10 +140,30 @@ struct FeasibilityResult {
     IntInterval t_req;               // tokens
     IntInterval physical_available;  // bytes
     IntInterval policy_available;
-    std::vector<VariableRef> used;              // requirement variables, for the ledger
-    std::vector<VariableRef> missing_evidence;  // requirement variables with status unknown
-    std::vector<std::string> errors;            // requirement arithmetic that overflowed
+    // What each axis compares against: T_req for the context axes, policy available bytes for
+    // memory, the thresholds for behaviour (missing when the requirements give none).
+    std::array<AnyInterval, kAxisCount> required{};
+    std::vector<VariableRef> requirement_variables;  // for the ledger
+    std::vector<VariableRef> requirement_missing_evidence;
+    std::vector<std::string> errors;  // requirement arithmetic that overflowed
     std::vector<CandidateResult> candidates;
+
+    std::span<const VariableRef> used(const CandidateResult& c) const { return view(variables, c.used); }
+    std::span<const VariableRef> missing_evidence(const CandidateResult& c) const { return view(missing, c.missing_evidence); }
+    std::span<const LoadBearingUnknown> load_bearing_unknowns(const CandidateResult& c) const {
+        return view(unknowns, c.load_bearing_unknowns);
+    }
+
+    // The shared lists the candidates' spans index.
+    std::vector<VariableRef> variables;
+    std::vector<VariableRef> missing;
+    std::vector<LoadBearingUnknown> unknowns;
+
+private:
+    template <typename T>
+    static std::span<const T> view(const std::vector<T>& list, Span s) {
+        return std::span<const T>(list).subspan(s.first, s.count);
+    }
 };
 
 // Evaluates every candidate of `input`. Never throws on document content: arithmetic that would

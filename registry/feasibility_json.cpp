@@ -1,65 +1,72 @@
 #include "registry/feasibility_json.hpp"
 
 #include <charconv>
+#include <array>
 #include <cmath>
+#include <cstring>
 
 namespace anvil::registry {
 
 namespace {
 
 // Appends JSON tokens, placing commas itself: after a value or a closed container the next value
-// or key needs one; after an opening bracket or a key it does not.
+// or key needs one; after an opening bracket or a key it does not. Writes through a raw cursor
+// into `out`, grown ahead of need, because per-character std::string appends dominated the cost.
 class Writer {
 public:
-    explicit Writer(std::string& out) : out_(out) {}
+    explicit Writer(std::string& out) : out_(out), base_(out.size()) {
+        out_.resize(out_.capacity() > base_ + 4096 ? out_.capacity() : base_ + 65536);
+        p_ = out_.data() + base_;
+        end_ = out_.data() + out_.size();
+    }
+    Writer(const Writer&) = delete;
+    Writer& operator=(const Writer&) = delete;
+    // Trims `out` to what was written.
+    ~Writer() { out_.resize(static_cast<std::size_t>(p_ - out_.data())); }
 
     Writer& begin_object() { return open('{'); }
     Writer& end_object() { return close('}'); }
     Writer& begin_array() { return open('['); }
     Writer& end_array() { return close(']'); }
 
+    // `k` is one of this file's own names, which need no escaping.
     Writer& key(std::string_view k) {
-        separate();
-        quoted(k);
-        out_ += ':';
+        room(k.size() + 4);
+        if (comma_) *p_++ = ',';
+        *p_++ = '"';
+        copy(k);
+        *p_++ = '"';
+        *p_++ = ':';
+        comma_ = false;
+        return *this;
+    }
+    // A key that comes from the input document.
+    Writer& quoted_key(std::string_view k) {
+        string(k);
+        room(1);
+        *p_++ = ':';
         comma_ = false;
         return *this;
     }
     Writer& string(std::string_view s) {
-        separate();
+        room(s.size() * 6 + 3);
+        if (comma_) *p_++ = ',';
         quoted(s);
         comma_ = true;
         return *this;
     }
     Writer& integer(std::int64_t v) {
-        separate();
-        char buf[24];
-        auto r = std::to_chars(buf, buf + sizeof buf, v);
-        out_.append(buf, r.ptr);
+        room(24);
+        if (comma_) *p_++ = ',';
+        p_ = std::to_chars(p_, end_, v).ptr;
         comma_ = true;
         return *this;
     }
     Writer& number(double v) {
-        separate();
-        if (!std::isfinite(v)) {
-            out_ += "null";
-        } else {
-            char buf[32];
-            auto r = std::to_chars(buf, buf + sizeof buf, v);
-            out_.append(buf, r.ptr);
-        }
-        comma_ = true;
-        return *this;
-    }
-    Writer& boolean(bool v) {
-        separate();
-        out_ += v ? "true" : "false";
-        comma_ = true;
-        return *this;
-    }
-    Writer& null() {
-        separate();
-        out_ += "null";
+        if (!std::isfinite(v)) return literal("null");
+        room(32);
+        if (comma_) *p_++ = ',';
+        p_ = std::to_chars(p_, end_, v).ptr;
         comma_ = true;
         return *this;
     }
@@ -67,49 +74,100 @@ public:
         if (const auto* i = std::get_if<std::int64_t>(&n)) return integer(*i);
         return number(std::get<double>(n));
     }
+    Writer& boolean(bool v) { return literal(v ? "true" : "false"); }
+    Writer& null() { return literal("null"); }
 
 private:
+    // Makes room for `n` more bytes, doubling the buffer (and moving the cursor with it).
+    void room(std::size_t n) {
+        if (static_cast<std::size_t>(end_ - p_) >= n + 1) return;
+        const std::size_t used = static_cast<std::size_t>(p_ - out_.data());
+        out_.resize(std::max(out_.size() * 2, used + n + 1));
+        p_ = out_.data() + used;
+        end_ = out_.data() + out_.size();
+    }
+    void copy(std::string_view s) {
+        std::memcpy(p_, s.data(), s.size());
+        p_ += s.size();
+    }
+    Writer& literal(std::string_view text) {
+        room(text.size() + 1);
+        if (comma_) *p_++ = ',';
+        copy(text);
+        comma_ = true;
+        return *this;
+    }
     Writer& open(char c) {
-        separate();
-        out_ += c;
+        room(2);
+        if (comma_) *p_++ = ',';
+        *p_++ = c;
         comma_ = false;
         return *this;
     }
     Writer& close(char c) {
-        out_ += c;
+        room(1);
+        *p_++ = c;
         comma_ = true;
         return *this;
     }
-    void separate() {
-        if (comma_) out_ += ',';
+    // True when any of the 8 bytes in `x` is a control character, '"' or '\\' (the classic
+    // "has a byte less than n" and "has a zero byte" word tricks; exact, not approximate).
+    static bool needs_escape(std::uint64_t x) {
+        constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kHighs = 0x8080808080808080ULL;
+        auto has_zero = [](std::uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+        return (((x - kOnes * 0x20) & ~x & kHighs) | has_zero(x ^ (kOnes * '"')) | has_zero(x ^ (kOnes * '\\'))) != 0;
     }
-    void quoted(std::string_view s) {
-        out_ += '"';
-        std::size_t start = 0;
-        for (std::size_t i = 0; i < s.size(); ++i) {
-            const auto c = static_cast<unsigned char>(s[i]);
-            if (c >= 0x20 && c != '"' && c != '\\') continue;
-            out_.append(s.data() + start, i - start);
-            start = i + 1;
-            switch (c) {
-                case '"': out_ += "\\\""; break;
-                case '\\': out_ += "\\\\"; break;
-                case '\n': out_ += "\\n"; break;
-                case '\r': out_ += "\\r"; break;
-                case '\t': out_ += "\\t"; break;
-                default: {
-                    static constexpr char kHex[] = "0123456789abcdef";
-                    out_ += "\\u00";
-                    out_ += kHex[c >> 4];
-                    out_ += kHex[c & 15];
-                }
+
+    void escaped(unsigned char c) {
+        *p_++ = '\\';
+        switch (c) {
+            case '"': *p_++ = '"'; return;
+            case '\\': *p_++ = '\\'; return;
+            case '\n': *p_++ = 'n'; return;
+            case '\r': *p_++ = 'r'; return;
+            case '\t': *p_++ = 't'; return;
+            default: {
+                static constexpr char kHex[] = "0123456789abcdef";
+                const char u[5] = {'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+                std::memcpy(p_, u, 5);
+                p_ += 5;
             }
         }
-        out_.append(s.data() + start, s.size() - start);
-        out_ += '"';
+    }
+
+    // Needs room for 6 bytes per input byte plus the quotes (the \u00XX worst case). Text rarely
+    // needs escaping, so it is checked and copied eight bytes at a time.
+    void quoted(std::string_view s) {
+        *p_++ = '"';
+        const char* in = s.data();
+        const char* const end = in + s.size();
+        while (end - in >= 8) {
+            std::uint64_t word;
+            std::memcpy(&word, in, 8);
+            if (!needs_escape(word)) {
+                std::memcpy(p_, in, 8);
+                p_ += 8;
+                in += 8;
+                continue;
+            }
+            for (const char* stop = in + 8; in != stop; ++in) {
+                const auto c = static_cast<unsigned char>(*in);
+                if (c >= 0x20 && c != '"' && c != '\\') *p_++ = *in;
+                else escaped(c);
+            }
+        }
+        for (; in != end; ++in) {
+            const auto c = static_cast<unsigned char>(*in);
+            if (c >= 0x20 && c != '"' && c != '\\') *p_++ = *in;
+            else escaped(c);
+        }
+        *p_++ = '"';
     }
 
     std::string& out_;
+    std::size_t base_;
+    char* p_ = nullptr;
+    char* end_ = nullptr;
     bool comma_ = false;
 };
 
@@ -126,13 +184,14 @@ std::string_view axis_unit(AxisName a) {
 
 class ResultWriter {
 public:
-    ResultWriter(std::string& out) : w_(out) {}
+    explicit ResultWriter(std::string& out) : w_(out) {}
 
     void write(const FeasibilityResult& r) {
         w_.begin_object();
         w_.key("schema").string(kFeasibilityResultSchema);
         w_.key("campaign").string(r.campaign);
         equations();
+        axes(r);
         w_.key("T_req");
         interval(r.t_req, "tokens");
         w_.key("physical_available_bytes");
@@ -143,14 +202,14 @@ public:
         for (const auto& e : r.errors) w_.string(e);
         w_.end_array();
         w_.key("missing_evidence");
-        missing(r.missing_evidence, 0);
+        missing(r.requirement_missing_evidence, 0);
         w_.key("candidates").begin_array();
-        for (const auto& c : r.candidates) candidate(c);
+        for (const auto& c : r.candidates) candidate(r, c);
         w_.end_array();
         w_.key("ledger").begin_object();
-        for (const auto& ref : r.used) ledger_entry(ref, 0);
+        for (const auto& ref : r.requirement_variables) ledger_entry(ref, 0);
         for (const auto& c : r.candidates)
-            for (const auto& ref : c.used) ledger_entry(ref, c.index);
+            for (const auto& ref : r.used(c)) ledger_entry(ref, c.index);
         w_.end_object();
         w_.end_object();
     }
@@ -173,6 +232,32 @@ private:
         w_.end_object();
     }
 
+    // What every candidate's axes are compared with, stated once.
+    void axes(const FeasibilityResult& r) {
+        static constexpr std::array<std::string_view, kAxisCount> kFigure{
+            "runtime_context_limit_tokens >= T_req",
+            "measured_max_stable_context_tokens >= T_req",
+            "demand <= policy_available (physical-fail when demand > physical_available)",
+            "deterministic_pass_rate >= min_deterministic_pass_rate",
+            "relative_quality_loss <= max_relative_quality_loss",
+            "warm_e2e_gain >= min_warm_e2e_gain",
+            "tasks_per_hour_ratio >= min_tasks_per_hour_ratio",
+        };
+        w_.key("axes").begin_object();
+        for (std::size_t i = 0; i < kAxisCount; ++i) {
+            const auto name = static_cast<AxisName>(i);
+            w_.key(to_string(name)).begin_object();
+            w_.key("test").string(kFigure[i]);
+            w_.key("comparison").string(comparison_name(comparison_of(name)));
+            w_.key("unit").string(axis_unit(name));
+            w_.key("behaviour").boolean(is_behaviour_axis(name));
+            w_.key("required");
+            bare_interval(r.required[i]);
+            w_.end_object();
+        }
+        w_.end_object();
+    }
+
     template <typename T>
     void bound(const std::optional<T>& b) {
         if (!b) w_.null();
@@ -190,15 +275,17 @@ private:
         w_.end_object();
     }
 
-    void any_interval(const AnyInterval& any, std::string_view unit) {
-        if (const auto* i = std::get_if<IntInterval>(&any)) return interval(*i, unit);
-        const auto& r = std::get<RatioInterval>(any);
+    // Inside an axis, whose unit is stated once beside its two intervals.
+    void bare_interval(const AnyInterval& any) {
         w_.begin_object();
-        w_.key("min");
-        bound(r.min);
-        w_.key("max");
-        bound(r.max);
-        w_.key("unit").string(unit);
+        std::visit(
+            [&](const auto& i) {
+                w_.key("min");
+                bound(i.min);
+                w_.key("max");
+                bound(i.max);
+            },
+            any);
         w_.end_object();
     }
 
@@ -208,19 +295,20 @@ private:
         w_.string(scratch_);
     }
 
-    void missing(const std::vector<VariableRef>& refs, std::size_t index) {
+    void missing(std::span<const VariableRef> refs, std::size_t index) {
         w_.begin_array();
         for (const auto& ref : refs) {
             w_.begin_object();
             w_.key("variable");
             pointer_value(ref, index);
-            w_.key("notes").string(ref.variable->notes);
+            if (ref.absent) w_.key("absent").boolean(true);
+            else w_.key("notes").string(ref.variable->notes);
             w_.end_object();
         }
         w_.end_array();
     }
 
-    void candidate(const CandidateResult& c) {
+    void candidate(const FeasibilityResult& r, const CandidateResult& c) {
         w_.begin_object();
         w_.key("id").string(c.id);
         w_.key("class").string(to_string(c.verdict));
@@ -232,11 +320,8 @@ private:
             w_.key(to_string(a.name)).begin_object();
             w_.key("status").string(to_string(a.status));
             if (a.projected_status) w_.key("projected_status").string(to_string(*a.projected_status));
-            w_.key("comparison").string(comparison_name(a.comparison));
             w_.key("actual");
-            any_interval(a.actual, axis_unit(a.name));
-            w_.key("required");
-            any_interval(a.required, axis_unit(a.name));
+            bare_interval(a.actual);
             w_.key("evidence").string(to_string(a.evidence));
             w_.end_object();
         }
@@ -254,7 +339,7 @@ private:
         interval(c.policy_t_max, "tokens");
         w_.end_object();
         w_.key("load_bearing_unknowns").begin_array();
-        for (const auto& u : c.load_bearing_unknowns) {
+        for (const auto& u : r.load_bearing_unknowns(c)) {
             w_.begin_object();
             w_.key("axis").string(to_string(u.axis));
             w_.key("variable");
@@ -264,15 +349,18 @@ private:
         }
         w_.end_array();
         w_.key("missing_evidence");
-        missing(c.missing_evidence, c.index);
+        missing(r.missing_evidence(c), c.index);
         if (!c.arithmetic_error.empty()) w_.key("arithmetic_error").string(c.arithmetic_error);
         w_.end_object();
     }
 
     void ledger_entry(const VariableRef& ref, std::size_t index) {
+        // The ledger records evidence the document holds; absent variables are listed as
+        // missing evidence instead.
+        if (ref.absent) return;
         scratch_.clear();
         append_pointer(scratch_, ref, index);
-        w_.key(scratch_);
+        w_.quoted_key(scratch_);
         const EvidenceVariable& v = *ref.variable;
         w_.begin_object();
         if (v.value) w_.key("value").number(*v.value);
@@ -283,7 +371,6 @@ private:
         if (!v.source.empty()) w_.key("source").string(v.source);
         if (!v.observed_at.empty()) w_.key("observed_at").string(v.observed_at);
         if (!v.notes.empty()) w_.key("notes").string(v.notes);
-        if (ref.absent) w_.key("absent").boolean(true);
         w_.end_object();
     }
 
@@ -297,8 +384,8 @@ void append_feasibility_json(std::string& out, const FeasibilityResult& result) 
 
 std::string feasibility_json(const FeasibilityResult& result) {
     std::string out;
-    // About 2 KiB a candidate with its ledger; one reservation saves the doubling copies.
-    out.reserve(4096 + result.candidates.size() * 2048);
+    // About 3 KiB a candidate with its ledger; one reservation saves the doubling copies.
+    out.reserve(4096 + result.candidates.size() * 3072);
     append_feasibility_json(out, result);
     return out;
 }

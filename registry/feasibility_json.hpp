@@ -9,8 +9,10 @@
 
 namespace anvil::registry {
 
-// Compact JSON, written straight into `out` (the daemon serializes thousands of candidates, so no
-// DOM is built). A missing bound is written as null, never as zero.
+// Compact JSON, appended straight to `out` (the daemon serializes thousands of candidates, so no
+// DOM is built; a caller that re-runs keeps `out`'s capacity by clearing it between runs). A missing
+// bound is written as null, never as zero. Variables absent from the input appear under
+// `missing_evidence` with `"absent": true`, not in the ledger.
 void append_feasibility_json(std::string& out, const FeasibilityResult& result);
 std::string feasibility_json(const FeasibilityResult& result);
 

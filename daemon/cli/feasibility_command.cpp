@@ -1,6 +1,15 @@
-// anvil feasibility FILE [--format table|json]
+// anvil feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
+//
+// Feasibility inputs go through the calculator; recipes through the gates, using the first
+// feasibility input's requirements, the licences the given external priors record, and the
+// hardware records given for their memory. With one feasibility input and nothing else, the JSON
+// is exactly the recipe-feasibility-result/v1 document.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "daemon/cli/arguments.hpp"
@@ -8,10 +17,14 @@
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
+#include "registry/inventory.hpp"
+#include "registry/recipe_gates.hpp"
 
 namespace anvil::cli {
 
 namespace {
+
+namespace reg = registry;
 
 std::string read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -21,7 +34,48 @@ std::string read_bytes(const std::string& path) {
     return bytes.str();
 }
 
-std::string gib(const registry::IntInterval& bytes) {
+std::string utc_now() {
+    const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+reg::Inventory measure_inventory() {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((std::string(reg::kNvidiaSmiQuery) + " 2>/dev/null").c_str(), "r"), pclose);
+    if (!pipe) throw std::runtime_error("cannot run nvidia-smi");
+    std::string out;
+    char buf[4096];
+    while (std::size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+    if (pclose(pipe.release()) != 0)
+        throw std::runtime_error("nvidia-smi failed: no NVIDIA GPU here? Declare the inventory in a file with --inventory FILE");
+    std::string error;
+    auto inv = reg::parse_nvidia_smi(out, utc_now(), error);
+    if (!inv) throw std::runtime_error(error);
+    return *inv;
+}
+
+reg::Inventory load_inventory(const std::string& path) {
+    reg::json doc;
+    try {
+        doc = reg::json::parse(read_bytes(path));
+    } catch (const reg::json::parse_error& e) {
+        throw std::runtime_error(path + ": not JSON: " + e.what());
+    }
+    reg::FieldErrors errors;
+    reg::JsonReader reader(errors);
+    auto inv = reg::parse_inventory(reg::Node{&doc, ""}, reader, path);
+    if (!inv) {
+        std::string lines;
+        for (const auto& e : errors) lines += "\n" + reg::format_error(path, e);
+        throw std::runtime_error("invalid inventory" + lines);
+    }
+    return *inv;
+}
+
+std::string gib(const reg::IntInterval& bytes) {
     auto text = [](std::int64_t b) {
         std::ostringstream s;
         s.setf(std::ios::fixed);
@@ -34,12 +88,12 @@ std::string gib(const registry::IntInterval& bytes) {
     return "[" + (bytes.min ? text(*bytes.min) : "?") + ", " + (bytes.max ? text(*bytes.max) : "?") + "] GiB";
 }
 
-bool still_open(registry::Verdict v) {
-    return v == registry::Verdict::unresolved || v == registry::Verdict::benchmark_survivor || v == registry::Verdict::math_qualified;
+bool still_open(reg::Verdict v) {
+    return v == reg::Verdict::unresolved || v == reg::Verdict::benchmark_survivor || v == reg::Verdict::math_qualified;
 }
 
-void print_table(const registry::FeasibilityResult& r) {
-    using registry::to_string;
+void print_result(const reg::FeasibilityResult& r) {
+    using reg::to_string;
     std::cout << "campaign " << r.campaign << ": T_req " << to_string(r.t_req) << " tokens, physical available "
               << to_string(r.physical_available) << " bytes (" << gib(r.physical_available) << "), policy available "
               << to_string(r.policy_available) << " bytes (" << gib(r.policy_available) << ")\n";
@@ -48,7 +102,7 @@ void print_table(const registry::FeasibilityResult& r) {
         std::cout << "\n" << c.id << "  " << to_string(c.verdict) << "\n  axes:";
         for (const auto& a : c.axes) {
             std::cout << " " << to_string(a.name) << "=" << to_string(a.status);
-            if (a.projected_status && *a.projected_status != registry::AxisStatus::unknown)
+            if (a.projected_status && *a.projected_status != reg::AxisStatus::unknown)
                 std::cout << "(projected " << to_string(*a.projected_status) << ")";
         }
         std::cout << "\n  demand " << to_string(c.demand) << " bytes (" << gib(c.demand) << "), policy margin "
@@ -58,37 +112,111 @@ void print_table(const registry::FeasibilityResult& r) {
         if (!still_open(c.verdict)) continue;
         // What to measure next only matters for a candidate still in the running.
         std::string absent;
-        for (const auto& m : c.missing_evidence) {
-            if (m.absent) absent += (absent.empty() ? "" : ", ") + registry::pointer(m, c.index);
-            else std::cout << "  missing: " << registry::pointer(m, c.index) << ": " << m.variable->notes << "\n";
+        for (const auto& m : r.missing_evidence(c)) {
+            if (m.absent) absent += (absent.empty() ? "" : ", ") + reg::pointer(m, c.index);
+            else std::cout << "  missing: " << reg::pointer(m, c.index) << ": " << m.variable->notes << "\n";
         }
         if (!absent.empty()) std::cout << "  absent from the document: " << absent << "\n";
     }
 }
 
+void print_assessment(const reg::RecipeAssessment& a) {
+    std::cout << "\n" << a.recipe_id << "  " << reg::to_string(a.verdict) << (a.promotable ? "" : "  (not promotable)") << "\n";
+    for (const auto& g : a.gates) std::cout << "  " << reg::to_string(g.name) << "=" << reg::to_string(g.status) << ": " << g.reason << "\n";
+    for (const auto& b : a.promotion_blockers) std::cout << "  blocks promotion: " << b << "\n";
+}
+
+struct Inputs {
+    std::vector<reg::Document> documents;  // every file, in argument order
+    std::vector<const reg::Document*> feasibility, recipes;
+    reg::LicenceBook licences;
+    std::map<std::string, double> hardware_vram_gb;  // hardware id → nominal GB
+};
+
+// Reads every file; prints each invalid one's errors and returns false if any was invalid.
+bool read_inputs(const std::vector<std::string>& paths, Inputs& in) {
+    bool ok = true;
+    for (const auto& path : paths) in.documents.push_back(reg::parse_document(read_bytes(path), reg::Provenance{path, "", path, "", ""}));
+    for (const auto& doc : in.documents) {
+        if (!doc.valid()) {
+            for (const auto& line : doc.error_lines()) std::cerr << line << "\n";
+            ok = false;
+            continue;
+        }
+        if (doc.kind == reg::DocumentKind::feasibility_input) in.feasibility.push_back(&doc);
+        else if (doc.kind == reg::DocumentKind::recipe) in.recipes.push_back(&doc);
+        else if (const auto* p = std::get_if<reg::ExternalPriors>(&doc.body)) in.licences.add(*p, doc.provenance.path);
+        else if (const auto* h = std::get_if<reg::RegistryRecord>(&doc.body); h && h->vram_gb) in.hardware_vram_gb[h->id] = *h->vram_gb;
+    }
+    return ok;
+}
+
 }  // namespace
 
 int feasibility_command(const std::vector<std::string>& words) {
-    Arguments args(words, {"--format"});
-    if (args.positional().size() != 1) throw UsageError("expected one feasibility input file");
+    Arguments args(words, {"--format", "--inventory", "--commercial"});
+    if (args.positional().empty()) throw UsageError("expected a feasibility input or a recipe file");
     const std::string format = args.value_or("--format", "table");
     if (format != "table" && format != "json") throw UsageError("--format must be table or json");
-    const std::string path = args.positional()[0];
+    reg::GateContext context;
+    if (auto c = args.value("--commercial")) {
+        if (*c != "yes" && *c != "no") throw UsageError("--commercial must be yes or no");
+        context.policy.commercial = *c == "yes";
+    }
 
-    const registry::Document doc = registry::parse_document(read_bytes(path), registry::Provenance{path, "", path, "", ""});
-    if (!doc.valid()) {
-        for (const auto& line : doc.error_lines()) std::cerr << line << "\n";
-        return 1;
+    Inputs in;
+    if (!read_inputs(args.positional(), in)) return 1;
+    if (in.feasibility.empty() && in.recipes.empty())
+        throw UsageError("none of the files is a feasibility input or a recipe: nothing to judge");
+
+    std::optional<reg::Inventory> inventory;
+    if (auto i = args.value("--inventory")) inventory = *i == "measure" ? measure_inventory() : load_inventory(*i);
+
+    // The inventory replaces what the document says about this machine's VRAM.
+    std::vector<std::unique_ptr<reg::FeasibilityInput>> inputs;
+    std::vector<reg::FeasibilityResult> results;
+    for (const auto* doc : in.feasibility) {
+        inputs.push_back(std::make_unique<reg::FeasibilityInput>(std::get<reg::FeasibilityInput>(doc->body)));
+        if (inventory) inputs.back()->requirements = reg::with_inventory(inputs.back()->requirements, *inventory);
+        results.push_back(reg::evaluate_feasibility(*inputs.back()));
     }
-    const auto* input = std::get_if<registry::FeasibilityInput>(&doc.body);
-    if (!input) {
-        std::cerr << path << ": a " << registry::to_string(doc.kind) << " document, not a feasibility input ("
-                  << registry::kFeasibilityInputSchema << ")\n";
-        return 1;
+
+    context.inventory = inventory ? &*inventory : nullptr;
+    context.requirements = inputs.empty() ? nullptr : &inputs.front()->requirements;
+    context.licences = &in.licences;
+    std::vector<reg::RecipeAssessment> assessments;
+    for (const auto* doc : in.recipes) {
+        const reg::Recipe& recipe = *doc->recipe();
+        auto hw = in.hardware_vram_gb.find(recipe.hardware_id);
+        context.hardware_vram_gb = hw == in.hardware_vram_gb.end() ? std::nullopt : std::optional<double>(hw->second);
+        assessments.push_back(reg::assess_recipe(recipe, doc->pins, reg::models_of(*doc), context));
     }
-    const registry::FeasibilityResult result = registry::evaluate_feasibility(*input);
-    if (format == "json") std::cout << registry::json::parse(registry::feasibility_json(result)).dump(2) << "\n";
-    else print_table(result);
+
+    if (format == "json") {
+        if (results.size() == 1 && assessments.empty()) {
+            std::cout << reg::json::parse(reg::feasibility_json(results.front())).dump(2) << "\n";
+            return 0;
+        }
+        reg::json report{{"schema", "anvil.feasibility-report/v1"},
+                         {"inventory", inventory ? inventory->to_json() : reg::json()},
+                         {"licence_policy", {{"commercial", context.policy.commercial ? reg::json(*context.policy.commercial) : reg::json()}}},
+                         {"feasibility", reg::json::array()},
+                         {"recipes", reg::json::array()}};
+        for (const auto& r : results) report["feasibility"].push_back(reg::json::parse(reg::feasibility_json(r)));
+        for (const auto& a : assessments) report["recipes"].push_back(a.to_json());
+        std::cout << report.dump(2) << "\n";
+        return 0;
+    }
+    if (inventory) {
+        std::cout << "inventory (" << inventory->source << "): " << inventory->gpus.size() << " GPUs, collectives "
+                  << reg::to_string(inventory->collectives) << "\n";
+    }
+    for (const auto& r : results) print_result(r);
+    if (!assessments.empty()) {
+        std::cout << (results.empty() ? "" : "\n") << "recipes against this machine"
+                  << (context.requirements ? "" : " (no feasibility input: context requirement unknown)") << ":\n";
+        for (const auto& a : assessments) print_assessment(a);
+    }
     return 0;
 }
 

@@ -2,37 +2,17 @@
 // result and the `anvil feasibility` command.
 #include <catch2/catch.hpp>
 
-#include <array>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
-
-#include <sys/wait.h>
 
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
+#include "test_support.hpp"
 
 using namespace anvil::registry;
 
 namespace {
-
-std::filesystem::path seed_path(const std::string& prefix) {
-    for (const auto& entry : std::filesystem::directory_iterator(ANVIL_SEEDS_DIR))
-        if (entry.path().filename().string().starts_with(prefix + "_")) return entry.path();
-    FAIL("no seed " << prefix << " in " << ANVIL_SEEDS_DIR);
-    return {};
-}
-
-std::string read_file(const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 FeasibilityInput parse_input(const json& doc) {
     FieldErrors errors;
@@ -43,7 +23,7 @@ FeasibilityInput parse_input(const json& doc) {
     return *in;
 }
 
-FeasibilityInput seed_004() { return parse_input(json::parse(read_file(seed_path("004")))); }
+FeasibilityInput seed_004() { return parse_input(json::parse(anvil::test::seed_text("004_"))); }
 
 const CandidateResult& find(const FeasibilityResult& r, std::string_view id) {
     for (const auto& c : r.candidates)
@@ -111,6 +91,8 @@ struct Evaluated {
     std::unique_ptr<const FeasibilityInput> input;
     FeasibilityResult result;
     const CandidateResult& candidate() const { return result.candidates.at(0); }
+    std::span<const VariableRef> missing_evidence() const { return result.missing_evidence(candidate()); }
+    std::span<const LoadBearingUnknown> load_bearing_unknowns() const { return result.load_bearing_unknowns(candidate()); }
 };
 
 // Evaluates `small_document()` with one candidate, after `edit` has changed it.
@@ -153,7 +135,7 @@ TEST_CASE("seed 004: the Purtell K3 candidate survives on paper with exact deman
         CHECK(c.axis(a).status == AxisStatus::unknown);
         CHECK(c.axis(a).projected_status == AxisStatus::unknown);
     }
-    CHECK(c.missing_evidence.size() == 7);  // every metric: each note says what to measure
+    CHECK(r.missing_evidence(c).size() == 7);  // every metric: each note says what to measure
     CHECK(c.reasons.back() == "only local qualification authorizes promotion");
 }
 
@@ -164,6 +146,9 @@ TEST_CASE("seed 004: the Brandon 98k candidate is proven infeasible by its conte
     CHECK(c.verdict == Verdict::proven_infeasible);
     REQUIRE(c.reasons.size() == 1);
     CHECK(c.reasons[0] == "runtime context limit 98304 < T_req 258192 tokens (confirmed)");
+    // Ruled out: its unknown KV size is missing evidence, but nothing to measure would change the verdict.
+    CHECK(r.load_bearing_unknowns(c).empty());
+    CHECK_FALSE(r.missing_evidence(c).empty());
 }
 
 TEST_CASE("seed 004: candidates with hard failures are empirically disqualified, the failures as reasons", "[feasibility]") {
@@ -177,7 +162,7 @@ TEST_CASE("seed 004: candidates with hard failures are empirically disqualified,
 }
 
 TEST_CASE("seed 004: the document through parse_document gives the same verdicts", "[feasibility]") {
-    const Document doc = parse_document(read_file(seed_path("004")), Provenance{"seeds", "", "004.json", "", ""});
+    const Document doc = parse_document(anvil::test::seed_text("004_"), Provenance{"seeds", "", "004.json", "", ""});
     REQUIRE(doc.valid());
     const auto* in = std::get_if<FeasibilityInput>(&doc.body);
     REQUIRE(in);
@@ -325,7 +310,7 @@ TEST_CASE("a missing KV multiplier is unknown, never 1", "[feasibility]") {
     CHECK(c.axis(AxisName::memory).status == AxisStatus::unknown);
     CHECK(c.verdict == Verdict::unresolved);
     bool named = false;
-    for (const auto& u : c.load_bearing_unknowns)
+    for (const auto& u : r.load_bearing_unknowns())
         named = named || (u.axis == AxisName::memory && u.variable.slot == Slot::kv_multiplier && u.reason == UnknownReason::absent);
     CHECK(named);
 }
@@ -334,11 +319,11 @@ TEST_CASE("an unknown component is load-bearing for memory and listed as missing
     const auto r = evaluate_one([](json&, json& c) { c["per_token_components"]["draft_kv"] = unknown_var(); });
     const auto& c = r.candidate();
     CHECK(c.axis(AxisName::memory).status == AxisStatus::unknown);
-    REQUIRE(c.missing_evidence.size() == 1);
-    CHECK(pointer(c.missing_evidence[0], 0) == "/candidates/0/per_token_components/draft_kv");
-    CHECK(c.missing_evidence[0].variable->notes == "not measured yet");
-    REQUIRE(c.load_bearing_unknowns.size() == 1);
-    CHECK(c.load_bearing_unknowns[0].reason == UnknownReason::status_unknown);
+    REQUIRE(r.missing_evidence().size() == 1);
+    CHECK(pointer(r.missing_evidence()[0], 0) == "/candidates/0/per_token_components/draft_kv");
+    CHECK(r.missing_evidence()[0].variable->notes == "not measured yet");
+    REQUIRE(r.load_bearing_unknowns().size() == 1);
+    CHECK(r.load_bearing_unknowns()[0].reason == UnknownReason::status_unknown);
 }
 
 TEST_CASE("a missing bound stays missing through demand, margins and T_max", "[feasibility]") {
@@ -361,8 +346,8 @@ TEST_CASE("a missing threshold leaves its behaviour axis unknown, naming the thr
     const auto& c = r.candidate();
     CHECK(c.axis(AxisName::tasks_per_hour).status == AxisStatus::unknown);
     CHECK(c.verdict == Verdict::benchmark_survivor);
-    REQUIRE(c.load_bearing_unknowns.size() == 1);
-    CHECK(pointer(c.load_bearing_unknowns[0].variable, 0) == "/requirements/thresholds/min_tasks_per_hour_ratio");
+    REQUIRE(r.load_bearing_unknowns().size() == 1);
+    CHECK(pointer(r.load_bearing_unknowns()[0].variable, 0) == "/requirements/thresholds/min_tasks_per_hour_ratio");
 }
 
 TEST_CASE("byte arithmetic beyond 64 bits leaves memory unknown and says so", "[feasibility]") {
@@ -373,7 +358,13 @@ TEST_CASE("byte arithmetic beyond 64 bits leaves memory unknown and says so", "[
     const auto& c = r.candidate();
     CHECK(c.axis(AxisName::memory).status == AxisStatus::unknown);
     CHECK(c.verdict == Verdict::unresolved);
-    CHECK_FALSE(c.arithmetic_error.empty());
+    CHECK(c.arithmetic_error.starts_with("memory: "));
+
+    const auto huge = evaluate_one([](json&, json& c) { c["runtime_context_limit_tokens"]["value"] = 1e30; });
+    CHECK(huge.candidate().axis(AxisName::context_limit).status == AxisStatus::unknown);
+    CHECK(huge.candidate().axis(AxisName::stable_context).status == AxisStatus::pass);
+    CHECK(huge.candidate().arithmetic_error.starts_with("context_limit: "));
+    CHECK(huge.candidate().verdict == Verdict::unresolved);
 }
 
 TEST_CASE("fractional byte figures widen outward to whole bytes", "[feasibility]") {
@@ -409,30 +400,60 @@ TEST_CASE("the JSON result carries the schema, figures, classes and a ledger of 
     CHECK(ledger["/requirements/vram_reserves/idle_gpu_allocations/variable"]["status"] == "measured");
     CHECK(ledger["/candidates/0/per_token_components/heterogeneous_target_draft_request_cache_proxy"]["max"] == 13000);
     CHECK(ledger["/candidates/0/metrics/quality_score"]["notes"] == "Run the matched local high-reasoning suite.");
-    CHECK(ledger["/candidates/1/measured_max_stable_context_tokens"]["absent"] == true);
+    // A variable the document lacks is missing evidence, not a ledger entry.
+    CHECK_FALSE(ledger.contains("/candidates/1/measured_max_stable_context_tokens"));
+    CHECK(out["candidates"][1]["missing_evidence"][0] ==
+          json({{"variable", "/candidates/1/measured_max_stable_context_tokens"}, {"absent", true}}));
+    CHECK(purtell["axes"]["memory"]["actual"] == json({{"min", 164196608000}, {"max", 171712992000}}));
+    // What each axis is compared with is the same for every candidate, so it is stated once.
+    CHECK(out["axes"]["memory"]["unit"] == "bytes");
+    CHECK(out["axes"]["memory"]["comparison"] == "at-most");
+    CHECK(out["axes"]["memory"]["required"] == json({{"min", 195019721933}, {"max", 195019721933}}));
+    CHECK(out["axes"]["context_limit"]["required"]["min"] == 258192);
+    CHECK(out["axes"]["quality"]["required"]["max"] == 0.03);
+}
+
+TEST_CASE("names from the document are escaped in JSON and in pointers; appending keeps what was there", "[feasibility]") {
+    const auto r = evaluate_one([](json&, json& c) {
+        c["id"] = "odd \"id\"\n\ttab\u0001";
+        c["resident_components"]["a/b~c \"d\""] = var(10);
+    });
+    std::string out = "prefix:";
+    append_feasibility_json(out, r.result);
+    REQUIRE(out.starts_with("prefix:"));
+    const json parsed = json::parse(out.substr(7));
+    CHECK(parsed["candidates"][0]["id"] == "odd \"id\"\n\ttab\u0001");
+    CHECK(parsed["ledger"]["/candidates/0/resident_components/a~1b~0c \"d\""]["value"] == 10);
+}
+
+TEST_CASE("the JSON writer grows its buffer for large results", "[feasibility]") {
+    json doc = small_document();
+    for (int i = 0; i < 300; ++i) {
+        json c = good_candidate();
+        c["id"] = "c" + std::to_string(i);
+        doc["candidates"].push_back(c);
+    }
+    const FeasibilityInput in = parse_input(doc);
+    std::string out;  // no reservation: the writer starts small and doubles
+    append_feasibility_json(out, evaluate_feasibility(in));
+    REQUIRE(out.size() > 200000);
+    const json parsed = json::parse(out);
+    CHECK(parsed["candidates"].size() == 300);
+    CHECK(parsed["candidates"][299]["class"] == "math-qualified");
 }
 
 namespace {
-struct CommandOutput {
-    int status;
-    std::string text;
-};
-CommandOutput run_cli(const std::string& arguments) {
-    const std::string command = std::string(ANVIL_CLI) + " " + arguments + " 2>&1";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-    REQUIRE(pipe);
-    std::string out;
-    std::array<char, 4096> buf;
-    while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe.get())) out.append(buf.data(), n);
-    const int status = pclose(pipe.release());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+anvil::test::ProcessResult run_cli(std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), {ANVIL_CLI, "feasibility"});
+    return anvil::test::run(arguments);
 }
 }  // namespace
 
 TEST_CASE("`anvil feasibility` prints seed 004's result as JSON and as a table", "[feasibility][cli]") {
-    const auto json_run = run_cli("feasibility " + seed_path("004").string() + " --format json");
-    REQUIRE(json_run.status == 0);
-    const json out = json::parse(json_run.text);
+    const std::string seed = anvil::test::seed_path("004_");
+    const auto json_run = run_cli({seed, "--format", "json"});
+    REQUIRE(json_run.exit_code == 0);
+    const json out = json::parse(json_run.output);
     CHECK(out["schema"] == "anvil-serving.recipe-feasibility-result/v1");
     CHECK(out["physical_available_bytes"]["min"] == 205244071936);
     std::map<std::string, std::string> classes;
@@ -442,21 +463,20 @@ TEST_CASE("`anvil feasibility` prints seed 004's result as JSON and as a table",
     CHECK(classes["cardillo-k4-adaptive-mtp-replayssm-262k"] == "empirically-disqualified");
     CHECK(classes["0xsero-glm53-flash-exl3-3bpw"] == "empirically-disqualified");
 
-    const auto table = run_cli("feasibility " + seed_path("004").string());
-    CHECK(table.status == 0);
-    CHECK(table.text.find("benchmark-survivor") != std::string::npos);
-    CHECK(table.text.find("T_req 258192") != std::string::npos);
+    const auto table = run_cli({seed});
+    CHECK(table.exit_code == 0);
+    CHECK(table.output.find("benchmark-survivor") != std::string::npos);
+    CHECK(table.output.find("T_req 258192") != std::string::npos);
 }
 
 TEST_CASE("`anvil feasibility` rejects an invalid document and a bad usage", "[feasibility][cli]") {
-    const auto dir = std::filesystem::temp_directory_path() / "anvil-feasibility-test";
-    std::filesystem::create_directories(dir);
+    anvil::test::TempDir dir;
     json doc = small_document();
     doc["requirements"].erase("concurrency");
-    std::ofstream(dir / "bad.json") << doc.dump();
-    const auto bad = run_cli("feasibility " + (dir / "bad.json").string());
-    CHECK(bad.status == 1);
-    CHECK(bad.text.find("/requirements/concurrency") != std::string::npos);
-    CHECK(run_cli("feasibility").status == 2);
-    CHECK(run_cli("feasibility " + seed_path("004").string() + " --format yaml").status == 2);
+    anvil::test::write_file(dir / "bad.json", doc.dump());
+    const auto bad = run_cli({(dir / "bad.json").string()});
+    CHECK(bad.exit_code == 1);
+    CHECK(bad.output.find("/requirements/concurrency") != std::string::npos);
+    CHECK(run_cli({}).exit_code == 2);
+    CHECK(run_cli({anvil::test::seed_path("004_"), "--format", "yaml"}).exit_code == 2);
 }

@@ -1,0 +1,59 @@
+// This machine's GPUs, each figure an evidence variable: measured (nvidia-smi) where a GPU exists,
+// declared in configuration otherwise; and whether the host has proven a collective path between
+// them. The inventory is what the feasibility gates judge "here" against.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "registry/evidence_variable.hpp"
+#include "registry/feasibility_input.hpp"
+
+namespace anvil::registry {
+
+// Whether GPUs of this host can run collectives (all-reduce over PCIe/NVLink) for tensor
+// parallelism. Unknown until a probe has run.
+enum class CollectivePath { unknown, proven, failed };
+std::string_view to_string(CollectivePath c);
+
+struct Gpu {
+    std::string uuid;
+    std::string name;
+    EvidenceVariable total_bytes;
+    EvidenceVariable idle_used_bytes;  // allocated before anything loads (driver, display)
+};
+
+struct Inventory {
+    std::string source;  // "nvidia-smi" or "configuration <file>"
+    std::vector<Gpu> gpus;
+    CollectivePath collectives = CollectivePath::unknown;
+    std::string collectives_notes;
+
+    // How the GPU list is known: the weakest status among its figures (measured for an empty list).
+    EvidenceStatus evidence() const;
+    // Σ total_bytes and Σ idle_used_bytes, as variables the calculator can read.
+    EvidenceVariable total_vram() const;
+    EvidenceVariable idle_allocations() const;
+    json to_json() const;
+};
+
+// Configuration: {"gpus": [{"uuid", "name", "memory_mib" | "memory_bytes",
+// "idle_used_mib" | "idle_used_bytes", "status"?, "observed_at"?}], "collectives"?, "collectives_notes"?}.
+// A declared figure is `confirmed` (the operator vouches for the hardware) unless `status` says
+// measured or assumed.
+std::optional<Inventory> parse_inventory(const Node& root, JsonReader& reader, std::string_view source);
+
+// The output of `nvidia-smi --query-gpu=uuid,name,memory.total,memory.used --format=csv,noheader,nounits`
+// (MiB), measured at `observed_at`. Returns nullopt and sets `error` for a line it cannot read.
+std::optional<Inventory> parse_nvidia_smi(std::string_view csv, std::string_view observed_at, std::string& error);
+inline constexpr const char* kNvidiaSmiQuery =
+    "nvidia-smi --query-gpu=uuid,name,memory.total,memory.used --format=csv,noheader,nounits";
+
+// The requirements on this machine: `physical_vram_bytes` becomes the inventory's total, and the
+// physical reserve `idle_gpu_allocations` its idle use (added when absent). Other reserves stay as
+// written, since they are policy, not hardware.
+Requirements with_inventory(Requirements requirements, const Inventory& inventory);
+
+}  // namespace anvil::registry

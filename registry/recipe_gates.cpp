@@ -1,0 +1,258 @@
+#include "registry/recipe_gates.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace anvil::registry {
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+    std::string out;
+    for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
+    return out;
+}
+
+std::string gpus(std::int64_t n) { return std::to_string(n) + (n == 1 ? " GPU" : " GPUs"); }
+
+bool is_proof(EvidenceStatus s) { return s == EvidenceStatus::measured || s == EvidenceStatus::confirmed; }
+
+const char* kNoInventory = "no inventory: measure the GPUs (--inventory measure) or declare them in configuration";
+
+Gate gpu_count(const Recipe& r, const GateContext& ctx) {
+    Gate g{GateName::gpu_count, AxisStatus::unknown, kNoInventory};
+    if (!ctx.inventory) return g;
+    const auto have = static_cast<std::int64_t>(ctx.inventory->gpus.size());
+    g.status = have >= r.hardware_count ? AxisStatus::pass : AxisStatus::fail;
+    g.reason = "needs " + gpus(r.hardware_count) + ", inventory has " + std::to_string(have);
+    return g;
+}
+
+Gate gpu_memory(const Recipe& r, const GateContext& ctx) {
+    Gate g{GateName::gpu_memory, AxisStatus::unknown, kNoInventory};
+    if (!ctx.inventory) return g;
+    if (!ctx.hardware_vram_gb) {
+        g.reason = "the memory each GPU needs is unknown: hardware record " + r.hardware_id + " is not in the registry";
+        return g;
+    }
+    const std::int64_t need = std::min<std::int64_t>(r.hardware_count, static_cast<std::int64_t>(ctx.inventory->gpus.size()));
+    if (need == 0) {
+        g.reason = "no GPU in the inventory to hold the model";
+        return g;
+    }
+    // Registry hardware records give nominal decimal gigabytes ("96 GB" for 97887 MiB).
+    const auto required = static_cast<std::int64_t>(std::ceil(*ctx.hardware_vram_gb * 1e9));
+    std::int64_t surely = 0, possibly = 0;
+    for (const auto& gpu : ctx.inventory->gpus) {
+        const IntInterval total = to_int_interval(gpu.total_bytes);
+        const Outcome o = compare(total, Comparison::at_least, IntInterval::exact(required));
+        surely += o == Outcome::pass;
+        possibly += o != Outcome::fail;
+    }
+    g.status = surely >= need ? AxisStatus::pass : possibly < need ? AxisStatus::fail : AxisStatus::unknown;
+    g.reason = "each GPU needs " + to_string(*ctx.hardware_vram_gb) + " GB (hardware " + r.hardware_id + "): " +
+               std::to_string(surely) + " of " + std::to_string(ctx.inventory->gpus.size()) + " GPUs surely have it, " +
+               std::to_string(need) + " needed";
+    return g;
+}
+
+Gate context(const Recipe& r, const GateContext& ctx) {
+    Gate g{GateName::context, AxisStatus::unknown, ""};
+    if (!r.serving.max_context_tokens) {
+        g.reason = "the recipe states no maximum context (serving.max_context_tokens)";
+        return g;
+    }
+    if (!ctx.requirements) {
+        g.reason = "no context requirement given";
+        return g;
+    }
+    IntInterval t_req = IntInterval::exact(0);
+    try {
+        for (const auto& [name, v] : ctx.requirements->tokens) t_req = t_req + to_int_interval(v);
+    } catch (const ArithmeticOverflow& e) {
+        g.reason = std::string("T_req cannot be computed exactly: ") + e.what();
+        return g;
+    }
+    const IntInterval limit = IntInterval::exact(*r.serving.max_context_tokens);
+    const Outcome o = compare(limit, Comparison::at_least, t_req);
+    g.status = o == Outcome::pass ? AxisStatus::pass : o == Outcome::fail ? AxisStatus::fail : AxisStatus::unknown;
+    g.reason = "max context " + to_string(limit) + (o == Outcome::fail ? " < " : o == Outcome::pass ? " >= " : " vs ") + "T_req " +
+               to_string(t_req) + " tokens";
+    return g;
+}
+
+Gate pinning(const PinStatus& pins) {
+    if (pins.pinned()) return {GateName::pinning, AxisStatus::pass, "image and models pinned by digest or commit"};
+    return {GateName::pinning, AxisStatus::fail, "unpinned: " + join(pins.unpinned_reasons, "; ")};
+}
+
+Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
+    Gate g{GateName::licence, AxisStatus::unknown, ""};
+    if (ctx.policy.commercial == false) {
+        g.status = AxisStatus::pass;
+        g.reason = "non-commercial deployment: the licence policy restricts nothing further";
+        return g;
+    }
+    if (models.empty()) {
+        g.reason = "the recipe names no hub repository, so its licences are unknown";
+        return g;
+    }
+    std::vector<std::string> non_commercial, unrecorded, permitted;
+    for (const auto& m : models) {
+        const LicenceBook::Entry* e = ctx.licences ? ctx.licences->find(m.repository) : nullptr;
+        if (!e) unrecorded.push_back(m.repository + " (" + m.role + ")");
+        else if (is_non_commercial(e->licence))
+            non_commercial.push_back(m.repository + " (" + m.role + ") is " + e->licence + " per " + e->source);
+        else permitted.push_back(m.repository + " is " + e->licence);
+    }
+    if (!non_commercial.empty()) {
+        g.status = ctx.policy.commercial == true ? AxisStatus::fail : AxisStatus::unknown;
+        g.reason = join(non_commercial, "; ") + (ctx.policy.commercial == true
+                                                     ? ": refused for a commercial deployment"
+                                                     : ": allowed only for non-commercial use, and the licence policy does not say "
+                                                       "whether this deployment is commercial");
+        return g;
+    }
+    if (!unrecorded.empty()) {
+        g.reason = "no licence recorded for " + join(unrecorded, ", ");
+        return g;
+    }
+    g.status = AxisStatus::pass;
+    g.reason = join(permitted, "; ");
+    return g;
+}
+
+Gate collectives(const Recipe& r, const GateContext& ctx) {
+    const std::int64_t tp = r.effective_tensor_parallel();
+    const std::string what = "tensor parallelism " + std::to_string(tp);
+    if (tp <= 1) return {GateName::collectives, AxisStatus::pass, what + " needs no collective path"};
+    if (!ctx.inventory) return {GateName::collectives, AxisStatus::unknown, what + " needs a proven collective path; " + kNoInventory};
+    const std::string notes = ctx.inventory->collectives_notes.empty() ? "" : " (" + ctx.inventory->collectives_notes + ")";
+    switch (ctx.inventory->collectives) {
+        case CollectivePath::proven: return {GateName::collectives, AxisStatus::pass, what + ": collective path proven on this host" + notes};
+        case CollectivePath::failed: return {GateName::collectives, AxisStatus::fail, what + ": the collective path failed on this host" + notes};
+        case CollectivePath::unknown: break;
+    }
+    return {GateName::collectives, AxisStatus::unknown, what + " needs a proven collective path on this host (unknown until probed)" + notes};
+}
+
+}  // namespace
+
+void LicenceBook::add(std::string_view repository, std::string licence, std::string source) {
+    by_repository_[lower(repository)] = Entry{std::move(licence), std::move(source)};
+}
+
+void LicenceBook::add(const ExternalPriors& priors, const std::string& source) {
+    if (priors.candidate.license) add(priors.candidate.model, *priors.candidate.license, source);
+    if (priors.draft && priors.draft->license) add(priors.draft->model, *priors.draft->license, source);
+}
+
+const LicenceBook::Entry* LicenceBook::find(std::string_view repository) const {
+    auto it = by_repository_.find(lower(repository));
+    return it == by_repository_.end() ? nullptr : &it->second;
+}
+
+bool is_non_commercial(std::string_view licence) {
+    const std::string l = lower(licence);
+    return l.starts_with("cc-by-nc") || l.find("-nc-") != std::string::npos || l.find("noncommercial") != std::string::npos ||
+           l.find("non-commercial") != std::string::npos;
+}
+
+std::string_view to_string(GateName g) {
+    switch (g) {
+        case GateName::gpu_count: return "gpu_count";
+        case GateName::gpu_memory: return "gpu_memory";
+        case GateName::context: return "context";
+        case GateName::pinning: return "pinning";
+        case GateName::licence: return "licence";
+        case GateName::collectives: return "collectives";
+    }
+    return "?";
+}
+
+std::vector<ModelUse> models_of(const Recipe& recipe) {
+    std::vector<ModelUse> out;
+    if (recipe.launch.model && recipe.launch.model->repository) out.push_back({*recipe.launch.model->repository, "served model"});
+    for (const auto& m : recipe.launch.mounts)
+        if (m.provision) out.push_back({m.provision->repository, "mounted at " + m.target});
+    return out;
+}
+
+std::vector<ModelUse> models_of(const Document& doc) {
+    std::vector<ModelUse> out;
+    if (const Recipe* r = doc.recipe()) out = models_of(*r);
+    const json& raw = doc.raw;
+    if (raw.is_object() && raw.contains("huggingface") && raw["huggingface"].is_object()) {
+        const json& hf = raw["huggingface"];
+        if (hf.contains("repository") && hf["repository"].is_string()) {
+            const std::string repo = hf["repository"].get<std::string>();
+            const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return lower(m.repository) == lower(repo); });
+            if (!listed) out.insert(out.begin(), ModelUse{repo, "served model"});
+        }
+    }
+    return out;
+}
+
+RecipeAssessment assess_recipe(const Recipe& recipe, const PinStatus& pins, const std::vector<ModelUse>& models,
+                               const GateContext& ctx) {
+    RecipeAssessment a;
+    a.recipe_id = recipe.id;
+    a.gates = {gpu_count(recipe, ctx), gpu_memory(recipe, ctx), context(recipe, ctx),
+               pinning(pins),          licence(models, ctx),    collectives(recipe, ctx)};
+    const Gate& count = a.gates[0];
+    const Gate& memory = a.gates[1];
+    const Gate& lic = a.gates[4];
+    // Hardware gates rest on the inventory's evidence; the context and collective gates on the
+    // recipe's own launch limit and a local probe, which are facts of this host.
+    const bool hardware_proof = ctx.inventory && is_proof(ctx.inventory->evidence());
+
+    bool proven = false, modeled = false;
+    for (const Gate& g : a.gates) {
+        if (g.status != AxisStatus::fail || g.name == GateName::pinning || g.name == GateName::licence) continue;
+        const bool on_hardware = &g == &count || &g == &memory;
+        if (on_hardware && !hardware_proof) modeled = true;
+        else proven = true;
+        a.reasons.push_back(g.reason);
+    }
+    if (proven || modeled) {
+        a.verdict = proven ? Verdict::proven_infeasible : Verdict::modeled_infeasible;
+    } else if (lic.status == AxisStatus::fail) {
+        a.verdict = Verdict::policy_infeasible;
+        a.reasons.push_back(lic.reason);
+    } else {
+        for (const Gate& g : a.gates)
+            if (g.status == AxisStatus::unknown && g.name != GateName::licence) a.reasons.push_back(std::string(to_string(g.name)) + ": " + g.reason);
+        if (!a.reasons.empty()) {
+            a.verdict = Verdict::unresolved;
+        } else {
+            a.verdict = Verdict::benchmark_survivor;
+            a.reasons.push_back("every gate passes on paper; only local qualification authorizes promotion");
+        }
+    }
+
+    if (!pins.pinned()) a.promotion_blockers.push_back(a.gates[3].reason);
+    if (lic.status != AxisStatus::pass) a.promotion_blockers.push_back("licence: " + lic.reason);
+    if (a.verdict != Verdict::unresolved && a.verdict != Verdict::benchmark_survivor)
+        a.promotion_blockers.push_back("ruled out here: " + std::string(to_string(a.verdict)));
+    a.promotable = a.promotion_blockers.empty();
+    return a;
+}
+
+json RecipeAssessment::to_json() const {
+    json gates_json = json::object();
+    for (const auto& g : gates) gates_json[std::string(to_string(g.name))] = {{"status", std::string(to_string(g.status))}, {"reason", g.reason}};
+    return {{"id", recipe_id},
+            {"class", std::string(to_string(verdict))},
+            {"reasons", reasons},
+            {"promotable", promotable},
+            {"promotion_blockers", promotion_blockers},
+            {"gates", gates_json}};
+}
+
+}  // namespace anvil::registry
