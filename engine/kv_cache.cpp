@@ -29,7 +29,6 @@ uint8_t* allocate_zeroed(size_t bytes) {
 
 KvCache::KvCache(kernels::KvType type, int n_layers, int n_blocks, int block_size, int kv_heads, int head_dim)
     : type_(type),
-      n_layers_(n_layers),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_heads_(kv_heads),

@@ -33,7 +33,7 @@ private:
     uint8_t* slot_pointer(uint8_t* base, int layer, int block, int slot) const;
 
     kernels::KvType type_;
-    int n_layers_, n_blocks_, block_size_, kv_heads_, head_dim_;
+    int n_blocks_, block_size_, kv_heads_, head_dim_;
     size_t element_size_, layer_bytes_, bytes_;
     std::unique_ptr<uint8_t, void (*)(void*)> keys_;    // [layers][blocks][block_size][kv_heads][head_dim]
     std::unique_ptr<uint8_t, void (*)(void*)> values_;  // the same

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/make_model.hpp"
+#include "engine/serve_command.hpp"
 
 namespace {
 
@@ -81,6 +82,27 @@ int make_model_command(const std::vector<std::string>& words) {
     return 0;
 }
 
+int serve_command(const std::vector<std::string>& words) {
+    const auto flags = parse_flags(words, {"--model", "--host", "--port", "--served-model-name", "--max-context",
+                                           "--max-seqs", "--threads", "--weights", "--kv-dtype", "--seed",
+                                           "--kv-blocks", "--max-batch-tokens"});
+    anvil::engine::ServeOptions o;
+    if (!flags.count("--model")) throw UsageError("serve needs --model DIR");
+    o.model_dir = flags.at("--model");
+    o.host = text(flags, "--host", o.host);
+    o.port = int(number(flags, "--port", o.port));
+    o.served_model_name = text(flags, "--served-model-name", "");
+    o.max_context = int(number(flags, "--max-context", o.max_context));
+    o.max_seqs = int(number(flags, "--max-seqs", o.max_seqs));
+    o.threads = int(number(flags, "--threads", 0));
+    o.weights = text(flags, "--weights", o.weights);
+    o.kv_dtype = text(flags, "--kv-dtype", o.kv_dtype);
+    o.seed = uint64_t(number(flags, "--seed", long(o.seed)));
+    o.kv_blocks = int(number(flags, "--kv-blocks", 0));
+    o.max_batch_tokens = int(number(flags, "--max-batch-tokens", o.max_batch_tokens));
+    return anvil::engine::serve(o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +120,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> rest(words.begin() + 1, words.end());
     try {
         if (command == "make-model") return make_model_command(rest);
+        if (command == "serve") return serve_command(rest);
         std::cerr << "anvil-engine: unknown command '" << command << "'\n" << kUsage;
         return 2;
     } catch (const UsageError& e) {

@@ -335,7 +335,10 @@ size_t make_model(const MakeModelOptions& o) {
     auto vector = [&](const std::string& name, int n, float center, float spread) {
         tensors[name] = random_tensor(o.seed, name, {n}, center, spread);
     };
-    tensors["model.embed_tokens.weight"] = random_tensor(o.seed, "model.embed_tokens.weight", {vocab_size, s.dim}, 0.0f, 1.0f);
+    // A tied embedding is also the output head: kept small so that the token's own embedding,
+    // still in the residual stream, does not make every model repeat its last token.
+    tensors["model.embed_tokens.weight"] =
+        random_tensor(o.seed, "model.embed_tokens.weight", {vocab_size, s.dim}, 0.0f, s.tie ? 0.3f : 1.0f);
     for (int l = 0; l < s.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         vector(p + "input_layernorm.weight", s.dim, 1.0f, 0.2f);
@@ -343,7 +346,7 @@ size_t make_model(const MakeModelOptions& o) {
         matrix(p + "self_attn.q_proj.weight", q_dim, s.dim, 2.0f);
         matrix(p + "self_attn.k_proj.weight", kv_dim, s.dim, 2.0f);
         matrix(p + "self_attn.v_proj.weight", kv_dim, s.dim, 1.0f);
-        matrix(p + "self_attn.o_proj.weight", s.dim, q_dim, 0.5f);
+        matrix(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.5f);
         if (arch == "qwen2") {
             vector(p + "self_attn.q_proj.bias", q_dim, 0.0f, 0.5f);
             vector(p + "self_attn.k_proj.bias", kv_dim, 0.0f, 0.5f);
@@ -355,7 +358,7 @@ size_t make_model(const MakeModelOptions& o) {
         }
         matrix(p + "mlp.gate_proj.weight", s.hidden, s.dim, 1.0f);
         matrix(p + "mlp.up_proj.weight", s.hidden, s.dim, 1.0f);
-        matrix(p + "mlp.down_proj.weight", s.dim, s.hidden, 0.5f);
+        matrix(p + "mlp.down_proj.weight", s.dim, s.hidden, 1.5f);
     }
     vector("model.norm.weight", s.dim, 1.0f, 0.2f);
     if (!s.tie) matrix("lm_head.weight", vocab_size, s.dim, 3.0f);

@@ -18,7 +18,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
       weights_(weights),
       options_(options),
       kv_(options.kv_type, config.n_layers, options.kv_blocks, options.block_size, config.n_kv_heads, config.head_dim),
-      threads_(omp_get_max_threads()) {
+      threads_(options.threads > 0 ? options.threads : omp_get_max_threads()) {
     if (options.max_batch_tokens <= 0 || options.max_logit_rows <= 0 || options.max_context <= 0 ||
         options.kv_blocks <= 0 || options.block_size <= 0)
         throw std::invalid_argument("runner options must all be positive");
@@ -70,6 +70,9 @@ void ModelRunner::check(const Batch& batch) const {
 
 void ModelRunner::forward(const Batch& batch) {
     check(batch);
+    // OpenMP's thread count is per calling thread: fix it here, whichever thread runs the model,
+    // because the attention scratch is sized for exactly this many.
+    omp_set_num_threads(threads_);
     const ModelConfig& c = config_;
     const int n = batch.size();
     const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim, half = hd / 2;

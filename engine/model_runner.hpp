@@ -37,6 +37,7 @@ struct RunnerOptions {
     int kv_blocks = 0;           // blocks in the cache
     int block_size = 16;
     kernels::KvType kv_type = kernels::KvType::F32;
+    int threads = 0;             // OpenMP threads; 0: omp_get_max_threads() of the constructing thread
 };
 
 class ModelRunner {

@@ -66,16 +66,28 @@ double worst_relative_error(const std::vector<float>& engine, const std::vector<
     return worst;
 }
 
-int top1_agreement(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, int* positions) {
+// Positions whose reference top token leads the runner-up by at least `margin` logits, and how
+// many of those the engine's top token agrees with. Closer calls are a coin toss for any rounding.
+struct Agreement {
+    int clear = 0;
     int agree = 0;
+    int positions = 0;
+};
+void top1_agreement(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, float margin,
+                    Agreement& a) {
     const size_t n = reference.size() / size_t(vocab);
     for (size_t p = 0; p < n; ++p) {
-        auto e = std::max_element(engine.begin() + long(p * vocab), engine.begin() + long((p + 1) * vocab));
-        auto r = std::max_element(reference.begin() + long(p * vocab), reference.begin() + long((p + 1) * vocab));
-        agree += (e - engine.begin()) - long(p * vocab) == (r - reference.begin()) - long(p * vocab);
+        const float* r = reference.data() + p * vocab;
+        const float* e = engine.data() + p * vocab;
+        const int best = int(std::max_element(r, r + vocab) - r);
+        float second = -INFINITY;
+        for (int v = 0; v < vocab; ++v)
+            if (v != best) second = std::max(second, r[v]);
+        ++a.positions;
+        if (r[best] - second < margin) continue;
+        ++a.clear;
+        a.agree += int(std::max_element(e, e + vocab) - e) == best;
     }
-    *positions += int(n);
-    return agree;
 }
 
 std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
@@ -158,9 +170,10 @@ TEST_CASE("bf16 and q8 weights and a bf16 KV cache keep the reference's top toke
         INFO(v.name);
         auto model = load_model(dir / "m", v.format);
         const auto logits = run_sequences(model, seqs, 0, v.kv);
-        int positions = 0, agree = 0;
-        for (size_t i = 0; i < seqs.size(); ++i) agree += top1_agreement(logits[i], reference[i], config.vocab_size, &positions);
-        CHECK(agree == positions);
+        Agreement a;
+        for (size_t i = 0; i < seqs.size(); ++i) top1_agreement(logits[i], reference[i], config.vocab_size, 0.02f, a);
+        CHECK(a.agree == a.clear);
+        CHECK(a.clear >= a.positions * 8 / 10);
         // Close, not equal: the conversion really happened.
         double error = 0;
         for (size_t i = 0; i < seqs.size(); ++i) error = std::max(error, worst_relative_error(logits[i], reference[i], config.vocab_size));

@@ -1,0 +1,297 @@
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+namespace anvil::engine {
+
+struct Engine::Active {
+    Sequence sequence;
+    SamplingParams params;
+    Rng rng;
+    std::shared_ptr<RequestStream> stream;
+    StreamDecoder decoder;
+    std::string pending;  // decoded text not yet sent: it may be the start of a stop string
+    int generated = 0;
+};
+
+namespace {
+
+int default_kv_blocks(const EngineOptions& o) {
+    return o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * ((o.max_context + o.block_size - 1) / o.block_size + 1);
+}
+
+// Length of the longest tail of `text` that begins one of the stop strings.
+size_t stop_prefix_tail(const std::string& text, const std::vector<std::string>& stops) {
+    size_t hold = 0;
+    for (const auto& stop : stops)
+        for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k)
+            if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+                hold = k;
+                break;
+            }
+    return hold;
+}
+
+}  // namespace
+
+Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options)
+    : options_(options),
+      config_(load_config(model_dir)),
+      tokenizer_(Tokenizer::load(model_dir)),
+      blocks_(default_kv_blocks(options), options.block_size),
+      scheduler_(options.max_seqs, options.max_batch_tokens, blocks_) {
+    if (options.max_context > config_.max_position)
+        throw std::runtime_error("--max-context " + std::to_string(options.max_context) +
+                                 " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
+    if (tokenizer_.vocab_size() > config_.vocab_size)
+        throw std::runtime_error(model_dir.string() + ": tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
+                                 " tokens but config.json's vocab_size is " + std::to_string(config_.vocab_size));
+    try {
+        chat_template_ = ChatTemplate::detect(tokenizer_);
+    } catch (const std::runtime_error& e) {
+        chat_template_error_ = e.what();
+        spdlog::warn("chat completions disabled: {}", e.what());
+    }
+    weights_ = std::make_unique<ModelWeights>(config_, model_dir, options.weights);
+    RunnerOptions r;
+    r.max_batch_tokens = options.max_batch_tokens;
+    r.max_logit_rows = options.max_seqs;
+    r.max_context = options.max_context;
+    r.kv_blocks = blocks_.total();
+    r.block_size = options.block_size;
+    r.kv_type = options.kv_type;
+    r.threads = options.threads;
+    runner_ = std::make_unique<ModelRunner>(config_, *weights_, r);
+
+    stop_ids_ = config_.eos_token_ids;
+    if (auto eos = tokenizer_.token_id(tokenizer_.eos_token()); eos && !tokenizer_.eos_token().empty()) stop_ids_.push_back(*eos);
+    if (chat_template_)
+        for (const auto& text : chat_template_->end_of_turn())
+            if (auto id = tokenizer_.token_id(text)) stop_ids_.push_back(*id);
+    std::sort(stop_ids_.begin(), stop_ids_.end());
+    stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
+
+    sampler_scratch_.reserve(config_.vocab_size);
+    batch_.tokens.reserve(size_t(options.max_batch_tokens));
+    batch_.positions.reserve(size_t(options.max_batch_tokens));
+    batch_.sequence.reserve(size_t(options.max_batch_tokens));
+    batch_.block_tables.reserve(size_t(options.max_seqs));
+    batch_.logit_tokens.reserve(size_t(options.max_seqs));
+    metrics_.kv_blocks_total = blocks_.total();
+    spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
+                 "tokens",
+                 architecture_name(config_.arch), config_.n_layers, config_.dim, weight_format_name(options.weights),
+                 kv_type_name(options.kv_type), blocks_.total(), options.block_size,
+                 runner_->kv_cache().bytes() >> 20, options.max_seqs, options.max_context);
+    thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, SamplingParams params) {
+    if (prompt.empty()) throw InvalidRequest("the prompt is empty");
+    const int n = int(prompt.size());
+    if (n >= options_.max_context)
+        throw InvalidRequest("the prompt has " + std::to_string(n) + " tokens; this server's context is " +
+                             std::to_string(options_.max_context) + " tokens, leaving no room to generate. Shorten the prompt");
+    if (!scheduler_.fits_ever(n))
+        throw InvalidRequest("the prompt needs more KV-cache blocks than this server has (" +
+                             std::to_string(blocks_.total()) + " of " + std::to_string(blocks_.block_size()) + " tokens)");
+    for (int32_t t : prompt)
+        if (t < 0 || t >= config_.vocab_size) throw InvalidRequest("token id " + std::to_string(t) + " is outside the vocabulary");
+    if (params.max_tokens <= 0) throw InvalidRequest("max_tokens must be at least 1");
+    auto stream = std::make_shared<RequestStream>([this] {
+        cancel_pending_ = true;
+        wake_.notify_all();
+    });
+    auto active = std::make_unique<Active>(Active{Sequence{}, std::move(params), Rng(0), stream, StreamDecoder(tokenizer_), {}, 0});
+    active->sequence.tokens = std::move(prompt);
+    active->sequence.prompt_tokens = n;
+    active->sequence.tokens.reserve(size_t(options_.max_context));
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        active->sequence.id = ++next_id_;
+        active->rng = Rng(active->params.seed != 0 ? active->params.seed : options_.seed * 1000003u + next_id_);
+        incoming_.push_back(std::move(active));
+        metrics_.waiting += 1;
+    }
+    wake_.notify_all();
+    return stream;
+}
+
+void Engine::loop() {
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || !incoming_.empty() || cancel_pending_ || !active_.empty(); });
+            if (stopping_) break;
+        }
+        try {
+            accept_new();
+            step();
+        } catch (const std::exception& e) {
+            // A failed step poisons every sequence in flight: fail them all rather than hang them.
+            spdlog::error("engine step failed: {}", e.what());
+            for (auto& [id, active] : active_) {
+                StreamEvent event;
+                event.done = true;
+                event.finish_reason = "abort";
+                event.error = std::string("the engine failed: ") + e.what();
+                active->stream->push(std::move(event));
+                scheduler_.remove(&active->sequence);
+            }
+            active_.clear();
+        }
+    }
+    for (auto& [id, active] : active_) {
+        StreamEvent event;
+        event.done = true;
+        event.finish_reason = "abort";
+        event.error = "the engine is shutting down";
+        active->stream->push(std::move(event));
+    }
+}
+
+void Engine::accept_new() {
+    std::vector<std::unique_ptr<Active>> fresh;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        fresh.swap(incoming_);
+    }
+    for (auto& a : fresh) {
+        Sequence* s = &a->sequence;
+        const uint64_t id = s->id;
+        active_.emplace(id, std::move(a));
+        scheduler_.add(s);
+    }
+    if (cancel_pending_.exchange(false)) {
+        for (auto it = active_.begin(); it != active_.end();) {
+            if (it->second->stream->cancelled()) {
+                scheduler_.remove(&it->second->sequence);
+                metrics_.requests_aborted += 1;
+                spdlog::debug("request {} cancelled by its client", it->first);
+                it = active_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+}
+
+void Engine::finish(Active& active, const std::string& reason) {
+    StreamEvent event;
+    event.text = active.pending + active.decoder.finish();
+    active.pending.clear();
+    event.done = true;
+    event.finish_reason = reason;
+    event.prompt_tokens = active.sequence.prompt_tokens;
+    event.completion_tokens = active.generated;
+    scheduler_.remove(&active.sequence);
+    metrics_.kv_blocks_used = blocks_.used();
+    metrics_.running = int64_t(scheduler_.running());
+    active.stream->push(std::move(event));
+}
+
+void Engine::emit_token(Active& active, int32_t token, const float* logits) {
+    Sequence& s = active.sequence;
+    StreamEvent event;
+    GeneratedToken generated{token, 0.0f, {}};
+    if (active.params.logprobs >= 0) {
+        generated.logprob = token_logprob(logits, config_.vocab_size, token);
+        generated.top = top_logprobs(logits, config_.vocab_size, active.params.logprobs);
+    }
+    event.tokens.push_back(std::move(generated));
+    ++active.generated;
+    metrics_.generation_tokens += 1;
+
+    std::string reason;
+    const bool is_stop_token = !active.params.ignore_eos && std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
+    if (is_stop_token) {
+        reason = "stop";
+    } else {
+        active.pending += active.decoder.push(token);
+        size_t cut = std::string::npos;
+        for (const auto& stop : active.params.stop)
+            if (!stop.empty()) cut = std::min(cut, active.pending.find(stop));
+        if (cut != std::string::npos) {
+            active.pending.resize(cut);
+            active.decoder = StreamDecoder(tokenizer_);  // the rest of the text is cut off anyway
+            reason = "stop";
+        } else {
+            s.tokens.push_back(token);
+            if (active.generated >= active.params.max_tokens || int(s.tokens.size()) >= options_.max_context) reason = "length";
+        }
+    }
+    if (reason.empty()) {
+        const size_t hold = stop_prefix_tail(active.pending, active.params.stop);
+        event.text = active.pending.substr(0, active.pending.size() - hold);
+        active.pending.erase(0, active.pending.size() - hold);
+        active.stream->push(std::move(event));
+        return;
+    }
+    // The last token travels with the final event.
+    StreamEvent last;
+    last.tokens = std::move(event.tokens);
+    active.stream->push(std::move(last));
+    const uint64_t id = s.id;
+    finish(active, reason);
+    active_.erase(id);
+}
+
+void Engine::step() {
+    const auto& plan = scheduler_.schedule();
+    metrics_.running = int64_t(scheduler_.running());
+    metrics_.waiting = int64_t(scheduler_.waiting());
+    metrics_.kv_blocks_used = blocks_.used();
+    metrics_.preemptions = scheduler_.preemptions();
+    if (plan.empty()) return;
+
+    batch_.clear();
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const ScheduledChunk& c = plan[i];
+        batch_.block_tables.push_back(c.sequence->blocks.data());
+        for (int p = c.start; p < c.start + c.count; ++p) {
+            batch_.tokens.push_back(c.sequence->tokens[size_t(p)]);
+            batch_.positions.push_back(p);
+            batch_.sequence.push_back(int32_t(i));
+        }
+        if (c.logits) batch_.logit_tokens.push_back(batch_.size() - 1);
+        if (c.start < c.sequence->prompt_tokens)
+            metrics_.prompt_tokens += uint64_t(std::min(c.start + c.count, c.sequence->prompt_tokens) - c.start);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    runner_->forward(batch_);
+    metrics_.forward_microseconds += uint64_t(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+    metrics_.engine_steps += 1;
+    scheduler_.commit();
+
+    // Copy out what the sampling needs before finishing sequences changes the plan's owners.
+    int row = 0;
+    std::vector<std::pair<uint64_t, int>> sampled;  // (sequence id, logits row)
+    sampled.reserve(plan.size());
+    for (const auto& c : plan)
+        if (c.logits) sampled.emplace_back(c.sequence->id, row++);
+    for (const auto& [id, logits_row] : sampled) {
+        auto it = active_.find(id);
+        if (it == active_.end()) continue;
+        Active& active = *it->second;
+        const float* logits = runner_->logits(logits_row);
+        const int32_t token = sample_token(logits, config_.vocab_size, active.params, active.rng, sampler_scratch_);
+        emit_token(active, token, logits);
+    }
+    metrics_.kv_blocks_used = blocks_.used();
+    metrics_.running = int64_t(scheduler_.running());
+}
+
+}  // namespace anvil::engine

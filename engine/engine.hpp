@@ -1,0 +1,100 @@
+// The engine: a loaded model plus the one thread that owns the batch. HTTP threads submit
+// tokenized requests and read their streams; the engine thread schedules, runs the model,
+// samples, detokenizes and checks stop conditions.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/config.hpp"
+#include "engine/metrics.hpp"
+#include "engine/model_runner.hpp"
+#include "engine/request_stream.hpp"
+#include "engine/sampler.hpp"
+#include "engine/scheduler.hpp"
+#include "engine/tokenizer.hpp"
+#include "engine/weights.hpp"
+
+namespace anvil::engine {
+
+struct EngineOptions {
+    int max_seqs = 4;
+    int max_context = 2048;
+    int max_batch_tokens = 256;  // tokens per forward pass: the prefill chunk
+    int kv_blocks = 0;           // 0: enough for max_seqs full contexts
+    int block_size = 16;
+    WeightFormat weights = WeightFormat::Stored;
+    kernels::KvType kv_type = kernels::KvType::F32;
+    uint64_t seed = 0;           // seeds requests that bring none, in arrival order
+    int threads = 0;             // OpenMP threads for the model; 0: every core
+};
+
+// A request the client got wrong: the server answers 400 with the message.
+struct InvalidRequest : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+class Engine {
+public:
+    Engine(const std::filesystem::path& model_dir, const EngineOptions& options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Queues a request. Throws InvalidRequest for an empty prompt, a prompt that does not leave
+    // room for one token in the context, or one the KV cache could never hold.
+    std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt, SamplingParams params);
+
+    const ModelConfig& config() const { return config_; }
+    const Tokenizer& tokenizer() const { return tokenizer_; }
+    // The chat template, or the reason there is none.
+    const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+    const std::string& chat_template_error() const { return chat_template_error_; }
+    const EngineOptions& options() const { return options_; }
+    Metrics& metrics() { return metrics_; }
+    size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
+
+private:
+    struct Active;  // a sequence with its sampling state and stream
+    void loop();
+    void step();
+    void accept_new();
+    void finish(Active& active, const std::string& reason);
+    void emit_token(Active& active, int32_t token, const float* logits);
+
+    EngineOptions options_;
+    ModelConfig config_;
+    Tokenizer tokenizer_;
+    std::optional<ChatTemplate> chat_template_;
+    std::string chat_template_error_;
+    std::unique_ptr<ModelWeights> weights_;
+    std::unique_ptr<ModelRunner> runner_;
+    BlockManager blocks_;
+    Scheduler scheduler_;
+    Metrics metrics_;
+    std::vector<int32_t> stop_ids_;
+    SamplerScratch sampler_scratch_;
+    Batch batch_;
+
+    std::mutex mutex_;  // guards incoming_ and stopping_
+    std::condition_variable wake_;
+    std::vector<std::unique_ptr<Active>> incoming_;
+    bool stopping_ = false;
+    std::atomic<bool> cancel_pending_{false};
+    uint64_t next_id_ = 0;  // guarded by mutex_
+    std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
+    std::thread thread_;
+};
+
+}  // namespace anvil::engine

@@ -1,0 +1,35 @@
+#include "engine/metrics.hpp"
+
+#include <sstream>
+
+namespace anvil::engine {
+
+std::string Metrics::prometheus_text(const std::string& model_name) const {
+    std::ostringstream out;
+    const std::string label = "{model=\"" + model_name + "\"}";
+    auto metric = [&](const char* name, const char* type, const char* help, auto value, const std::string& labels) {
+        out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+            << name << labels << " " << value << "\n";
+    };
+    out << "# HELP anvil_engine_requests_total Requests answered, by outcome.\n"
+        << "# TYPE anvil_engine_requests_total counter\n"
+        << "anvil_engine_requests_total{model=\"" << model_name << "\",outcome=\"ok\"} " << requests_ok.load() << "\n"
+        << "anvil_engine_requests_total{model=\"" << model_name << "\",outcome=\"rejected\"} " << requests_rejected.load() << "\n"
+        << "anvil_engine_requests_total{model=\"" << model_name << "\",outcome=\"aborted\"} " << requests_aborted.load() << "\n";
+    metric("anvil_engine_prompt_tokens_total", "counter", "Prompt tokens computed.", prompt_tokens.load(), label);
+    metric("anvil_engine_generation_tokens_total", "counter", "Tokens generated.", generation_tokens.load(), label);
+    metric("anvil_engine_steps_total", "counter", "Forward passes run by the engine thread.", engine_steps.load(), label);
+    metric("anvil_engine_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", preemptions.load(), label);
+    metric("anvil_engine_forward_seconds_total", "counter", "Time spent in forward passes.",
+           double(forward_microseconds.load()) / 1e6, label);
+    metric("anvil_engine_requests_running", "gauge", "Sequences in the running batch.", running.load(), label);
+    metric("anvil_engine_requests_waiting", "gauge", "Sequences queued for admission.", waiting.load(), label);
+    metric("anvil_engine_kv_blocks_used", "gauge", "KV-cache blocks in use.", kv_blocks_used.load(), label);
+    metric("anvil_engine_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", kv_blocks_total.load(), label);
+    const int64_t total = kv_blocks_total.load();
+    metric("anvil_engine_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
+           total > 0 ? double(kv_blocks_used.load()) / double(total) : 0.0, label);
+    return out.str();
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,28 @@
+// Counters and gauges for GET /metrics, in Prometheus text format. Written by the engine and
+// HTTP threads, read by the scrape: all atomics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace anvil::engine {
+
+struct Metrics {
+    std::atomic<uint64_t> requests_ok{0};
+    std::atomic<uint64_t> requests_rejected{0};  // 4xx
+    std::atomic<uint64_t> requests_aborted{0};   // the client went away
+    std::atomic<uint64_t> prompt_tokens{0};
+    std::atomic<uint64_t> generation_tokens{0};
+    std::atomic<uint64_t> engine_steps{0};
+    std::atomic<uint64_t> preemptions{0};
+    std::atomic<int64_t> running{0};
+    std::atomic<int64_t> waiting{0};
+    std::atomic<int64_t> kv_blocks_used{0};
+    std::atomic<int64_t> kv_blocks_total{0};
+    std::atomic<uint64_t> forward_microseconds{0};
+
+    std::string prometheus_text(const std::string& model_name) const;
+};
+
+}  // namespace anvil::engine

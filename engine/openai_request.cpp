@@ -1,0 +1,129 @@
+#include "engine/openai_request.hpp"
+
+#include "engine/engine.hpp"
+
+namespace anvil::engine {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) { throw InvalidRequest(field + " " + what); }
+
+double number(const json& body, const char* field, double fallback, double low, double high) {
+    if (!body.contains(field) || body[field].is_null()) return fallback;
+    if (!body[field].is_number()) bad(field, "must be a number");
+    const double v = body[field].get<double>();
+    if (!(v >= low && v <= high)) bad(field, "must be between " + std::to_string(low) + " and " + std::to_string(high));
+    return v;
+}
+
+std::optional<long long> integer(const json& body, const char* field, long long low, long long high) {
+    if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+    if (!body[field].is_number_integer()) bad(field, "must be an integer");
+    const long long v = body[field].get<long long>();
+    if (v < low || v > high) bad(field, "must be between " + std::to_string(low) + " and " + std::to_string(high));
+    return v;
+}
+
+bool boolean(const json& body, const char* field) {
+    if (!body.contains(field) || body[field].is_null()) return false;
+    if (!body[field].is_boolean()) bad(field, "must be true or false");
+    return body[field].get<bool>();
+}
+
+void common(const json& body, ParsedRequest& r) {
+    if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
+    if (body.contains("model") && !body["model"].is_null()) {
+        if (!body["model"].is_string()) bad("model", "must be a string");
+        r.model = body["model"];
+    }
+    r.params.temperature = float(number(body, "temperature", 1.0, 0.0, 2.0));
+    r.params.top_p = float(number(body, "top_p", 1.0, 1e-9, 1.0));
+    if (auto k = integer(body, "top_k", -1, 1 << 30)) r.params.top_k = int(std::max<long long>(*k, 0));
+    if (auto seed = integer(body, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()))
+        r.params.seed = uint64_t(*seed) | (uint64_t(1) << 63);  // any client seed, 0 included, differs from "none"
+    if (auto n = integer(body, "n", 1, 1 << 30); n && *n != 1) bad("n", "must be 1: this server returns one choice");
+    r.stream = boolean(body, "stream");
+    r.params.ignore_eos = boolean(body, "ignore_eos");
+    if (body.contains("stream_options") && body["stream_options"].is_object())
+        r.include_usage = boolean(body["stream_options"], "include_usage");
+    if (body.contains("stop") && !body["stop"].is_null()) {
+        const json& stop = body["stop"];
+        if (stop.is_string()) {
+            r.params.stop.push_back(stop);
+        } else if (stop.is_array()) {
+            for (const auto& s : stop) {
+                if (!s.is_string()) bad("stop", "must be a string or a list of strings");
+                r.params.stop.push_back(s);
+            }
+        } else {
+            bad("stop", "must be a string or a list of strings");
+        }
+        for (const auto& s : r.params.stop)
+            if (s.empty()) bad("stop", "must not hold an empty string");
+    }
+}
+
+}  // namespace
+
+ParsedRequest parse_completion_request(const json& body) {
+    ParsedRequest r;
+    common(body, r);
+    if (auto m = integer(body, "max_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
+    if (auto l = integer(body, "logprobs", 0, 20)) r.params.logprobs = int(*l);
+    if (boolean(body, "echo")) bad("echo", "is not supported");
+    if (!body.contains("prompt")) bad("prompt", "is required");
+    const json& prompt = body["prompt"];
+    if (prompt.is_string()) {
+        r.prompt = prompt.get<std::string>();
+    } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+        r.prompt = prompt[0].get<std::string>();
+    } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
+        for (const auto& t : prompt) {
+            if (!t.is_number_integer()) bad("prompt", "must be a string or a list of token ids");
+            r.prompt_tokens.push_back(t.get<int32_t>());
+        }
+    } else {
+        bad("prompt", "must be a string, a list of one string, or a list of token ids");
+    }
+    return r;
+}
+
+ParsedRequest parse_chat_request(const json& body) {
+    ParsedRequest r;
+    common(body, r);
+    if (auto m = integer(body, "max_completion_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
+    if (auto m = integer(body, "max_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
+    if (boolean(body, "logprobs")) {
+        r.params.logprobs = 0;
+        if (auto top = integer(body, "top_logprobs", 0, 20)) r.params.logprobs = int(*top);
+    } else if (integer(body, "top_logprobs", 0, 20)) {
+        bad("top_logprobs", "needs logprobs: true");
+    }
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+        bad("messages", "must be a non-empty list");
+    for (size_t i = 0; i < body["messages"].size(); ++i) {
+        const json& m = body["messages"][i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) bad(where + ".role", "is required");
+        ChatMessage message{m["role"], ""};
+        const json content = m.value("content", json());
+        if (content.is_string()) {
+            message.content = content;
+        } else if (content.is_array()) {
+            for (const auto& part : content) {
+                if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") ||
+                    !part["text"].is_string())
+                    bad(where + ".content", "parts must be {\"type\": \"text\", \"text\": ...}: this model reads text only");
+                message.content += part["text"].get<std::string>();
+            }
+        } else if (!content.is_null()) {
+            bad(where + ".content", "must be a string or a list of text parts");
+        }
+        r.messages.push_back(std::move(message));
+    }
+    return r;
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,31 @@
+// Reading OpenAI-shaped request bodies into sampling parameters and prompts, with 400-worthy
+// messages that name the offending field.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/chat_template.hpp"
+#include "engine/sampler.hpp"
+
+namespace anvil::engine {
+
+struct ParsedRequest {
+    SamplingParams params;
+    bool max_tokens_given = false;
+    bool stream = false;
+    bool include_usage = false;
+    std::string model;                   // as the client named it; empty when absent
+    std::optional<std::string> prompt;   // completions: text
+    std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
+    std::vector<ChatMessage> messages;   // chat
+};
+
+// Both throw InvalidRequest (engine.hpp) on a malformed body.
+ParsedRequest parse_completion_request(const nlohmann::json& body);
+ParsedRequest parse_chat_request(const nlohmann::json& body);
+
+}  // namespace anvil::engine

@@ -1,0 +1,56 @@
+// Choosing the next token from logits: greedy, temperature, top-k, top-p, each request with its
+// own seeded generator; and the log-probabilities a client can ask for.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil::engine {
+
+struct SamplingParams {
+    float temperature = 1.0f;  // 0: greedy
+    int top_k = 0;             // 0: no limit
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    int max_tokens = 16;
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    int logprobs = -1;  // -1: none; otherwise how many alternatives (top_logprobs) besides the chosen token
+};
+
+// A small, fast, reproducible generator (xoshiro256**), seeded by splitmix64.
+class Rng {
+public:
+    explicit Rng(uint64_t seed = 0);
+    uint64_t next();
+    double uniform();  // [0, 1)
+
+private:
+    uint64_t s_[4];
+};
+
+struct TokenLogprob {
+    int32_t token = -1;
+    float logprob = 0.0f;
+};
+
+// Scratch space for one sequence's sampling, sized for the vocabulary once.
+struct SamplerScratch {
+    std::vector<float> probs;
+    std::vector<int32_t> order;
+    void reserve(int vocab) {
+        probs.resize(size_t(vocab));
+        order.resize(size_t(vocab));
+    }
+};
+
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch);
+
+// log softmax(logits)[token] of the model's own distribution (before temperature), and the
+// `top` most likely tokens with theirs, most likely first.
+float token_logprob(const float* logits, int vocab, int32_t token);
+std::vector<TokenLogprob> top_logprobs(const float* logits, int vocab, int top);
+
+}  // namespace anvil::engine

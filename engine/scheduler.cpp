@@ -1,0 +1,76 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace anvil::engine {
+
+Scheduler::Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks)
+    : max_seqs_(max_seqs), max_batch_tokens_(max_batch_tokens), blocks_(blocks) {
+    if (max_seqs <= 0 || max_batch_tokens <= 0) throw std::invalid_argument("scheduler limits must be positive");
+    running_.reserve(size_t(max_seqs));
+    plan_.reserve(size_t(max_seqs));
+}
+
+void Scheduler::add(Sequence* sequence) { waiting_.push_back(sequence); }
+
+void Scheduler::remove(Sequence* sequence) {
+    blocks_.release(sequence->blocks);
+    sequence->computed = 0;
+    running_.erase(std::remove(running_.begin(), running_.end(), sequence), running_.end());
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), sequence), waiting_.end());
+}
+
+void Scheduler::preempt(Sequence* victim) {
+    blocks_.release(victim->blocks);
+    victim->computed = 0;
+    running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
+    waiting_.push_front(victim);
+    ++preemptions_;
+}
+
+const std::vector<ScheduledChunk>& Scheduler::schedule() {
+    plan_.clear();
+    int budget = max_batch_tokens_;
+
+    // Running sequences, oldest first: decoders need a block when they cross into a new one.
+    std::sort(running_.begin(), running_.end(),
+              [](const Sequence* a, const Sequence* b) { return a->admitted_order < b->admitted_order; });
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+        Sequence* s = running_[i];
+        const int remaining = int(s->tokens.size()) - s->computed;
+        const int count = std::min(remaining, budget);
+        if (!blocks_.grow(s->blocks, s->computed + count)) {
+            // Free the newest sequence's blocks; if that is this one, it waits its turn again.
+            Sequence* victim = running_.back();
+            preempt(victim);
+            if (victim == s) break;
+            continue;
+        }
+        plan_.push_back({s, s->computed, count, s->computed + count == int(s->tokens.size())});
+        budget -= count;
+        ++i;
+    }
+
+    // Admissions: first come, first served; the queue's head blocks those behind it so that a
+    // long prompt is not starved by short ones.
+    while (budget > 0 && int(running_.size()) < max_seqs_ && !waiting_.empty()) {
+        Sequence* s = waiting_.front();
+        const int total = int(s->tokens.size());
+        if (blocks_.blocks_for(total + 1) > blocks_.free()) break;
+        blocks_.grow(s->blocks, total + 1);
+        waiting_.pop_front();
+        s->admitted_order = ++admissions_;
+        running_.push_back(s);
+        const int count = std::min(total - s->computed, budget);
+        plan_.push_back({s, s->computed, count, s->computed + count == total});
+        budget -= count;
+    }
+    return plan_;
+}
+
+void Scheduler::commit() {
+    for (const auto& chunk : plan_) chunk.sequence->computed = chunk.start + chunk.count;
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,68 @@
+// Continuous batching, as bookkeeping only: which sequences run this step and which of their
+// tokens go into the batch. It owns no tensors and computes nothing; the engine asks it for a
+// plan, runs the model on it, and reports back.
+//
+// Each step: every running sequence that is decoding feeds its one new token; sequences still in
+// their prompt feed a chunk; then waiting sequences are admitted first come, first served while
+// there are sequence slots, batch tokens and free KV blocks for their whole prompt. A request that
+// does not fit waits. When a decoding sequence needs a block and none is free, the most recently
+// admitted sequence is preempted: its blocks are freed and it will be recomputed from its tokens.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.hpp"
+
+namespace anvil::engine {
+
+struct Sequence {
+    uint64_t id = 0;
+    std::vector<int32_t> tokens;  // the prompt, then each generated token
+    int prompt_tokens = 0;
+    int computed = 0;             // leading tokens whose keys and values are in the cache
+    std::vector<int32_t> blocks;  // the cache blocks holding them, in position order
+    uint64_t admitted_order = 0;  // when it last entered the running set
+};
+
+struct ScheduledChunk {
+    Sequence* sequence;
+    int start;    // first position fed
+    int count;    // positions fed
+    bool logits;  // the chunk reaches the last token: sample after it
+};
+
+class Scheduler {
+public:
+    Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks);
+
+    void add(Sequence* sequence);  // joins the waiting queue
+    // Removes a finished or cancelled sequence wherever it is and frees its blocks.
+    void remove(Sequence* sequence);
+    // This step's plan; the vector is reused across steps.
+    const std::vector<ScheduledChunk>& schedule();
+    // After the model ran the plan: the chunks' positions are in the cache.
+    void commit();
+
+    size_t waiting() const { return waiting_.size(); }
+    size_t running() const { return running_.size(); }
+    uint64_t preemptions() const { return preemptions_; }
+    // A prompt this long can never be admitted: the cache is smaller than it.
+    bool fits_ever(int tokens) const { return blocks_.blocks_for(tokens + 1) <= blocks_.total(); }
+
+private:
+    void preempt(Sequence* victim);
+
+    int max_seqs_;
+    int max_batch_tokens_;
+    BlockManager& blocks_;
+    std::deque<Sequence*> waiting_;
+    std::vector<Sequence*> running_;
+    std::vector<ScheduledChunk> plan_;
+    uint64_t admissions_ = 0;
+    uint64_t preemptions_ = 0;
+};
+
+}  // namespace anvil::engine

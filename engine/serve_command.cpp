@@ -1,0 +1,79 @@
+#include "engine/serve_command.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/engine.hpp"
+#include "engine/server.hpp"
+#include "kernels/cpu_features.hpp"
+
+namespace anvil::engine {
+
+namespace {
+Server* g_server = nullptr;
+extern "C" void on_signal(int) {
+    if (g_server) g_server->stop();
+}
+}  // namespace
+
+int serve(const ServeOptions& o) {
+    if (o.max_seqs < 1 || o.max_context < 2 || o.max_batch_tokens < 1)
+        throw std::runtime_error("--max-seqs, --max-context and --max-batch-tokens must be positive");
+    EngineOptions e;
+    e.max_seqs = o.max_seqs;
+    e.max_context = o.max_context;
+    e.max_batch_tokens = o.max_batch_tokens;
+    e.kv_blocks = o.kv_blocks;
+    e.weights = parse_weight_format(o.weights);
+    e.kv_type = parse_kv_type(o.kv_dtype);
+    e.seed = o.seed;
+    e.threads = o.threads;
+
+    ServerOptions s;
+    s.host = o.host;
+    s.port = o.port;
+    s.served_model_name = o.served_model_name.empty() ? std::filesystem::absolute(o.model_dir).filename().string()
+                                                      : o.served_model_name;
+    s.http_threads = 4 * o.max_seqs + 8;
+    Server server(s);
+    const int port = server.bind();
+    // The port line on stdout is how a parent that passed --port 0 learns the port.
+    std::cout << "anvil-engine: listening on http://" << o.host << ":" << port << std::endl;
+    spdlog::info("loading {} with kernels {}, {} threads", o.model_dir.string(), kernels::isa_name(kernels::active_isa()),
+                 o.threads > 0 ? o.threads : omp_get_max_threads());
+
+    g_server = &server;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+
+    std::unique_ptr<Engine> engine;
+    bool failed = false;
+    std::thread loader([&] {
+        try {
+            engine = std::make_unique<Engine>(o.model_dir, e);
+            server.set_engine(engine.get());
+            spdlog::info("ready: serving {} on {}:{}", s.served_model_name, o.host, port);
+        } catch (const std::exception& error) {
+            std::cerr << "anvil-engine serve: cannot load " << o.model_dir.string() << ": " << error.what() << "\n";
+            server.set_load_error(error.what());
+            failed = true;
+            // Nothing to serve: stop once the server is up, so the process exits with the error.
+            while (!server.running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            server.stop();
+        }
+    });
+    server.serve();
+    loader.join();
+    g_server = nullptr;
+    server.set_engine(nullptr);
+    return failed ? 1 : 0;
+}
+
+}  // namespace anvil::engine

@@ -1,0 +1,373 @@
+#include "engine/server.hpp"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <csignal>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "engine/engine.hpp"
+#include "engine/openai_request.hpp"
+#include "engine/unicode.hpp"
+
+namespace anvil::engine {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(100);
+
+void send_error(httplib::Response& res, int status, const std::string& message, const char* type = "invalid_request_error") {
+    res.status = status;
+    res.set_content(json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}}.dump(),
+                    "application/json");
+}
+
+int64_t now_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string request_id(const char* prefix) {
+    static std::atomic<uint64_t> counter{0};
+    char text[64];
+    std::snprintf(text, sizeof text, "%s-%llx%06llx", prefix, static_cast<unsigned long long>(now_seconds()),
+                  static_cast<unsigned long long>(++counter));
+    return text;
+}
+
+json token_bytes_json(const std::string& bytes) {
+    json out = json::array();
+    for (unsigned char c : bytes) out.push_back(int(c));
+    return out;
+}
+
+enum class Api { Completions, Chat };
+
+// Accumulates a request's events into OpenAI's shapes, for one body or for SSE chunks.
+struct Reply {
+    Reply(Api api_, const Engine& engine_, std::string id_, std::string model_, int64_t created_, bool want_logprobs_)
+        : api(api_), engine(engine_), id(std::move(id_)), model(std::move(model_)), created(created_), want_logprobs(want_logprobs_) {}
+
+    Api api;
+    const Engine& engine;
+    std::string id, model;
+    int64_t created;
+    bool want_logprobs;
+    std::string text;
+    std::string finish_reason;
+    int prompt_tokens = 0, completion_tokens = 0;
+    json chat_logprobs = json::array();
+    json completion_logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    size_t text_offset = 0;
+
+    // The logprobs of an event's tokens in the API's shape.
+    json logprobs_of(const StreamEvent& e) {
+        const Tokenizer& tok = engine.tokenizer();
+        if (api == Api::Chat) {
+            json content = json::array();
+            for (const auto& t : e.tokens) {
+                json top = json::array();
+                for (const auto& alt : t.top)
+                    top.push_back({{"token", sanitize_utf8(tok.token_bytes(alt.token))},
+                                   {"logprob", alt.logprob},
+                                   {"bytes", token_bytes_json(tok.token_bytes(alt.token))}});
+                content.push_back({{"token", sanitize_utf8(tok.token_bytes(t.token))},
+                                   {"logprob", t.logprob},
+                                   {"bytes", token_bytes_json(tok.token_bytes(t.token))},
+                                   {"top_logprobs", top}});
+            }
+            return json{{"content", content}};
+        }
+        json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                    {"text_offset", json::array()}};
+        for (const auto& t : e.tokens) {
+            const std::string piece = sanitize_utf8(tok.token_bytes(t.token));
+            out["tokens"].push_back(piece);
+            out["token_logprobs"].push_back(t.logprob);
+            json top = json::object();
+            for (const auto& alt : t.top) top[sanitize_utf8(tok.token_bytes(alt.token))] = alt.logprob;
+            out["top_logprobs"].push_back(top);
+            out["text_offset"].push_back(text_offset);
+            text_offset += piece.size();
+        }
+        return out;
+    }
+
+    void absorb(const StreamEvent& e) {
+        text += e.text;
+        if (want_logprobs && !e.tokens.empty()) {
+            json l = logprobs_of(e);
+            if (api == Api::Chat) {
+                for (auto& c : l["content"]) chat_logprobs.push_back(c);
+            } else {
+                for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                    for (auto& v : l[key]) completion_logprobs[key].push_back(v);
+            }
+        }
+        if (e.done) {
+            finish_reason = e.finish_reason;
+            prompt_tokens = e.prompt_tokens;
+            completion_tokens = e.completion_tokens;
+        }
+    }
+
+    json usage() const {
+        return {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+    }
+
+    json body() const {
+        json choice = {{"index", 0}, {"finish_reason", finish_reason}};
+        if (api == Api::Chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", text}};
+            choice["logprobs"] = want_logprobs ? json{{"content", chat_logprobs}} : json();
+        } else {
+            choice["text"] = text;
+            choice["logprobs"] = want_logprobs ? completion_logprobs : json();
+        }
+        return {{"id", id},
+                {"object", api == Api::Chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})},
+                {"usage", usage()}};
+    }
+
+    // One SSE chunk for an event (the first chat chunk also carries the role).
+    json chunk(const StreamEvent& e, bool first) {
+        json choice = {{"index", 0}, {"finish_reason", e.done ? json(e.finish_reason) : json()}};
+        if (api == Api::Chat) {
+            json delta = json::object();
+            if (first) delta["role"] = "assistant";
+            if (!e.text.empty() || !first) delta["content"] = e.text;
+            choice["delta"] = delta;
+        } else {
+            choice["text"] = e.text;
+        }
+        choice["logprobs"] = want_logprobs && !e.tokens.empty() ? logprobs_of(e) : json();
+        return {{"id", id},
+                {"object", api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+    }
+};
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    // A client that disconnects mid-response must not kill the process with SIGPIPE.
+    std::signal(SIGPIPE, SIG_IGN);
+    const int threads = std::max(options_.http_threads, 4);
+    http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http_->set_payload_max_length(64u << 20);
+    routes();
+}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+    int port = options_.port;
+    if (port == 0) {
+        port = http_->bind_to_any_port(options_.host);
+        if (port < 0) throw std::runtime_error("cannot bind " + options_.host + " to any port");
+    } else if (!http_->bind_to_port(options_.host, port)) {
+        throw std::runtime_error("cannot bind " + options_.host + ":" + std::to_string(port) +
+                                 ": is another server using it? Choose another --port");
+    }
+    return port;
+}
+
+void Server::serve() { http_->listen_after_bind(); }
+
+void Server::stop() {
+    if (http_) http_->stop();
+}
+
+bool Server::running() const { return http_ && http_->is_running(); }
+
+void Server::set_engine(Engine* engine) { engine_ = engine; }
+
+void Server::set_load_error(const std::string& error) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    load_error_ = error;
+}
+
+void Server::routes() {
+    auto& http = *http_;
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        if (engine_.load()) {
+            res.status = 200;
+            res.set_content("{\"status\":\"ok\"}", "application/json");
+            return;
+        }
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!load_error_.empty()) return send_error(res, 500, "loading the model failed: " + load_error_, "server_error");
+        send_error(res, 503, "the model is loading", "service_unavailable");
+    });
+
+    // Everything else needs the engine; while loading they answer 503 like /health.
+    auto with_engine = [this](auto handler) {
+        return [this, handler](const httplib::Request& req, httplib::Response& res) {
+            Engine* engine = engine_.load();
+            if (!engine) return send_error(res, 503, "the model is loading; retry when /health answers 200", "service_unavailable");
+            try {
+                handler(*engine, req, res);
+            } catch (const InvalidRequest& e) {
+                engine->metrics().requests_rejected += 1;
+                send_error(res, 400, e.what());
+            } catch (const json::exception& e) {
+                engine->metrics().requests_rejected += 1;
+                send_error(res, 400, std::string("the request body is not valid JSON: ") + e.what());
+            } catch (const std::exception& e) {
+                spdlog::error("{} {}: {}", req.method, req.path, e.what());
+                send_error(res, 500, e.what(), "server_error");
+            }
+        };
+    };
+
+    http.Get("/v1/models", with_engine([this](Engine& engine, const httplib::Request&, httplib::Response& res) {
+        json model = {{"id", options_.served_model_name},
+                      {"object", "model"},
+                      {"created", now_seconds()},
+                      {"owned_by", "anvil"},
+                      {"max_model_len", engine.options().max_context}};
+        res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+    }));
+
+    http.Get("/metrics", with_engine([this](Engine& engine, const httplib::Request&, httplib::Response& res) {
+        res.set_content(engine.metrics().prometheus_text(options_.served_model_name), "text/plain; version=0.0.4");
+    }));
+
+    http.Post("/tokenize", with_engine([](Engine& engine, const httplib::Request& req, httplib::Response& res) {
+        const json body = json::parse(req.body);
+        if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
+        const bool add_special = body.value("add_special_tokens", true);
+        std::vector<int32_t> tokens;
+        if (body.contains("messages")) {
+            const ParsedRequest chat = parse_chat_request(body);
+            if (!engine.chat_template()) throw InvalidRequest(engine.chat_template_error());
+            tokens = engine.tokenizer().encode(engine.chat_template()->render(chat.messages), false);
+        } else if (body.contains("prompt") && body["prompt"].is_string()) {
+            tokens = engine.tokenizer().encode(body["prompt"].get<std::string>(), add_special);
+        } else {
+            throw InvalidRequest("give prompt (a string) or messages");
+        }
+        res.set_content(json{{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", engine.options().max_context}}.dump(),
+                        "application/json");
+    }));
+
+    auto generate = [this](Api api) {
+        return [this, api](Engine& engine, const httplib::Request& req, httplib::Response& res) {
+            const json body = json::parse(req.body);
+            ParsedRequest parsed = api == Api::Chat ? parse_chat_request(body) : parse_completion_request(body);
+            if (!parsed.model.empty() && parsed.model != options_.served_model_name) {
+                engine.metrics().requests_rejected += 1;
+                return send_error(res, 404, "the model '" + parsed.model + "' does not exist; this server serves '" +
+                                                options_.served_model_name + "'",
+                                  "not_found_error");
+            }
+            std::vector<int32_t> prompt;
+            try {
+                if (api == Api::Chat) {
+                    if (!engine.chat_template()) throw InvalidRequest(engine.chat_template_error());
+                    prompt = engine.tokenizer().encode(engine.chat_template()->render(parsed.messages), false);
+                } else if (parsed.prompt) {
+                    prompt = engine.tokenizer().encode(*parsed.prompt, true);
+                } else {
+                    prompt = parsed.prompt_tokens;
+                }
+            } catch (const std::invalid_argument& e) {
+                throw InvalidRequest(e.what());
+            } catch (const std::runtime_error& e) {
+                throw InvalidRequest(e.what());  // e.g. text the tokenizer's normaliser refuses
+            }
+            const int room = engine.options().max_context - int(prompt.size());
+            if (!parsed.max_tokens_given && api == Api::Chat) parsed.params.max_tokens = std::max(room, 1);
+            auto stream = engine.submit(std::move(prompt), parsed.params);
+
+            auto state = std::make_shared<Reply>(api, engine, request_id(api == Api::Chat ? "chatcmpl" : "cmpl"),
+                                                 options_.served_model_name, now_seconds(), parsed.params.logprobs >= 0);
+            Metrics* metrics = &engine.metrics();
+            auto finished = std::make_shared<bool>(false);
+            auto on_release = [stream, finished, metrics](bool) {
+                if (!*finished) stream->cancel();
+                else metrics->requests_ok += 1;
+            };
+            if (parsed.stream) {
+                auto first = std::make_shared<bool>(true);
+                const bool include_usage = parsed.include_usage;
+                res.set_chunked_content_provider(
+                    "text/event-stream",
+                    [stream, state, first, finished, include_usage](size_t, httplib::DataSink& sink) {
+                        auto event = stream->pop(kPoll);
+                        if (!event) return sink.is_writable();
+                        if (!event->error.empty()) {
+                            const std::string data = "data: " + json{{"error", {{"message", event->error}, {"type", "server_error"}}}}.dump() + "\n\n";
+                            sink.write(data.data(), data.size());
+                            *finished = true;
+                            sink.done();
+                            return true;
+                        }
+                        state->absorb(*event);
+                        if (event->text.empty() && !event->done && !state->want_logprobs) return true;
+                        std::string data = "data: " + state->chunk(*event, *first).dump() + "\n\n";
+                        *first = false;
+                        if (event->done) {
+                            if (include_usage)
+                                data += "data: " + json{{"id", state->id}, {"object", "chat.completion.chunk"},
+                                                        {"created", state->created}, {"model", state->model},
+                                                        {"choices", json::array()}, {"usage", state->usage()}}.dump() + "\n\n";
+                            data += "data: [DONE]\n\n";
+                        }
+                        if (!sink.write(data.data(), data.size())) return false;
+                        if (event->done) {
+                            *finished = true;
+                            sink.done();
+                        }
+                        return true;
+                    },
+                    on_release);
+            } else {
+                auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+                const auto heartbeat = std::chrono::milliseconds(options_.heartbeat_ms);
+                res.set_chunked_content_provider(
+                    "application/json",
+                    [stream, state, finished, last_write, heartbeat](size_t, httplib::DataSink& sink) {
+                        if (auto event = stream->pop(kPoll)) {
+                            std::string data;
+                            if (!event->error.empty()) {
+                                data = json{{"error", {{"message", event->error}, {"type", "server_error"}}}}.dump();
+                            } else {
+                                state->absorb(*event);
+                                if (event->done) data = state->body().dump();
+                            }
+                            if (!data.empty()) {
+                                if (!sink.write(data.data(), data.size())) return false;
+                                *finished = true;
+                                sink.done();
+                                return true;
+                            }
+                        }
+                        if (std::chrono::steady_clock::now() - *last_write < heartbeat) return true;
+                        *last_write = std::chrono::steady_clock::now();
+                        return sink.write(" ", 1);
+                    },
+                    on_release);
+            }
+        };
+    };
+    http.Post("/v1/completions", with_engine(generate(Api::Completions)));
+    http.Post("/v1/chat/completions", with_engine(generate(Api::Chat)));
+
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+        if (res.status == 404 && res.body.empty()) send_error(res, 404, "no such endpoint", "not_found_error");
+    });
+}
+
+}  // namespace anvil::engine
