@@ -80,6 +80,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     batch_.sequence.reserve(size_t(options.max_batch_tokens));
     batch_.block_tables.reserve(size_t(options.max_seqs));
     batch_.logit_tokens.reserve(size_t(options.max_seqs));
+    sampled_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
     spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
                  "tokens",
@@ -117,7 +118,9 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
     auto active = std::make_unique<Active>(Active{Sequence{}, std::move(params), Rng(0), stream, StreamDecoder(tokenizer_), {}, 0});
     active->sequence.tokens = std::move(prompt);
     active->sequence.prompt_tokens = n;
+    // Reserved whole, so that decoding never grows them.
     active->sequence.tokens.reserve(size_t(options_.max_context));
+    active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1)));
     {
         std::lock_guard<std::mutex> lock(mutex_);
         active->sequence.id = ++next_id_;
@@ -278,11 +281,10 @@ void Engine::step() {
 
     // Copy out what the sampling needs before finishing sequences changes the plan's owners.
     int row = 0;
-    std::vector<std::pair<uint64_t, int>> sampled;  // (sequence id, logits row)
-    sampled.reserve(plan.size());
+    sampled_.clear();
     for (const auto& c : plan)
-        if (c.logits) sampled.emplace_back(c.sequence->id, row++);
-    for (const auto& [id, logits_row] : sampled) {
+        if (c.logits) sampled_.emplace_back(c.sequence->id, row++);
+    for (const auto& [id, logits_row] : sampled_) {
         auto it = active_.find(id);
         if (it == active_.end()) continue;
         Active& active = *it->second;

@@ -86,6 +86,7 @@ private:
     std::vector<int32_t> stop_ids_;
     SamplerScratch sampler_scratch_;
     Batch batch_;
+    std::vector<std::pair<uint64_t, int>> sampled_;  // (sequence id, logits row) of this step
 
     std::mutex mutex_;  // guards incoming_ and stopping_
     std::condition_variable wake_;

@@ -1,0 +1,253 @@
+// Every kernel against a plain double-precision reference, at every instruction-set level this
+// processor offers; and the batch-invariance the deterministic serving rests on.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
+#include "kernels/cpu_features.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/ops.hpp"
+
+using namespace anvil::kernels;
+
+namespace {
+
+std::vector<Isa> available_isas() {
+    std::vector<Isa> isas = {Isa::Reference};
+    if (cpu_features().avx2_fma) isas.push_back(Isa::Avx2);
+    if (cpu_features().avx512) isas.push_back(Isa::Avx512);
+    return isas;
+}
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float spread = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-spread, spread);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    return v;
+}
+
+// A matrix of one type with its exact values as doubles, for the reference product.
+struct TestMatrix {
+    WeightMatrix view;
+    std::vector<float> f32;
+    std::vector<uint16_t> bf16;
+    std::vector<int8_t> q8;
+    std::vector<float> scales;
+    std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
+};
+
+TestMatrix make_matrix(WeightType type, int rows, int cols, uint32_t seed) {
+    TestMatrix m;
+    const auto values = random_vector(size_t(rows) * cols, seed);
+    m.exact.resize(values.size());
+    m.view = {type, rows, cols, nullptr, nullptr};
+    switch (type) {
+        case WeightType::F32:
+            m.f32 = values;
+            m.view.data = m.f32.data();
+            break;
+        case WeightType::BF16:
+            m.bf16.resize(values.size());
+            detail::f32_to_bf16_scalar(values.data(), m.bf16.data(), values.size());
+            m.view.data = m.bf16.data();
+            break;
+        case WeightType::Q8:
+            m.q8.resize(values.size());
+            m.scales.resize(values.size() / kQ8Group);
+            for (int r = 0; r < rows; ++r)
+                quantize_q8_row(&values[size_t(r) * cols], cols, &m.q8[size_t(r) * cols], &m.scales[size_t(r) * cols / kQ8Group]);
+            m.view.data = m.q8.data();
+            m.view.scales = m.scales.data();
+            break;
+    }
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+        dequantize_row(m.view, r, row.data());
+        for (int k = 0; k < cols; ++k) m.exact[size_t(r) * cols + k] = row[size_t(k)];
+    }
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("matrix products match the double-precision reference for every format, shape and ISA", "[kernels]") {
+    struct Shape {
+        int rows, cols;
+    };
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+        const std::vector<Shape> shapes = type == WeightType::Q8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
+                                                                 : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
+        for (const Shape& shape : shapes) {
+            const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
+            for (int tokens : {1, 3, 6, 70}) {
+                const auto x = random_vector(size_t(tokens) * shape.cols, uint32_t(tokens));
+                for (Isa isa : available_isas()) {
+                    INFO(weight_type_name(type) << " " << shape.rows << "x" << shape.cols << ", " << tokens << " tokens, "
+                                                << isa_name(isa));
+                    std::vector<float> y(size_t(tokens) * shape.rows, NAN);
+                    matmul_with(isa, m.view, x.data(), tokens, y.data());
+                    double worst = 0;
+                    for (int t = 0; t < tokens; ++t)
+                        for (int r = 0; r < shape.rows; ++r) {
+                            double exact = 0, magnitude = 0;
+                            for (int k = 0; k < shape.cols; ++k) {
+                                const double p = m.exact[size_t(r) * shape.cols + k] * x[size_t(t) * shape.cols + k];
+                                exact += p;
+                                magnitude += std::fabs(p);
+                            }
+                            worst = std::max(worst, std::fabs(y[size_t(t) * shape.rows + r] - exact) / (magnitude + 1e-30));
+                        }
+                    CHECK(worst < 2e-6);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
+    const int saved = omp_get_max_threads();
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+        const TestMatrix m = make_matrix(type, 61, 160, 7);
+        const int tokens = 71;
+        const auto x = random_vector(size_t(tokens) * 160, 3);
+        for (Isa isa : available_isas()) {
+            INFO(weight_type_name(type) << " " << isa_name(isa));
+            omp_set_num_threads(2);
+            std::vector<float> batched(size_t(tokens) * 61);
+            matmul_with(isa, m.view, x.data(), tokens, batched.data());
+            omp_set_num_threads(1);
+            bool identical = true;
+            for (int t = 0; t < tokens; ++t) {
+                std::vector<float> alone(61);
+                matmul_with(isa, m.view, &x[size_t(t) * 160], 1, alone.data());
+                identical = identical && std::equal(alone.begin(), alone.end(), batched.begin() + long(t) * 61);
+            }
+            CHECK(identical);
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST_CASE("f32 to bf16 rounds to nearest even, in software and with AVX-512 BF16 alike", "[kernels]") {
+    CHECK(f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(f32_to_bf16(bf16_to_f32(0x3f80) + std::ldexp(1.0f, -8)) == 0x3f80);    // a tie rounds to even (down)
+    CHECK(f32_to_bf16(bf16_to_f32(0x3f81) + std::ldexp(1.0f, -8)) == 0x3f82);    // a tie rounds to even (up)
+    CHECK(f32_to_bf16(bf16_to_f32(0x3f80) + std::ldexp(1.0f, -7) * 0.75f) == 0x3f81);
+    CHECK(f32_to_bf16(-2.5f) == 0xc020);
+    CHECK(f32_to_bf16(INFINITY) == 0x7f80);
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    CHECK(f32_to_bf16(1e-40f) == 0);  // subnormal flushes
+    if (!cpu_features().avx512_bf16) {
+        WARN("this processor lacks AVX-512 BF16; only the software conversion was checked");
+        return;
+    }
+    auto values = random_vector(4099, 5, 1000.0f);
+    values.push_back(1e-40f);
+    values.push_back(-1e-39f);
+    values.push_back(INFINITY);
+    values.push_back(-0.0f);
+    for (uint32_t bits = 0x3f800000; bits < 0x3f800000 + 4096; bits += 3) {  // exact ties and neighbours
+        float f;
+        std::memcpy(&f, &bits, 4);
+        values.push_back(f);
+    }
+    std::vector<uint16_t> software(values.size()), hardware(values.size());
+    detail::f32_to_bf16_scalar(values.data(), software.data(), values.size());
+    detail::f32_to_bf16_avx512bf16(values.data(), hardware.data(), values.size());
+    CHECK(software == hardware);
+}
+
+TEST_CASE("f16 widens exactly and q8 quantizes within half a step", "[kernels]") {
+    CHECK(f16_to_f32(0x3c00) == 1.0f);
+    CHECK(f16_to_f32(0xc000) == -2.0f);
+    CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+    CHECK(f16_to_f32(0x7bff) == 65504.0f);
+    CHECK(std::isinf(f16_to_f32(0x7c00)));
+    const auto row = random_vector(256, 9, 3.0f);
+    std::vector<int8_t> q(256);
+    std::vector<float> scales(256 / kQ8Group);
+    quantize_q8_row(row.data(), 256, q.data(), scales.data());
+    for (int k = 0; k < 256; ++k) CHECK(std::fabs(q[size_t(k)] * scales[size_t(k / kQ8Group)] - row[size_t(k)]) <= scales[size_t(k / kQ8Group)] * 0.5f + 1e-7f);
+    std::vector<float> zeros(32, 0.0f);
+    quantize_q8_row(zeros.data(), 32, q.data(), scales.data());
+    CHECK(scales[0] == 0.0f);
+    CHECK(q[0] == 0);
+}
+
+TEST_CASE("rmsnorm, rope, softmax and silu match their definitions", "[kernels]") {
+    const int n = 67;
+    const auto x = random_vector(n, 1, 2.0f);
+    const auto w = random_vector(n, 2, 1.5f);
+    std::vector<float> out(n);
+    rmsnorm(out.data(), x.data(), w.data(), n, 1e-5f);
+    double mean_square = 0;
+    for (float v : x) mean_square += double(v) * v;
+    mean_square /= n;
+    for (int i = 0; i < n; ++i) CHECK(out[size_t(i)] == Approx(x[size_t(i)] / std::sqrt(mean_square + 1e-5) * w[size_t(i)]).epsilon(1e-5));
+
+    const int heads = 3, hd = 8;
+    auto v = random_vector(heads * hd, 3);
+    const auto before = v;
+    std::vector<float> cos(hd / 2), sin(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) cos[size_t(i)] = std::cos(0.3f * (i + 1)), sin[size_t(i)] = std::sin(0.3f * (i + 1));
+    rope(v.data(), heads, hd, cos.data(), sin.data());
+    for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+            const double a = before[size_t(h * hd + i)], b = before[size_t(h * hd + i + hd / 2)];
+            CHECK(v[size_t(h * hd + i)] == Approx(a * cos[size_t(i)] - b * sin[size_t(i)]).margin(1e-6));
+            CHECK(v[size_t(h * hd + i + hd / 2)] == Approx(b * cos[size_t(i)] + a * sin[size_t(i)]).margin(1e-6));
+        }
+
+    std::vector<float> s = {1000.0f, 999.0f, -5.0f, 0.0f};
+    softmax(s.data(), 4);
+    const double total = 1 + std::exp(-1.0) + std::exp(-1005.0) + std::exp(-1000.0);
+    CHECK(s[0] == Approx(1 / total));
+    CHECK(s[1] == Approx(std::exp(-1.0) / total));
+    CHECK(s[2] == Approx(0).margin(1e-30));
+
+    std::vector<float> gate = {-3.0f, 0.0f, 2.0f}, up = {2.0f, 5.0f, -1.0f};
+    silu_mul(gate.data(), up.data(), 3);
+    CHECK(gate[0] == Approx(-3.0 / (1 + std::exp(3.0)) * 2.0));
+    CHECK(gate[1] == 0.0f);
+    CHECK(gate[2] == Approx(2.0 / (1 + std::exp(-2.0)) * -1.0));
+}
+
+TEST_CASE("paged attention matches contiguous double-precision attention, f32 and bf16 caches", "[kernels]") {
+    const int kv_heads = 2, hd = 16, block = 4, positions = 23;
+    const auto keys = random_vector(size_t(positions) * kv_heads * hd, 11);
+    const auto values = random_vector(size_t(positions) * kv_heads * hd, 12);
+    const auto q = random_vector(hd, 13);
+    // Blocks in scrambled order in a larger pool.
+    const std::vector<int32_t> table = {5, 1, 7, 0, 3, 6};
+    const int pool = 8;
+    std::vector<float> k_pool(size_t(pool) * block * kv_heads * hd, NAN), v_pool(k_pool.size(), NAN);
+    for (int p = 0; p < positions; ++p)
+        for (int i = 0; i < kv_heads * hd; ++i) {
+            const size_t slot = (size_t(table[size_t(p / block)]) * block + size_t(p % block)) * kv_heads * hd + size_t(i);
+            k_pool[slot] = keys[size_t(p) * kv_heads * hd + size_t(i)];
+            v_pool[slot] = values[size_t(p) * kv_heads * hd + size_t(i)];
+        }
+    std::vector<uint16_t> k16(k_pool.size()), v16(v_pool.size());
+    detail::f32_to_bf16_scalar(k_pool.data(), k16.data(), k16.size());
+    detail::f32_to_bf16_scalar(v_pool.data(), v16.data(), v16.size());
+    for (int first : {0, 9}) {
+        const int count = positions - first;
+        std::vector<float> expected(hd), got(hd), scores(positions);
+        for (int head = 0; head < kv_heads; ++head) {
+            attention_reference(q.data(), keys.data(), values.data(), kv_heads, hd, head, first, count, 0.25f, expected.data());
+            attention(q.data(), PagedKv{KvType::F32, k_pool.data(), v_pool.data(), block, kv_heads, hd}, head, table.data(),
+                      first, count, 0.25f, scores.data(), got.data());
+            for (int i = 0; i < hd; ++i) CHECK(got[size_t(i)] == Approx(expected[size_t(i)]).margin(1e-5));
+            attention(q.data(), PagedKv{KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd}, head, table.data(), first,
+                      count, 0.25f, scores.data(), got.data());
+            for (int i = 0; i < hd; ++i) CHECK(got[size_t(i)] == Approx(expected[size_t(i)]).margin(2e-2));
+        }
+    }
+}
