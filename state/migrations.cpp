@@ -138,12 +138,21 @@ CREATE INDEX recipes_by_hardware ON recipes(hardware_id, id);
 CREATE INDEX recipes_by_verdict ON recipes(verdict, id);
 )sql";
 
+// Version 3: substring search over recipe ids and descriptions through a trigram index keyed by the
+// recipes table's rowid, so that
+// `?q=` does not scan every description (measured: 16 ms over 10,000 recipes before, see bench_state).
+constexpr std::string_view kVersion3 = R"sql(
+CREATE VIRTUAL TABLE recipe_search USING fts5(text, tokenize = 'trigram');
+INSERT INTO recipe_search (rowid, text) SELECT rowid, search_text FROM recipes;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
     static const std::vector<Migration> all{
         {1, "ledger: sources, recipes, revisions, evidence, verdicts, transitions", kVersion1},
         {2, "engines, events, listing indexes", kVersion2},
+        {3, "trigram search over recipe ids and descriptions", kVersion3},
     };
     return all;
 }

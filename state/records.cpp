@@ -16,6 +16,15 @@ std::string_view to_string(GateResult r) {
     return "unknown";
 }
 
+std::optional<FeedCursor> FeedCursor::parse(const std::string& text) {
+    auto dot = text.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == text.size()) return std::nullopt;
+    auto digits = [](const std::string& s) { return s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos; };
+    const std::string a = text.substr(0, dot), b = text.substr(dot + 1);
+    if (!digits(a) || !digits(b)) return std::nullopt;
+    return FeedCursor{std::stoll(a), std::stoll(b)};
+}
+
 std::string now_iso8601() {
     using namespace std::chrono;
     const auto now = system_clock::now();

@@ -104,9 +104,19 @@ struct EngineRow {
     std::optional<std::int64_t> exit_code;
 };
 
-struct EventRow {
-    Id id = 0;
-    std::string kind;
+// A position in the event feed. Transitions are events too, but they live only in the ledger (one
+// row each, not two); the feed merges them with the events table, so its cursor is the pair of
+// high-water marks, written "<transition id>.<event id>".
+struct FeedCursor {
+    Id transition = 0;
+    Id event = 0;
+    std::string str() const { return std::to_string(transition) + "." + std::to_string(event); }
+    static std::optional<FeedCursor> parse(const std::string& text);
+};
+
+struct FeedItem {
+    FeedCursor cursor;  // pass it back to read what came after this item
+    std::string kind;   // "transition", or the event's own kind
     std::string subject;
     std::string message;
     nlohmann::json data;

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string ids_json(const std::vector<Id>& ids) { return json(ids).dump(); }
+std::string ids_json(const std::vector<Id>& ids) { return ids.empty() ? "[]" : json(ids).dump(); }
 std::vector<Id> parse_ids(const std::string& text) { return json::parse(text).get<std::vector<Id>>(); }
 std::vector<std::string> parse_strings(const std::string& text) { return json::parse(text).get<std::vector<std::string>>(); }
 
@@ -109,7 +109,10 @@ struct Store::Impl {
 
     // ---- pieces of write transactions; the caller holds the transaction ----
 
-    Id insert_transition(Id revision_id, std::optional<Status> from, const TransitionRequest& r) {
+    // The ledger row, the status cache and the recipe summary: three writes, one transaction (the
+    // caller's). Every lookup goes through a primary key.
+    Id insert_transition(Id revision_id, const std::string& recipe_id, const std::string& slot, std::optional<Status> from,
+                         const TransitionRequest& r) {
         auto& insert = w("INSERT INTO transitions (revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, commit_id, actor, created_at) "
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
         insert.bind(1, revision_id);
@@ -120,29 +123,20 @@ struct Store::Impl {
         insert.run();
         const Id transition_id = writer->conn.last_insert_id();
 
-        auto& status = w("INSERT INTO revision_status (revision_id, status, serving_slot, last_transition_id) "
-                         "SELECT ?1, ?2, serving_slot, ?3 FROM recipe_revisions WHERE id = ?1 "
-                         "ON CONFLICT (revision_id) DO UPDATE SET status = excluded.status, last_transition_id = excluded.last_transition_id");
+        auto& status = from ? w("UPDATE revision_status SET status = ?2, last_transition_id = ?3 WHERE revision_id = ?1")
+                            : w("INSERT INTO revision_status (revision_id, status, last_transition_id, serving_slot) VALUES (?1, ?2, ?3, ?4)");
         status.bind(1, revision_id).bind(2, to_string(r.to)).bind(3, transition_id);
+        if (!from) status.bind(4, slot);
         try {
             status.run();
         } catch (const StoreError& e) {
             if (e.sqlite_code == SQLITE_CONSTRAINT)
-                throw TransitionRefused("slot guard: the serving slot already has a promoted revision; promote() retires it in the same transaction");
+                throw TransitionRefused("slot guard: serving slot '" + slot + "' already has a promoted revision; promote() retires it in the same transaction");
             throw;
         }
-        auto& summary = w("UPDATE recipes SET status = ?2 WHERE latest_revision_id = ?1");
-        summary.bind(1, revision_id).bind(2, to_string(r.to));
+        auto& summary = w("UPDATE recipes SET status = ?3 WHERE id = ?1 AND latest_revision_id = ?2");
+        summary.bind(1, recipe_id).bind(2, revision_id).bind(3, to_string(r.to));
         summary.run();
-        auto& event = w("INSERT INTO events (kind, subject, message, data, created_at) "
-                        "SELECT 'transition', recipe_id, ?2, ?3, ?4 FROM recipe_revisions WHERE id = ?1");
-        json data = {{"revision_id", revision_id}, {"transition_id", transition_id}, {"from", from ? json(to_string(*from)) : json()},
-                     {"to", to_string(r.to)}, {"actor", r.actor}};
-        event.bind(1, revision_id)
-            .bind(2, std::string(from ? to_string(*from) : "(new)") + " → " + std::string(to_string(r.to)) + ": " + r.reason)
-            .bind(3, data.dump())
-            .bind(4, now_iso8601());
-        event.run();
         return transition_id;
     }
 
@@ -168,14 +162,16 @@ struct Store::Impl {
     }
 
     Id guarded_transition(const TransitionRequest& r) {
-        auto& rev = w("SELECT r.pinned, r.unpinned_reasons, s.status FROM recipe_revisions r "
+        auto& rev = w("SELECT r.pinned, r.unpinned_reasons, s.status, r.recipe_id, r.serving_slot FROM recipe_revisions r "
                       "LEFT JOIN revision_status s ON s.revision_id = r.id WHERE r.id = ?");
         rev.bind(1, r.revision_id);
         if (!rev.step()) throw TransitionRefused("revision guard: revision " + std::to_string(r.revision_id) + " does not exist");
         TransitionFacts facts;
         facts.pinned = rev.integer(0) == 1;
-        facts.unpinned_reasons = parse_strings(rev.text(1));
+        const std::string reasons = rev.text(1);
+        if (reasons != "[]") facts.unpinned_reasons = parse_strings(reasons);
         if (!rev.is_null(2)) facts.from = status_from(rev.text(2));
+        const std::string recipe_id = rev.text(3), slot = rev.text(4);
         rev.reset();
         facts.to = r.to;
         facts.reason = r.reason;
@@ -184,7 +180,63 @@ struct Store::Impl {
         if (r.to == Status::validated || r.to == Status::promoted) facts.hard_gates_passed_locally = gates_passed_locally(r.revision_id);
         if (auto refusal = refuse_transition(facts))
             throw TransitionRefused("revision " + std::to_string(r.revision_id) + ": " + *refusal);
-        return insert_transition(r.revision_id, facts.from, r);
+        return insert_transition(r.revision_id, recipe_id, slot, facts.from, r);
+    }
+
+    Store::Ingested ingest(Id source_id, const registry::Document& doc, const std::string& actor) {
+        const auto* recipe = doc.recipe();
+        auto& existing = w("SELECT id FROM recipe_revisions WHERE recipe_id = ? AND sha256 = ?");
+        existing.bind(1, recipe->id).bind(2, doc.provenance.sha256);
+        if (existing.step()) {
+            Store::Ingested out{existing.integer(0), false};
+            existing.reset();
+            return out;
+        }
+        existing.reset();
+        const std::string now = now_iso8601();
+        auto& recipe_row = w("INSERT INTO recipes (id, first_seen_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING");
+        recipe_row.bind(1, recipe->id).bind(2, now);
+        recipe_row.run();
+
+        std::string slot = "default";
+        if (auto it = doc.raw.find("serving"); it != doc.raw.end() && it->is_object() && it->contains("slot") && (*it)["slot"].is_string())
+            slot = (*it)["slot"].get<std::string>();
+        auto& insert = w("INSERT INTO recipe_revisions (recipe_id, sha256, source_id, commit_id, path, blob_id, engine, hardware_id, "
+                         "launch_kind, serving_slot, pinned, unpinned_reasons, document, created_at) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        insert.bind(1, recipe->id).bind(2, doc.provenance.sha256);
+        if (source_id > 0) insert.bind(3, source_id);
+        else insert.bind_null(3);
+        insert.bind(4, doc.provenance.commit).bind(5, doc.provenance.path).bind(6, doc.provenance.blob_id);
+        insert.bind(7, recipe->engine_name).bind(8, recipe->hardware_id).bind(9, recipe->launch.kind).bind(10, slot);
+        insert.bind(11, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(12, json(doc.pins.unpinned_reasons).dump());
+        insert.bind(13, doc.to_json().dump()).bind(14, now);
+        insert.run();
+        const Id revision_id = writer->conn.last_insert_id();
+
+        auto& summary = w("UPDATE recipes SET latest_revision_id = ?2, engine = ?3, hardware_id = ?4, pinned = ?5, verdict = NULL, "
+                          "search_text = ?6 WHERE id = ?1");
+        summary.bind(1, recipe->id).bind(2, revision_id).bind(3, recipe->engine_name).bind(4, recipe->hardware_id);
+        summary.bind(5, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(6, lower(recipe->id + "\n" + recipe->description));
+        summary.run();
+        auto& unindex = w("DELETE FROM recipe_search WHERE rowid = (SELECT rowid FROM recipes WHERE id = ?)");
+        unindex.bind(1, recipe->id);
+        unindex.run();
+        auto& index = w("INSERT INTO recipe_search (rowid, text) SELECT rowid, search_text FROM recipes WHERE id = ?");
+        index.bind(1, recipe->id);
+        index.run();
+
+        TransitionRequest first;
+        first.revision_id = revision_id;
+        first.to = Status::candidate;
+        first.reason = "new revision from " + doc.provenance.path +
+                       (doc.provenance.commit.empty() ? std::string() : " at commit " + doc.provenance.commit.substr(0, 12));
+        first.actor = actor;
+        if (!doc.provenance.commit.empty()) first.commit_id = doc.provenance.commit;
+        TransitionFacts facts{std::nullopt, Status::candidate, first.reason, actor, false, {}, {}, {}};
+        if (auto refusal = refuse_transition(facts)) throw TransitionRefused(*refusal);
+        insert_transition(revision_id, recipe->id, slot, std::nullopt, first);
+        return {revision_id, true};
     }
 
     RevisionRow read_revision(Statement& s) const {
@@ -313,60 +365,23 @@ Id Store::record_sync(Id source_id, const registry::SyncReport& report) {
 }
 
 Store::Ingested Store::ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor) {
+    return ingest_revisions(source_id, {&doc}, actor).front();
+}
+
+std::vector<Store::Ingested> Store::ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
+                                                     const std::string& actor) {
     require_writable(write_error_);
-    const auto* recipe = doc.recipe();
-    if (!recipe || !doc.valid())
-        throw StoreError("only valid recipe documents become revisions (" + doc.provenance.path + " is not one)");
+    for (const auto* doc : docs) {
+        if (!doc->recipe() || !doc->valid())
+            throw StoreError("only valid recipe documents become revisions (" + doc->provenance.path + " is not one)");
+    }
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
-    auto& existing = impl_->w("SELECT id FROM recipe_revisions WHERE recipe_id = ? AND sha256 = ?");
-    existing.bind(1, recipe->id).bind(2, doc.provenance.sha256);
-    if (existing.step()) {
-        Ingested out{existing.integer(0), false};
-        existing.reset();
-        tx.commit();
-        return out;
-    }
-    existing.reset();
-    const std::string now = now_iso8601();
-    auto& recipe_row = impl_->w("INSERT INTO recipes (id, first_seen_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING");
-    recipe_row.bind(1, recipe->id).bind(2, now);
-    recipe_row.run();
-
-    std::string slot = "default";
-    if (auto it = doc.raw.find("serving"); it != doc.raw.end() && it->is_object() && it->contains("slot") && (*it)["slot"].is_string())
-        slot = (*it)["slot"].get<std::string>();
-    auto& insert = impl_->w("INSERT INTO recipe_revisions (recipe_id, sha256, source_id, commit_id, path, blob_id, engine, hardware_id, "
-                            "launch_kind, serving_slot, pinned, unpinned_reasons, document, created_at) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    insert.bind(1, recipe->id).bind(2, doc.provenance.sha256);
-    if (source_id > 0) insert.bind(3, source_id);
-    else insert.bind_null(3);
-    insert.bind(4, doc.provenance.commit).bind(5, doc.provenance.path).bind(6, doc.provenance.blob_id);
-    insert.bind(7, recipe->engine_name).bind(8, recipe->hardware_id).bind(9, recipe->launch.kind).bind(10, slot);
-    insert.bind(11, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(12, json(doc.pins.unpinned_reasons).dump());
-    insert.bind(13, doc.to_json().dump()).bind(14, now);
-    insert.run();
-    const Id revision_id = impl_->writer->conn.last_insert_id();
-
-    auto& summary = impl_->w("UPDATE recipes SET latest_revision_id = ?2, engine = ?3, hardware_id = ?4, pinned = ?5, verdict = NULL, "
-                             "search_text = ?6 WHERE id = ?1");
-    summary.bind(1, recipe->id).bind(2, revision_id).bind(3, recipe->engine_name).bind(4, recipe->hardware_id);
-    summary.bind(5, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(6, lower(recipe->id + "\n" + recipe->description));
-    summary.run();
-
-    TransitionRequest first;
-    first.revision_id = revision_id;
-    first.to = Status::candidate;
-    first.reason = "new revision from " + doc.provenance.path +
-                   (doc.provenance.commit.empty() ? std::string() : " at commit " + doc.provenance.commit.substr(0, 12));
-    first.actor = actor;
-    if (!doc.provenance.commit.empty()) first.commit_id = doc.provenance.commit;
-    TransitionFacts facts{std::nullopt, Status::candidate, first.reason, actor, false, {}, {}, {}};
-    if (auto refusal = refuse_transition(facts)) throw TransitionRefused(*refusal);
-    impl_->insert_transition(revision_id, std::nullopt, first);
+    std::vector<Ingested> out;
+    out.reserve(docs.size());
+    for (const auto* doc : docs) out.push_back(impl_->ingest(source_id, *doc, actor));
     tx.commit();
-    return {revision_id, true};
+    return out;
 }
 
 Id Store::add_evidence(const EvidenceRow& row) {
@@ -399,7 +414,8 @@ Id Store::add_verdict(const VerdictRow& row) {
     insert.run();
     Id id = impl_->writer->conn.last_insert_id();
     if (row.gate == "feasibility") {
-        auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE latest_revision_id = ?1");
+        auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE id = (SELECT recipe_id FROM recipe_revisions WHERE id = ?1) "
+                                 "AND latest_revision_id = ?1");
         summary.bind(1, row.revision_id).bind(2, row.verdict_class.value_or(std::string(to_string(row.result))));
         summary.run();
     }
@@ -503,7 +519,16 @@ RecipePage Store::list_recipes(const RecipeFilter& f) const {
     if (f.hardware) add(" AND hardware_id = ?", *f.hardware);
     if (f.pinned) add(" AND pinned = ?", static_cast<std::int64_t>(*f.pinned ? 1 : 0));
     if (f.verdict) add(" AND verdict = ?", *f.verdict);
-    if (f.text) add(" AND instr(search_text, ?) > 0", lower(*f.text));
+    if (f.text) {
+        // GLOB rather than LIKE … ESCAPE: the trigram index serves GLOB, and LIKE only without
+        // ESCAPE. Metacharacters in the term are bracketed so the text is matched literally.
+        std::string term;
+        for (char c : lower(*f.text)) {
+            if (c == '*' || c == '?' || c == '[') term += std::string("[") + c + "]";
+            else term += c;
+        }
+        add(" AND rowid IN (SELECT rowid FROM recipe_search WHERE text GLOB ?)", "*" + term + "*");
+    }
 
     auto r = impl_->reader();
     RecipePage page;
@@ -642,13 +667,51 @@ std::vector<EngineRow> Store::running_engines() const {
     return out;
 }
 
-std::vector<EventRow> Store::events_since(Id cursor, int limit) const {
+std::vector<FeedItem> Store::feed_since(FeedCursor after, int limit) const {
+    limit = std::clamp(limit, 1, 1000);
     auto r = impl_->reader();
-    auto& s = r.prepare("SELECT id, kind, subject, message, data, created_at FROM events WHERE id > ? ORDER BY id LIMIT ?");
-    s.bind(1, cursor).bind(2, static_cast<std::int64_t>(std::clamp(limit, 1, 1000)));
-    std::vector<EventRow> out;
-    while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.text(3), json::parse(s.text(4)), s.text(5)});
-    s.reset();
+    std::vector<FeedItem> transitions, events;
+    auto& t = r.prepare("SELECT t.id, r.recipe_id, t.revision_id, t.from_status, t.to_status, t.reason, t.actor, t.created_at "
+                        "FROM transitions t JOIN recipe_revisions r ON r.id = t.revision_id WHERE t.id > ? ORDER BY t.id LIMIT ?");
+    t.bind(1, after.transition).bind(2, static_cast<std::int64_t>(limit));
+    while (t.step()) {
+        FeedItem item;
+        item.cursor.transition = t.integer(0);
+        item.kind = "transition";
+        item.subject = t.text(1);
+        const std::string from = t.optional_text(3).value_or("(new)");
+        item.message = from + " → " + t.text(4) + ": " + t.text(5);
+        item.data = {{"transition_id", t.integer(0)}, {"revision_id", t.integer(2)}, {"from", t.is_null(3) ? json() : json(t.text(3))},
+                     {"to", t.text(4)}, {"actor", t.text(6)}};
+        item.created_at = t.text(7);
+        transitions.push_back(std::move(item));
+    }
+    t.reset();
+    auto& e = r.prepare("SELECT id, kind, subject, message, data, created_at FROM events WHERE id > ? ORDER BY id LIMIT ?");
+    e.bind(1, after.event).bind(2, static_cast<std::int64_t>(limit));
+    while (e.step()) {
+        FeedItem item;
+        item.cursor.event = e.integer(0);
+        item.kind = e.text(1);
+        item.subject = e.text(2);
+        item.message = e.text(3);
+        item.data = json::parse(e.text(4));
+        item.created_at = e.text(5);
+        events.push_back(std::move(item));
+    }
+    e.reset();
+    // Merge by time; each item's cursor is the pair of high-water marks once it has been read.
+    std::vector<FeedItem> out;
+    FeedCursor mark = after;
+    std::size_t i = 0, j = 0;
+    while (out.size() < static_cast<std::size_t>(limit) && (i < transitions.size() || j < events.size())) {
+        const bool take_transition = j >= events.size() || (i < transitions.size() && transitions[i].created_at <= events[j].created_at);
+        FeedItem item = take_transition ? std::move(transitions[i++]) : std::move(events[j++]);
+        if (take_transition) mark.transition = item.cursor.transition;
+        else mark.event = item.cursor.event;
+        item.cursor = mark;
+        out.push_back(std::move(item));
+    }
     return out;
 }
 

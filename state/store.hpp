@@ -51,6 +51,9 @@ public:
     // Records a valid recipe document as a revision (a new one starts as `candidate`; a new
     // revision of a promoted recipe does not inherit its status).
     Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
+    // Every document of one registry commit in one transaction: the commit lands whole or not at all.
+    std::vector<Ingested> ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
+                                           const std::string& actor = "reconciler");
     Id add_evidence(const EvidenceRow& row);
     Id add_verdict(const VerdictRow& row);
     // Guarded; throws TransitionRefused naming the guard that failed.
@@ -79,7 +82,8 @@ public:
     std::optional<RevisionRow> revision(Id revision_id) const;
     std::optional<RevisionRow> current_default(const std::string& slot = "default") const;
     std::vector<EngineRow> running_engines() const;
-    std::vector<EventRow> events_since(Id cursor, int limit = 100) const;
+    // Transitions and other events, oldest first, after `cursor` (see FeedCursor).
+    std::vector<FeedItem> feed_since(FeedCursor cursor, int limit = 100) const;
     std::vector<TransitionRow> transitions_since(Id cursor, int limit = 1000) const;
     std::optional<Status> status_of(Id revision_id) const;
     // The status cache, and the same thing recomputed from the transition ledger alone.

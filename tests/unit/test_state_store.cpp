@@ -285,6 +285,10 @@ TEST_CASE("recipes are listed with filters and stable pagination", "[state][quer
     auto found = store.list_recipes(text);
     REQUIRE(found.total == 1);
     CHECK(found.items[0].id == "recipe-07");
+    text.text = "recipe-1";  // ids are searched too: recipe-10 … recipe-19
+    CHECK(store.list_recipes(text).total == 10);
+    text.text = "*";  // metacharacters are matched literally
+    CHECK(store.list_recipes(text).total == 0);
     RecipeFilter hardware;
     hardware.hardware = "rtx-pro-6000-blackwell-96gb";
     hardware.status = "candidate";
@@ -335,15 +339,27 @@ TEST_CASE("engines and events", "[state][queries]") {
     store.record_engine_stop(engine, 0);
     CHECK(store.running_engines().empty());
 
-    auto events = store.events_since(0);
-    REQUIRE_FALSE(events.empty());
-    CHECK(events[0].kind == "transition");
-    CHECK(events[0].subject == "r1");
-    Id cursor = events.back().id;
+    auto feed = store.feed_since({});
+    REQUIRE(feed.size() == 1);
+    CHECK(feed[0].kind == "transition");
+    CHECK(feed[0].subject == "r1");
+    CHECK(feed[0].data["to"] == "candidate");
+    const FeedCursor cursor = feed.back().cursor;
     store.append_event("sync", "registry", "fetched");
-    auto newer = store.events_since(cursor);
-    REQUIRE(newer.size() == 1);
+    store.transition(move(r, Status::rejected));
+    auto newer = store.feed_since(cursor);
+    REQUIRE(newer.size() == 2);
     CHECK(newer[0].message == "fetched");
+    CHECK(newer[1].kind == "transition");
+    CHECK(store.feed_since(newer.back().cursor).empty());
+    // The cursor travels as text through the API.
+    CHECK(FeedCursor::parse(newer[0].cursor.str())->event == newer[0].cursor.event);
+    CHECK_FALSE(FeedCursor::parse("12"));
+    CHECK_FALSE(FeedCursor::parse("a.b"));
+    // Paging through a limit returns everything exactly once.
+    auto first = store.feed_since({}, 1);
+    REQUIRE(first.size() == 1);
+    CHECK(store.feed_since(first[0].cursor, 10).size() == 2);
 }
 
 TEST_CASE("disk full: a clear error, and reads go on", "[state][failure]") {
