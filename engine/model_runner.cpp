@@ -81,6 +81,10 @@ void ModelRunner::forward(const Batch& batch) {
     const int block_size = options_.block_size;
 
     for (int i = 0; i < n; ++i) kernels::dequantize_row(weights_.embedding, batch.tokens[i], &x_[size_t(i) * dim]);
+    // Attention is spread over threads only when there is enough of it to pay for waking them.
+    constexpr double kParallelAttention = 1 << 16;
+    double attention_work = 0;
+    for (int i = 0; i < n; ++i) attention_work += double(batch.positions[i] + 1) * c.n_heads * hd;
 
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
@@ -90,7 +94,7 @@ void ModelRunner::forward(const Batch& batch) {
         kernels::matmul(w.wk, xb_.data(), n, k_.data());
         kernels::matmul(w.wv, xb_.data(), n, v_.data());
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > 1)
         for (int i = 0; i < n; ++i) {
             float* q = &q_[size_t(i) * q_dim];
             float* k = &k_[size_t(i) * kv_dim];
@@ -112,7 +116,7 @@ void ModelRunner::forward(const Batch& batch) {
         }
 
         const kernels::PagedKv kv = kv_.layer(l);
-#pragma omp parallel for schedule(dynamic, 1) collapse(2)
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (attention_work >= kParallelAttention)
         for (int i = 0; i < n; ++i)
             for (int h = 0; h < c.n_heads; ++h) {
                 const int position = batch.positions[i];

@@ -11,7 +11,8 @@ namespace anvil::kernels::detail {
 namespace {
 
 constexpr int kLanes = 16;
-constexpr int kTokenChunk = 64;  // tokens whose activations stay in L2 while the rows stream by
+constexpr int kTokenChunk = 64;            // tokens whose activations stay in L2 while the rows stream by
+constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thread does it all
 
 template <WeightType T>
 inline __m512 load_weights(const void* row, int k) {
@@ -106,11 +107,14 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
 template <WeightType T, int RT, int TT>
 void run(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
     const int row_tiles = (w.rows + RT - 1) / RT;
-#pragma omp parallel
+    // Small products are not worth waking the other threads for.
+    const bool parallel = double(w.rows) * w.cols * n_tokens >= kParallelWork;
+#pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
-        // Static and identical on every chunk: each thread keeps its rows, so no barrier is needed.
-#pragma omp for schedule(static) nowait
+        // Dynamic: a thread the OS preempts does not hold the others up. Chunks are independent,
+        // so no barrier between them.
+#pragma omp for schedule(dynamic, 8) nowait
         for (int rt = 0; rt < row_tiles; ++rt) {
             const int r0 = rt * RT;
             if (r0 + RT <= w.rows) {

@@ -52,6 +52,7 @@ public:
     httplib::Client client() const {
         httplib::Client c("127.0.0.1", port_);
         c.set_read_timeout(120, 0);
+        c.set_connection_timeout(30, 0);  // the shared CI machine can be slow to accept
         return c;
     }
     json post(const std::string& path, const json& body, int expected_status = 200) const {

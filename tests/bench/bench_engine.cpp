@@ -1,0 +1,216 @@
+// Engine speed on the `bench` model, each figure beside the baseline measured in the same run:
+// the machine's memory read bandwidth. Decode at batch 1 reads every weight once per token, so
+// bandwidth / bytes-per-token is the ceiling it is compared with.
+//
+// usage: bench_engine [--threads N] [--tokens N] [--keep DIR]   (default: all cores, 32 tokens)
+#include <omp.h>
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "engine/engine.hpp"
+#include "engine/make_model.hpp"
+#include "engine/model_runner.hpp"
+#include "engine/server.hpp"
+#include "kernels/cpu_features.hpp"
+#include "test_support.hpp"
+
+using namespace anvil::engine;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The 1-minute load average: on a shared machine, the context every figure needs.
+std::string load_average() {
+    std::FILE* f = std::fopen("/proc/loadavg", "r");
+    char text[64] = "?";
+    if (f) {
+        if (!std::fgets(text, sizeof text, f)) text[0] = '?';
+        std::fclose(f);
+    }
+    return std::string(text).substr(0, std::string(text).find(' '));
+}
+
+// Best of several passes summing 1 GiB with every thread: bytes read per second.
+double read_bandwidth() {
+    const size_t words = (size_t(1) << 30) / sizeof(uint64_t);
+    std::vector<uint64_t> buffer(words);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < words; ++i) buffer[i] = i;
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = Clock::now();
+        uint64_t sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+        for (size_t i = 0; i < words; ++i) sum += buffer[i];
+        const double s = seconds_since(start);
+        sink = sink + sum;
+        best = std::max(best, double(words * sizeof(uint64_t)) / s);
+    }
+    return best;
+}
+
+struct DecodeResult {
+    double tokens_per_second;
+    double bytes_per_token;
+};
+
+// Greedy decode of `tokens` tokens after a 16-token prompt, one sequence, straight on the runner.
+DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int tokens) {
+    RunnerOptions o;
+    o.max_batch_tokens = 16;
+    o.max_logit_rows = 1;
+    o.max_context = 16 + tokens + 1;
+    o.block_size = 16;
+    o.kv_blocks = (o.max_context + 15) / 16;
+    ModelRunner runner(config, weights, o);
+    std::vector<int32_t> table(size_t(o.kv_blocks));
+    for (int b = 0; b < o.kv_blocks; ++b) table[size_t(b)] = b;
+    Batch batch;
+    batch.block_tables = {table.data()};
+    for (int p = 0; p < 16; ++p) {
+        batch.tokens.push_back((p * 37) % 300);
+        batch.positions.push_back(p);
+        batch.sequence.push_back(0);
+    }
+    batch.logit_tokens = {15};
+    runner.forward(batch);
+    auto next = [&](int position) {
+        const float* l = runner.logits(0);
+        const int32_t token = int32_t(std::max_element(l, l + config.vocab_size) - l);
+        batch.clear();
+        batch.block_tables.push_back(table.data());
+        batch.tokens.push_back(token);
+        batch.positions.push_back(position);
+        batch.sequence.push_back(0);
+        batch.logit_tokens.push_back(0);
+        runner.forward(batch);
+    };
+    next(16);  // warm
+    // Best of three runs over the same positions (the cache is simply overwritten), like the
+    // bandwidth: on a shared machine the best run is the one least disturbed.
+    double s = 1e30;
+    for (int trial = 0; trial < 3; ++trial) {
+        const auto start = Clock::now();
+        for (int i = 0; i < tokens; ++i) next(17 + i);
+        s = std::min(s, seconds_since(start));
+    }
+    // Keys and values read per token at the average position, beside the weights.
+    const double kv = 2.0 * config.n_layers * config.kv_dim() * 4 * (17 + tokens / 2.0);
+    return {tokens / s, double(weights.bytes_per_token()) + kv};
+}
+
+double prefill(const ModelConfig& config, const ModelWeights& weights, int length) {
+    RunnerOptions o;
+    o.max_batch_tokens = length;
+    o.max_logit_rows = 1;
+    o.max_context = length;
+    o.block_size = 16;
+    o.kv_blocks = length / 16 + 1;
+    ModelRunner runner(config, weights, o);
+    std::vector<int32_t> table(size_t(o.kv_blocks));
+    for (int b = 0; b < o.kv_blocks; ++b) table[size_t(b)] = b;
+    Batch batch;
+    batch.block_tables = {table.data()};
+    for (int p = 0; p < length; ++p) {
+        batch.tokens.push_back((p * 37) % 300);
+        batch.positions.push_back(p);
+        batch.sequence.push_back(0);
+    }
+    batch.logit_tokens = {length - 1};
+    runner.forward(batch);  // warm
+    const auto start = Clock::now();
+    runner.forward(batch);
+    return length / seconds_since(start);
+}
+
+// Aggregate generated tokens per second with `clients` concurrent streaming requests.
+double served_throughput(const std::filesystem::path& model, const std::string& weights, int clients, int tokens) {
+    EngineOptions o;
+    o.max_seqs = 16;
+    o.max_context = 256;
+    o.max_batch_tokens = 256;
+    o.weights = parse_weight_format(weights);
+    Engine engine(model, o);
+    Server server(ServerOptions{"127.0.0.1", 0, "bench", 40, 1000});
+    const int port = server.bind();
+    server.set_engine(&engine);
+    std::thread serving([&] { server.serve(); });
+    while (!server.running()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    auto one = [&](int i) {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(600, 0);
+        c.set_connection_timeout(30, 0);
+        nlohmann::json body = {{"prompt", "Request " + std::to_string(i) + ": the quick brown fox"},
+                               {"max_tokens", tokens}, {"temperature", 0}, {"ignore_eos", true}};
+        auto res = c.Post("/v1/completions", body.dump(), "application/json");
+        if (!res) throw std::runtime_error("bench request failed: " + httplib::to_string(res.error()));
+        if (res->status != 200) throw std::runtime_error("bench request failed: " + res->body);
+        return nlohmann::json::parse(res->body)["usage"]["completion_tokens"].get<int>();
+    };
+    one(-1);  // warm
+    const auto start = Clock::now();
+    std::vector<std::future<int>> replies;
+    for (int i = 0; i < clients; ++i) replies.push_back(std::async(std::launch::async, one, i));
+    int generated = 0;
+    for (auto& r : replies) generated += r.get();
+    const double s = seconds_since(start);
+    server.stop();
+    serving.join();
+    return generated / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spdlog::set_level(spdlog::level::warn);
+    int tokens = 32;
+    std::string keep;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--threads")) omp_set_num_threads(std::atoi(argv[i + 1]));
+        else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
+    }
+    anvil::test::TempDir scratch;
+    const std::filesystem::path model = keep.empty() ? scratch / "bench" : std::filesystem::path(keep);
+    if (!std::filesystem::exists(model / "config.json")) make_model({model, "bench", "llama", "f32", 1, 1});
+    const ModelConfig config = load_config(model);
+
+    std::printf("bench_engine: %s kernels, %d threads, load average %s, bench model %d layers x dim %d (ffn %d, vocab %d)\n",
+                anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
+                load_average().c_str(), config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
+    const double bandwidth = read_bandwidth();
+    std::printf("baseline  memory read bandwidth            %8.2f GB/s\n", bandwidth / 1e9);
+
+    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+        ModelWeights weights(config, model, format);
+        const DecodeResult d = decode(config, weights, tokens);
+        const double ceiling = bandwidth / d.bytes_per_token;
+        std::printf("decode    %-4s batch 1   %7.2f tok/s  %7.1f MB/token  ceiling %7.2f tok/s  fraction %.2f\n",
+                    weight_format_name(format), d.tokens_per_second, d.bytes_per_token / 1e6, ceiling,
+                    d.tokens_per_second / ceiling);
+        const double p = prefill(config, weights, 512);
+        std::printf("prefill   %-4s 512 tokens %7.1f tok/s  (%.1f x decode)\n", weight_format_name(format), p,
+                    p / d.tokens_per_second);
+    }
+    for (int clients : {1, 4, 16}) {
+        const double t = served_throughput(model, "bf16", clients, tokens);
+        std::printf("served    bf16 %2d concurrent  %7.2f tok/s aggregate (HTTP, continuous batching)\n", clients, t);
+    }
+    std::printf("load average at the end %s\n", load_average().c_str());
+    return 0;
+}

@@ -1,0 +1,112 @@
+// Matrix-vector products at decode shape (one token) over a working set far larger than the
+// caches, per weight format and ISA, as GB/s of weights streamed beside the memory read bandwidth
+// measured in the same run; and the matrix-matrix product at prefill shape in GFLOP/s.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/convert.hpp"
+#include "kernels/cpu_features.hpp"
+#include "kernels/matmul.hpp"
+
+using namespace anvil::kernels;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double read_bandwidth() {
+    const size_t words = (size_t(1) << 30) / sizeof(uint64_t);
+    std::vector<uint64_t> buffer(words);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < words; ++i) buffer[i] = i;
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = Clock::now();
+        uint64_t sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+        for (size_t i = 0; i < words; ++i) sum += buffer[i];
+        sink = sink + sum;
+        best = std::max(best, double(words * 8) / std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return best;
+}
+
+struct Matrices {
+    std::vector<float> f32;
+    std::vector<uint16_t> bf16;
+    std::vector<int8_t> q8;
+    std::vector<float> scales;
+    std::vector<WeightMatrix> views;
+    size_t bytes = 0;
+};
+
+// `count` matrices of rows x cols in one format, filled with small values.
+Matrices make(WeightType type, int count, int rows, int cols) {
+    Matrices m;
+    const size_t n = size_t(count) * rows * cols;
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-4f;
+    const int groups = cols / kQ8Group;
+    if (type == WeightType::F32) m.f32 = values;
+    if (type == WeightType::BF16) {
+        m.bf16.resize(n);
+        f32_to_bf16_array(values.data(), m.bf16.data(), n);
+    }
+    if (type == WeightType::Q8) {
+        m.q8.resize(n);
+        m.scales.resize(size_t(count) * rows * groups);
+        for (size_t r = 0; r < size_t(count) * rows; ++r)
+            quantize_q8_row(&values[r * cols], cols, &m.q8[r * cols], &m.scales[r * groups]);
+    }
+    for (int i = 0; i < count; ++i) {
+        const size_t offset = size_t(i) * rows * cols;
+        WeightMatrix w{type, rows, cols, nullptr, nullptr};
+        if (type == WeightType::F32) w.data = m.f32.data() + offset;
+        if (type == WeightType::BF16) w.data = m.bf16.data() + offset;
+        if (type == WeightType::Q8) w.data = m.q8.data() + offset, w.scales = m.scales.data() + size_t(i) * rows * groups;
+        m.views.push_back(w);
+    }
+    const size_t per = type == WeightType::F32 ? 4 : type == WeightType::BF16 ? 2 : 1;
+    m.bytes = n * per + (type == WeightType::Q8 ? m.scales.size() * 4 : 0);
+    return m;
+}
+
+}  // namespace
+
+int main() {
+    const int rows = 2816, cols = 1024;
+    std::printf("bench_engine_kernels: %d threads, matrices %d x %d\n", omp_get_max_threads(), rows, cols);
+    const double bandwidth = read_bandwidth();
+    std::printf("baseline  memory read bandwidth                  %7.2f GB/s\n", bandwidth / 1e9);
+    std::vector<Isa> isas = {Isa::Avx2};
+    if (cpu_features().avx512) isas.push_back(Isa::Avx512);
+    std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+        // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
+        const Matrices m = make(type, 44, rows, cols);
+        for (Isa isa : isas) {
+            for (const auto& w : m.views) matmul_with(isa, w, x.data(), 1, y.data());  // warm
+            double best = 0;
+            for (int pass = 0; pass < 3; ++pass) {
+                const auto start = Clock::now();
+                for (const auto& w : m.views) matmul_with(isa, w, x.data(), 1, y.data());
+                best = std::max(best, double(m.bytes) / std::chrono::duration<double>(Clock::now() - start).count());
+            }
+            std::printf("matvec    %-4s %-6s           %7.2f GB/s  fraction %.2f\n", weight_type_name(type),
+                        isa_name(isa).c_str(), best / 1e9, best / bandwidth);
+        }
+        for (Isa isa : isas) {
+            const auto start = Clock::now();
+            for (int i = 0; i < 4; ++i) matmul_with(isa, m.views[size_t(i)], x.data(), 64, y.data());
+            const double s = std::chrono::duration<double>(Clock::now() - start).count();
+            std::printf("matmul    %-4s %-6s 64 tokens %7.2f GFLOP/s\n", weight_type_name(type), isa_name(isa).c_str(),
+                        4.0 * 2 * rows * cols * 64 / s / 1e9);
+        }
+    }
+    return 0;
+}
