@@ -1,6 +1,6 @@
 #include "registry/external_evidence.hpp"
 
-#include <regex>
+#include <algorithm>
 
 namespace anvil::registry {
 
@@ -27,8 +27,15 @@ std::optional<PriorModel> read_prior_model(const Node& parent, std::string_view 
 }  // namespace
 
 bool is_runtime_publication_schema(std::string_view schema) {
-    static const std::regex kPattern("^[a-z0-9][a-z0-9.-]*-runtime-publication\\.v[0-9]+$");
-    return std::regex_match(schema.begin(), schema.end(), kPattern);
+    // <name>-runtime-publication.v<N>, name in [a-z0-9.-] starting with a letter or digit.
+    constexpr std::string_view kMarker = "-runtime-publication.v";
+    const auto at = schema.rfind(kMarker);
+    if (at == std::string_view::npos || at == 0) return false;
+    const auto name = schema.substr(0, at), version = schema.substr(at + kMarker.size());
+    auto name_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-'; };
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    return name_char(name[0]) && name[0] != '.' && name[0] != '-' && std::all_of(name.begin(), name.end(), name_char) &&
+           !version.empty() && std::all_of(version.begin(), version.end(), digit);
 }
 
 std::optional<ExternalPriors> parse_external_priors(const Node& root, JsonReader& reader, PinStatus& pins) {

@@ -1,7 +1,7 @@
 #include "registry/recipe.hpp"
 
+#include <algorithm>
 #include <array>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -37,6 +37,20 @@ std::optional<std::string> flag_value(const std::vector<std::string>& tokens, st
 std::optional<std::int64_t> to_int(const std::string& text) {
     if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
     return std::stoll(text);
+}
+
+// ^[a-z0-9][a-z0-9.-]*$, the registry's id pattern.
+bool is_registry_id(std::string_view id) {
+    auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (id.empty() || !ok(id[0])) return false;
+    return std::all_of(id.begin(), id.end(), [&](char c) { return ok(c) || c == '.' || c == '-'; });
+}
+
+// N of an id ending in "-tpN": the tensor parallelism the id claims.
+std::optional<std::int64_t> tp_suffix(std::string_view id) {
+    auto at = id.rfind("-tp");
+    if (at == std::string_view::npos) return std::nullopt;
+    return to_int(std::string(id.substr(at + 3)));
 }
 
 std::string normalize_engine(std::string name) {
@@ -217,11 +231,8 @@ void check_consistency(const Node& root, JsonReader& reader, Recipe& r, RecipeCh
         reader.fail(root.child("hardware_count"), "at least " + std::to_string(tp) + " devices for tensor parallelism " + std::to_string(tp),
                     std::to_string(r.hardware_count));
 
-    static const std::regex kTpSuffix("-tp([0-9]+)$");
-    std::smatch m;
-    if (std::regex_search(r.id, m, kTpSuffix)) {
-        auto claimed = std::stoll(m[1].str());
-        if (claimed != tp)
+    if (auto claimed = tp_suffix(r.id)) {
+        if (*claimed != tp)
             reader.fail(root.child("id"), "an id whose -tpN suffix matches tensor parallelism " + std::to_string(tp), render_short(r.id));
     }
 
@@ -309,10 +320,9 @@ std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeC
     const bool anvil_schema = r.schema_version == kAnvilRecipeSchema;
     const Presence registry_required = anvil_schema ? Presence::optional : Presence::required;
 
-    static const std::regex kIdPattern("^[a-z0-9][a-z0-9.-]*$");
     if (auto id = reader.string(root, "id")) {
         r.id = *id;
-        if (!std::regex_match(*id, kIdPattern)) reader.fail(root.child("id"), "an id of lowercase letters, digits, '.' and '-'");
+        if (!is_registry_id(*id)) reader.fail(root.child("id"), "an id of lowercase letters, digits, '.' and '-'");
     }
     if (auto s = reader.string(root, "recipe_source", registry_required)) r.recipe_source = *s;
     if (auto s = reader.string(root, "status")) {
@@ -328,6 +338,8 @@ std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeC
         if (auto s = reader.string(engine, "name")) r.engine_name = *s;
         r.engine_version = reader.string(engine, "version", Presence::optional);
     }
+    Node hf = reader.object(root, "huggingface", Presence::optional);
+    if (hf.present()) r.huggingface_repository = reader.string(hf, "repository", Presence::optional);
     read_launch(root, reader, r, anvil_schema);
     read_serving(root, reader, r);
     read_capabilities(root, reader, r);

@@ -89,6 +89,7 @@ struct Recipe {
     std::int64_t hardware_count = 1;
     std::string engine_name;
     std::optional<std::string> engine_version;
+    std::optional<std::string> huggingface_repository;  // huggingface.repository: the hub model served
     Launch launch;
     Serving serving;
     Capabilities capabilities;

@@ -187,14 +187,11 @@ std::vector<ModelUse> models_of(const Recipe& recipe) {
 std::vector<ModelUse> models_of(const Document& doc) {
     std::vector<ModelUse> out;
     if (const Recipe* r = doc.recipe()) out = models_of(*r);
-    const json& raw = doc.raw;
-    if (raw.is_object() && raw.contains("huggingface") && raw["huggingface"].is_object()) {
-        const json& hf = raw["huggingface"];
-        if (hf.contains("repository") && hf["repository"].is_string()) {
-            const std::string repo = hf["repository"].get<std::string>();
-            const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return lower(m.repository) == lower(repo); });
-            if (!listed) out.insert(out.begin(), ModelUse{repo, "served model"});
-        }
+    const Recipe* r = doc.recipe();
+    if (r && r->huggingface_repository) {
+        const std::string& repo = *r->huggingface_repository;
+        const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return lower(m.repository) == lower(repo); });
+        if (!listed) out.insert(out.begin(), ModelUse{repo, "served model"});
     }
     return out;
 }
