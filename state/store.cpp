@@ -262,6 +262,8 @@ struct Store::Impl {
 };
 
 namespace {
+constexpr const char* kUnknownReadOnlyCause = "SQLite could not open it for writing";
+
 // Why a file cannot be written, in the words a user can act on.
 std::string read_only_cause(const std::filesystem::path& file) {
     struct statvfs fs {};
@@ -269,7 +271,7 @@ std::string read_only_cause(const std::filesystem::path& file) {
     if (access(file.c_str(), W_OK) != 0) return "no write permission on the file";
     const auto dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
     if (access(dir.c_str(), W_OK) != 0) return "no write permission on its directory";
-    return "SQLite could not open it for writing";
+    return kUnknownReadOnlyCause;
 }
 
 constexpr const char* kRevisionColumns =
@@ -297,8 +299,10 @@ Store::Store(std::filesystem::path file, StoreOptions options) : impl_(std::make
             throw;
         if (!std::filesystem::exists(path_)) throw;
         impl_->writer.reset();
-        write_error_ = "state database " + path_.string() + " is read-only (" + read_only_cause(path_) +
-                       "): writes are refused until it is writable; reads continue [" + e.what() + "]";
+        const std::string cause = read_only_cause(path_);
+        write_error_ = "state database " + path_.string() + " is read-only (" + cause +
+                       "): writes are refused until it is writable; reads continue";
+        if (cause == kUnknownReadOnlyCause) write_error_ += " [" + std::string(e.what()) + "]";
         spdlog::error("{}; serving reads only", write_error_);
         try {
             Connection probe(path_, OpenMode::read_only);
