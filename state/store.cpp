@@ -44,6 +44,23 @@ Status status_from(const std::string& text) {
     return *s;
 }
 
+// Columns: id, revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, commit_id,
+// actor, created_at.
+TransitionRow read_transition(const Statement& s) {
+    TransitionRow t;
+    t.id = s.integer(0);
+    t.revision_id = s.integer(1);
+    if (!s.is_null(2)) t.from = status_from(s.text(2));
+    t.to = status_from(s.text(3));
+    t.reason = s.text(4);
+    t.evidence_ids = parse_ids(s.text(5));
+    t.verdict_ids = parse_ids(s.text(6));
+    t.commit_id = s.optional_text(7);
+    t.actor = s.text(8);
+    t.created_at = s.text(9);
+    return t;
+}
+
 }  // namespace
 
 // A connection with its prepared statements, prepared once and reused.
@@ -621,20 +638,7 @@ std::optional<RecipeDetail> Store::recipe(const std::string& id) const {
                               "t.commit_id, t.actor, t.created_at FROM transitions t JOIN recipe_revisions r ON r.id = t.revision_id "
                               "WHERE r.recipe_id = ? ORDER BY t.id");
     history.bind(1, id);
-    while (history.step()) {
-        TransitionRow t;
-        t.id = history.integer(0);
-        t.revision_id = history.integer(1);
-        if (!history.is_null(2)) t.from = status_from(history.text(2));
-        t.to = status_from(history.text(3));
-        t.reason = history.text(4);
-        t.evidence_ids = parse_ids(history.text(5));
-        t.verdict_ids = parse_ids(history.text(6));
-        t.commit_id = history.optional_text(7);
-        t.actor = history.text(8);
-        t.created_at = history.text(9);
-        detail.history.push_back(std::move(t));
-    }
+    while (history.step()) detail.history.push_back(read_transition(history));
     history.reset();
     return detail;
 }
@@ -725,20 +729,7 @@ std::vector<TransitionRow> Store::transitions_since(Id cursor, int limit) const 
                         "FROM transitions WHERE id > ? ORDER BY id LIMIT ?");
     s.bind(1, cursor).bind(2, static_cast<std::int64_t>(std::max(limit, 1)));
     std::vector<TransitionRow> out;
-    while (s.step()) {
-        TransitionRow t;
-        t.id = s.integer(0);
-        t.revision_id = s.integer(1);
-        if (!s.is_null(2)) t.from = status_from(s.text(2));
-        t.to = status_from(s.text(3));
-        t.reason = s.text(4);
-        t.evidence_ids = parse_ids(s.text(5));
-        t.verdict_ids = parse_ids(s.text(6));
-        t.commit_id = s.optional_text(7);
-        t.actor = s.text(8);
-        t.created_at = s.text(9);
-        out.push_back(std::move(t));
-    }
+    while (s.step()) out.push_back(read_transition(s));
     s.reset();
     return out;
 }
