@@ -116,7 +116,7 @@ std::vector<std::string> sse_events(const std::string& body) {
 
 }  // namespace
 
-TEST_CASE("health, models and metrics answer; health is 503 until the engine is set", "[server]") {
+TEST_CASE("health, models and metrics answer, and health is 503 until the engine is set", "[server]") {
     Server bare(ServerOptions{"127.0.0.1", 0, "tiny", 4});
     const int port = bare.bind();
     std::thread serving([&] { bare.serve(); });
@@ -245,7 +245,7 @@ TEST_CASE("logprobs and top_logprobs describe the model's distribution", "[serve
     CHECK(none["choices"][0]["logprobs"].is_null());
 }
 
-TEST_CASE("stop strings end the text before them; seeds make sampling repeatable", "[server]") {
+TEST_CASE("stop strings end the text before them and seeds make sampling repeatable", "[server]") {
     ServedModel served;
     const std::string full = text_of(served.post("/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}}));
     REQUIRE(full.size() >= 6);

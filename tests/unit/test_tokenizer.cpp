@@ -101,7 +101,7 @@ TEST_CASE("BPE applies merges by rank and yields the hand-computed ids", "[token
     CHECK(tok.decode(tok.encode(kMixed)) == kMixed);
 }
 
-TEST_CASE("added tokens are split out before pre-tokenizing; special ones vanish from decoded text", "[tokenizer]") {
+TEST_CASE("added tokens are split out before pre-tokenizing and special ones vanish from decoded text", "[tokenizer]") {
     Tokenizer tok(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
     CHECK(tok.encode("hello<|im_end|> world<tool>") == std::vector<int32_t>{264, 300, 260, 301});
     CHECK(tok.decode({264, 300, 260, 301}) == "hello world<tool>");
