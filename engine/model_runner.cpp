@@ -90,9 +90,9 @@ void ModelRunner::forward(const Batch& batch) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         for (int i = 0; i < n; ++i)
             kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);
-        kernels::matmul(w.wq, xb_.data(), n, q_.data());
-        kernels::matmul(w.wk, xb_.data(), n, k_.data());
-        kernels::matmul(w.wv, xb_.data(), n, v_.data());
+        const kernels::WeightMatrix qkv[] = {w.wq, w.wk, w.wv};
+        float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
+        kernels::matmul_group(qkv, qkv_out, 3, xb_.data(), n);
 
 #pragma omp parallel for schedule(static) if (n > 1)
         for (int i = 0; i < n; ++i) {
@@ -131,8 +131,9 @@ void ModelRunner::forward(const Batch& batch) {
         kernels::add(x_.data(), xb2_.data(), n * dim);
         for (int i = 0; i < n; ++i)
             kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.ffn_norm, dim, c.norm_eps);
-        kernels::matmul(w.w_gate, xb_.data(), n, hb_.data());
-        kernels::matmul(w.w_up, xb_.data(), n, hb2_.data());
+        const kernels::WeightMatrix gate_up[] = {w.w_gate, w.w_up};
+        float* const gate_up_out[] = {hb_.data(), hb2_.data()};
+        kernels::matmul_group(gate_up, gate_up_out, 2, xb_.data(), n);
         kernels::silu_mul(hb_.data(), hb2_.data(), n * c.hidden_dim);
         kernels::matmul(w.w_down, hb_.data(), n, xb2_.data());
         kernels::add(x_.data(), xb2_.data(), n * dim);

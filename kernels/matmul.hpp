@@ -12,14 +12,19 @@ namespace anvil::kernels {
 
 // x: [n_tokens][w.cols], y: [n_tokens][w.rows]. Runs on the OpenMP threads, split by output rows.
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+// ys[i] = ws[i] x for up to kMaxMatmulGroup matrices that read the same input (q, k and v; gate
+// and up), in one parallel region. Each result is exactly what matmul() would give.
+constexpr int kMaxMatmulGroup = 4;
+void matmul_group(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
 // The same with one instruction-set level, for tests and benchmarks. Throws when the processor
 // lacks it.
 void matmul_with(Isa isa, const WeightMatrix& w, const float* x, int n_tokens, float* y);
+void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
 
 namespace detail {
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
-void matmul_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y);
-void matmul_avx512(const WeightMatrix& w, const float* x, int n_tokens, float* y);
+void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
+void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
 }  // namespace detail
 
 }  // namespace anvil::kernels

@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kLanes = 8;
 constexpr int kTokenChunk = 64;
+constexpr int kMaxMatrices = kMaxMatmulGroup;
 constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thread does it all
 
 template <WeightType T>
@@ -117,39 +118,56 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
 }
 
+// Row tile `rt` of w for tokens c0..c1.
 template <WeightType T, int RT, int TT>
-void run(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
-    const int row_tiles = (w.rows + RT - 1) / RT;
+void row_tile(const WeightMatrix& w, int rt, const float* x, int c0, int c1, float* y) {
+    const int r0 = rt * RT;
+    if (r0 + RT <= w.rows) {
+        int t = c0;
+        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
+        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
+    } else {
+        for (int r = r0; r < w.rows; ++r) {
+            int t = c0;
+            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
+            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
+        }
+    }
+}
+
+// Several matrices of one format and width applied to the same input share one parallel region:
+// on a busy machine every region's end waits for its slowest thread.
+template <WeightType T, int RT, int TT>
+void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+    int first_tile[kMaxMatrices + 1] = {0};
+    double work = 0;
+    for (int m = 0; m < count; ++m) {
+        first_tile[m + 1] = first_tile[m] + (ws[m].rows + RT - 1) / RT;
+        work += double(ws[m].rows) * ws[m].cols * n_tokens;
+    }
+    const int tiles = first_tile[count];
     // Small products are not worth waking the other threads for.
-    const bool parallel = double(w.rows) * w.cols * n_tokens >= kParallelWork;
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (work >= kParallelWork)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+        // Dynamic: a thread the OS preempts does not hold the others up. Chunks are independent,
+        // so no barrier between them.
 #pragma omp for schedule(dynamic, 8) nowait
-        for (int rt = 0; rt < row_tiles; ++rt) {
-            const int r0 = rt * RT;
-            if (r0 + RT <= w.rows) {
-                int t = c0;
-                for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
-                for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
-            } else {
-                for (int r = r0; r < w.rows; ++r) {
-                    int t = c0;
-                    for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
-                    for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
-                }
-            }
+        for (int item = 0; item < tiles; ++item) {
+            int m = 0;
+            while (item >= first_tile[m + 1]) ++m;
+            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, c0, c1, ys[m]);
         }
     }
 }
 
 }  // namespace
 
-void matmul_avx2(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
-    switch (w.type) {
-        case WeightType::F32: return run<WeightType::F32, 4, 2>(w, x, n_tokens, y);
-        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(w, x, n_tokens, y);
-        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(w, x, n_tokens, y);
+void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+    switch (ws[0].type) {
+        case WeightType::F32: return run<WeightType::F32, 4, 2>(ws, ys, count, x, n_tokens);
+        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(ws, ys, count, x, n_tokens);
+        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(ws, ys, count, x, n_tokens);
     }
 }
 

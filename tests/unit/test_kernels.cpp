@@ -251,3 +251,24 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
         }
     }
 }
+
+TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+        const TestMatrix a = make_matrix(type, 45, 96, 21), b = make_matrix(type, 13, 96, 22), c = make_matrix(type, 64, 96, 23);
+        const WeightMatrix group[] = {a.view, b.view, c.view};
+        for (int tokens : {1, 9}) {
+            const auto x = random_vector(size_t(tokens) * 96, 24);
+            for (Isa isa : available_isas()) {
+                INFO(weight_type_name(type) << " " << isa_name(isa) << " " << tokens << " tokens");
+                std::vector<float> ya(size_t(tokens) * 45), yb(size_t(tokens) * 13), yc(size_t(tokens) * 64);
+                float* const outs[] = {ya.data(), yb.data(), yc.data()};
+                matmul_group_with(isa, group, outs, 3, x.data(), tokens);
+                for (int i = 0; i < 3; ++i) {
+                    std::vector<float> alone(size_t(tokens) * size_t(group[i].rows));
+                    matmul_with(isa, group[i], x.data(), tokens, alone.data());
+                    CHECK(std::equal(alone.begin(), alone.end(), outs[i]));
+                }
+            }
+        }
+    }
+}
