@@ -9,6 +9,7 @@ packages=(
   libssl-dev catch2
   clang libclang-rt-14-dev libomp-14-dev
   python3 python3-numpy
+  podman runc
 )
 
 missing=()

@@ -1,0 +1,77 @@
+// Launch resolution: a recipe's launch block turned into exactly what a driver executes.
+// Placeholders come from configuration (an unknown one is an error, never ""), mount sources must
+// stay inside the allowed roots, and the port is allocated from a range and checked free.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "registry/recipe.hpp"
+
+namespace anvil::driver {
+
+// A launch that cannot be resolved: the message names the recipe field and what to change.
+struct LaunchError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct LaunchConfig {
+    std::map<std::string, std::string> placeholders;  // MODEL_ROOT, CACHE_ROOT, … (PORT and HOST are added)
+    std::vector<std::filesystem::path> allowed_roots;  // mount sources and model paths must resolve inside one
+    std::string host = "127.0.0.1";
+    int port_first = 20000;  // inclusive range engines' ports are allocated from
+    int port_last = 20999;
+    std::vector<std::string> gpu_uuids;  // the GPUs this engine gets, by UUID
+    std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
+};
+
+struct ResolvedMount {
+    std::filesystem::path source;  // canonical, inside an allowed root
+    std::string target;
+    bool read_only = true;
+};
+
+struct ResolvedLaunch {
+    std::string recipe_id;
+    std::string kind;                                // the recipe's launch.kind
+    std::vector<std::string> arguments;              // expanded; an argv, never a shell string
+    std::map<std::string, std::string> environment;  // expanded; passed exactly
+    std::vector<ResolvedMount> mounts;
+    std::optional<std::filesystem::path> model_path;  // canonical, inside an allowed root
+    std::optional<std::string> image;
+    std::optional<std::int64_t> container_port;
+    std::optional<std::string> ipc;
+    std::optional<std::string> shm_size;
+    std::string host;
+    int port = 0;
+    std::string served_model_name;  // the id /v1/models must list before the engine is ready
+    std::vector<std::string> gpu_uuids;
+    std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
+};
+
+// Replaces every ${NAME} in `text`; `where` names the field for the error ("/launch/arguments/3").
+std::string expand_placeholders(std::string_view text, const std::map<std::string, std::string>& values,
+                                std::string_view where);
+
+// The canonical path of `path` if it lies inside one of `roots` after resolving symlinks and "..";
+// a path that escapes (or any ".." component at all) is a LaunchError.
+std::filesystem::path resolve_inside_roots(const std::filesystem::path& path,
+                                           const std::vector<std::filesystem::path>& roots, std::string_view where);
+
+// Whether a TCP port can be bound on `host` right now.
+bool port_is_free(const std::string& host, int port);
+// The first port in [first, last] that is free and not in `taken`; a LaunchError if none is.
+int allocate_port(const std::string& host, int first, int last, const std::set<int>& taken = {});
+
+// Resolves `recipe`'s launch with `config`. `taken` holds ports already handed to other engines.
+ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config,
+                              const std::set<int>& taken = {});
+
+}  // namespace anvil::driver

@@ -1,0 +1,22 @@
+// Readiness: an engine is ready only when /health answers 200 and /v1/models lists the served model
+// id its recipe promises. An engine that exits while starting fails at once, with its exit code and
+// the last lines of its log; one that is still not ready at the deadline fails with the reason.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "engine/driver/driver.hpp"
+
+namespace anvil::driver {
+
+// GET http://host:port/health answered 200 within `timeout`.
+bool health_ok(const std::string& host, int port, std::chrono::milliseconds timeout);
+// GET /v1/models answered 200 with `model` among data[].id.
+bool models_list(const std::string& host, int port, const std::string& model, std::chrono::milliseconds timeout);
+
+// Polls until ready; throws EngineError otherwise. `log_lines` lines of the log go into the error.
+void wait_ready(Driver& driver, const EngineHandle& engine, std::chrono::milliseconds timeout,
+                std::size_t log_lines = 20);
+
+}  // namespace anvil::driver
