@@ -12,6 +12,7 @@
 
 #include "engine/make_model.hpp"
 #include "engine/serve_command.hpp"
+#include "kernels/thread_policy.hpp"
 
 namespace {
 
@@ -27,7 +28,8 @@ commands:
              [--dtype f32|bf16|f16] [--shards N]
       write a deterministic model directory with random weights and a byte-level BPE tokenizer
 
-environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512
+environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
+  OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)
 )";
 
 struct UsageError : std::runtime_error {
@@ -106,6 +108,7 @@ int serve_command(const std::vector<std::string>& words) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    anvil::kernels::prefer_passive_openmp_waiting(argv);
     auto logger = spdlog::stderr_color_mt("anvil-engine");
     spdlog::set_default_logger(logger);
     const char* level = std::getenv("ANVIL_LOG");

@@ -25,6 +25,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/server.hpp"
 #include "kernels/cpu_features.hpp"
+#include "kernels/thread_policy.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::engine;
@@ -187,6 +188,7 @@ double served_throughput(const std::filesystem::path& model, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+    anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
     int tokens = 32;
     std::string keep;

@@ -11,6 +11,7 @@
 
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
+#include "kernels/thread_policy.hpp"
 #include "kernels/matmul.hpp"
 
 using namespace anvil::kernels;
@@ -78,7 +79,8 @@ Matrices make(WeightType type, int count, int rows, int cols) {
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+    anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     const int rows = 2816, cols = 1024;
     std::printf("bench_engine_kernels: %d threads, matrices %d x %d\n", omp_get_max_threads(), rows, cols);
     const double bandwidth = read_bandwidth();
