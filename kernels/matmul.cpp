@@ -1,9 +1,29 @@
 #include "kernels/matmul.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace anvil::kernels {
+
+void detail::quantize_input(const float* x, int n_tokens, int cols, int16_t* values, float* scales) {
+    const int groups = cols / kQ8Group;
+    for (int t = 0; t < n_tokens; ++t)
+        for (int g = 0; g < groups; ++g) {
+            const float* in = x + size_t(t) * cols + size_t(g) * kQ8Group;
+            int16_t* out = values + size_t(t) * cols + size_t(g) * kQ8Group;
+            float largest = 0.0f;
+            for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(in[k]));
+            const float scale = largest / 32767.0f;
+            const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+            scales[size_t(t) * groups + g] = scale;
+            for (int k = 0; k < kQ8Group; ++k) {
+                const long q = std::lrint(in[k] * inverse);
+                out[k] = int16_t(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
+            }
+        }
+}
 
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
     if (count < 1 || count > kMaxMatmulGroup) throw std::logic_error("matmul group of " + std::to_string(count));
@@ -20,14 +40,25 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         }
         return;
     }
+    // Buffers kept per thread and grown only: the decode loop reuses them without allocating.
+    thread_local std::vector<int16_t> q_values;
+    thread_local std::vector<float> q_scales;
+    detail::QuantizedInput qx{nullptr, nullptr};
+    if (ws[0].type == WeightType::Q8) {
+        const size_t n = size_t(n_tokens) * ws[0].cols;
+        if (q_values.size() < n) q_values.resize(n);
+        if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
+        detail::quantize_input(x, n_tokens, ws[0].cols, q_values.data(), q_scales.data());
+        qx = {q_values.data(), q_scales.data()};
+    }
     switch (isa) {
         case Isa::Reference: break;
         case Isa::Avx2:
             if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
-            return detail::matmul_avx2(ws, ys, count, x, n_tokens);
+            return detail::matmul_avx2(ws, ys, count, x, &qx, n_tokens);
         case Isa::Avx512:
             if (!cpu_features().avx512) throw std::runtime_error("this processor lacks AVX-512");
-            return detail::matmul_avx512(ws, ys, count, x, n_tokens);
+            return detail::matmul_avx512(ws, ys, count, x, &qx, n_tokens);
     }
 }
 

@@ -68,7 +68,7 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
 }
 
 template <WeightType T, int RT, int TT>
-void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
+void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* qx, int t0, float* y) {
     const int cols = w.cols;
     const void* rows[RT];
     for (int r = 0; r < RT; ++r) rows[r] = row_pointer(w, r0 + r);
@@ -80,18 +80,29 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
 
     if constexpr (T == WeightType::Q8) {
         const int groups = cols / kQ8Group;
-        constexpr int kParts = kQ8Group / kLanes;
+        const int16_t* xq[TT];
+        const float* xscale[TT];
+        for (int t = 0; t < TT; ++t) {
+            xq[t] = qx->values + size_t(t0 + t) * cols;
+            xscale[t] = qx->scales + size_t(t0 + t) * groups;
+        }
         for (int g = 0; g < groups; ++g) {
             const int k = g * kQ8Group;
+            __m256i xa[TT], xb[TT];
+            for (int t = 0; t < TT; ++t) {
+                xa[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k));
+                xb[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k + 16));
+            }
             for (int r = 0; r < RT; ++r) {
-                __m256 wv[kParts];
-                for (int p = 0; p < kParts; ++p) wv[p] = load_weights<T>(rows[r], k + p * kLanes);
-                const __m256 scale = _mm256_set1_ps(w.scales[size_t(r0 + r) * groups + g]);
+                const int8_t* row = static_cast<const int8_t*>(rows[r]) + k;
+                const __m256i wa = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+                const __m256i wb = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16)));
+                const float weight_scale = w.scales[size_t(r0 + r) * groups + g];
                 for (int t = 0; t < TT; ++t) {
-                    __m256 part = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xs[t] + k));
-                    for (int p = 1; p < kParts; ++p)
-                        part = _mm256_fmadd_ps(wv[p], _mm256_loadu_ps(xs[t] + k + p * kLanes), part);
-                    acc[r][t] = _mm256_fmadd_ps(part, scale, acc[r][t]);
+                    // At most 4 * 127 * 32767 per lane: exact in int32 and in a float.
+                    const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(wa, xa[t]), _mm256_madd_epi16(wb, xb[t]));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(weight_scale * xscale[t][g]),
+                                                acc[r][t]);
                 }
             }
         }
@@ -120,17 +131,17 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
 
 // Row tile `rt` of w for tokens c0..c1.
 template <WeightType T, int RT, int TT>
-void row_tile(const WeightMatrix& w, int rt, const float* x, int c0, int c1, float* y) {
+void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInput* qx, int c0, int c1, float* y) {
     const int r0 = rt * RT;
     if (r0 + RT <= w.rows) {
         int t = c0;
-        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
-        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
+        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, qx, t, y);
+        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, qx, t, y);
     } else {
         for (int r = r0; r < w.rows; ++r) {
             int t = c0;
-            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
-            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
+            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, qx, t, y);
+            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, qx, t, y);
         }
     }
 }
@@ -138,7 +149,7 @@ void row_tile(const WeightMatrix& w, int rt, const float* x, int c0, int c1, flo
 // Several matrices of one format and width applied to the same input share one parallel region:
 // on a busy machine every region's end waits for its slowest thread.
 template <WeightType T, int RT, int TT>
-void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx, int n_tokens) {
     int first_tile[kMaxMatrices + 1] = {0};
     double work = 0;
     for (int m = 0; m < count; ++m) {
@@ -156,18 +167,19 @@ void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, in
         for (int item = 0; item < tiles; ++item) {
             int m = 0;
             while (item >= first_tile[m + 1]) ++m;
-            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, c0, c1, ys[m]);
+            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, qx, c0, c1, ys[m]);
         }
     }
 }
 
 }  // namespace
 
-void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+                 int n_tokens) {
     switch (ws[0].type) {
-        case WeightType::F32: return run<WeightType::F32, 4, 2>(ws, ys, count, x, n_tokens);
-        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(ws, ys, count, x, n_tokens);
-        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(ws, ys, count, x, n_tokens);
+        case WeightType::F32: return run<WeightType::F32, 4, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(ws, ys, count, x, qx, n_tokens);
     }
 }
 

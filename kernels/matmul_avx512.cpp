@@ -51,7 +51,7 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
 
 // RT rows starting at r0 times TT tokens starting at t0.
 template <WeightType T, int RT, int TT>
-void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
+void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* qx, int t0, float* y) {
     const int cols = w.cols;
     const void* rows[RT];
     for (int r = 0; r < RT; ++r) rows[r] = row_pointer(w, r0 + r);
@@ -63,21 +63,24 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
 
     if constexpr (T == WeightType::Q8) {
         const int groups = cols / kQ8Group;
+        const int16_t* xq[TT];
+        const float* xscale[TT];
+        for (int t = 0; t < TT; ++t) {
+            xq[t] = qx->values + size_t(t0 + t) * cols;
+            xscale[t] = qx->scales + size_t(t0 + t) * groups;
+        }
         for (int g = 0; g < groups; ++g) {
             const int k = g * kQ8Group;
-            __m512 x0[TT], x1[TT];
-            for (int t = 0; t < TT; ++t) {
-                x0[t] = _mm512_loadu_ps(xs[t] + k);
-                x1[t] = _mm512_loadu_ps(xs[t] + k + kLanes);
-            }
+            __m512i xv[TT];
+            for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_si512(xq[t] + k);
             for (int r = 0; r < RT; ++r) {
-                const __m512 w0 = load_weights<T>(rows[r], k);
-                const __m512 w1 = load_weights<T>(rows[r], k + kLanes);
-                const __m512 scale = _mm512_set1_ps(w.scales[size_t(r0 + r) * groups + g]);
+                const __m512i w16 = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(rows[r]) + k)));
+                const float weight_scale = w.scales[size_t(r0 + r) * groups + g];
                 for (int t = 0; t < TT; ++t) {
-                    __m512 part = _mm512_mul_ps(w0, x0[t]);
-                    part = _mm512_fmadd_ps(w1, x1[t], part);
-                    acc[r][t] = _mm512_fmadd_ps(part, scale, acc[r][t]);
+                    // Pairs of int8 x int16 products summed in int32: at most 2 * 127 * 32767, exact in a float.
+                    const __m512 dot = _mm512_cvtepi32_ps(_mm512_madd_epi16(w16, xv[t]));
+                    acc[r][t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(weight_scale * xscale[t][g]), acc[r][t]);
                 }
             }
         }
@@ -107,17 +110,17 @@ void tile(const WeightMatrix& w, int r0, const float* x, int t0, float* y) {
 
 // Row tile `rt` of w for tokens c0..c1.
 template <WeightType T, int RT, int TT>
-void row_tile(const WeightMatrix& w, int rt, const float* x, int c0, int c1, float* y) {
+void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInput* qx, int c0, int c1, float* y) {
     const int r0 = rt * RT;
     if (r0 + RT <= w.rows) {
         int t = c0;
-        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, t, y);
-        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, t, y);
+        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, qx, t, y);
+        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, qx, t, y);
     } else {
         for (int r = r0; r < w.rows; ++r) {
             int t = c0;
-            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, t, y);
-            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, t, y);
+            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, qx, t, y);
+            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, qx, t, y);
         }
     }
 }
@@ -125,7 +128,7 @@ void row_tile(const WeightMatrix& w, int rt, const float* x, int c0, int c1, flo
 // Several matrices of one format and width applied to the same input share one parallel region:
 // on a busy machine every region's end waits for its slowest thread.
 template <WeightType T, int RT, int TT>
-void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx, int n_tokens) {
     int first_tile[kMaxMatrices + 1] = {0};
     double work = 0;
     for (int m = 0; m < count; ++m) {
@@ -143,18 +146,19 @@ void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, in
         for (int item = 0; item < tiles; ++item) {
             int m = 0;
             while (item >= first_tile[m + 1]) ++m;
-            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, c0, c1, ys[m]);
+            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, qx, c0, c1, ys[m]);
         }
     }
 }
 
 }  // namespace
 
-void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
+void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+                   int n_tokens) {
     switch (ws[0].type) {
-        case WeightType::F32: return run<WeightType::F32, 4, 4>(ws, ys, count, x, n_tokens);
-        case WeightType::BF16: return run<WeightType::BF16, 4, 4>(ws, ys, count, x, n_tokens);
-        case WeightType::Q8: return run<WeightType::Q8, 4, 2>(ws, ys, count, x, n_tokens);
+        case WeightType::F32: return run<WeightType::F32, 4, 4>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::BF16: return run<WeightType::BF16, 4, 4>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::Q8: return run<WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
     }
 }
 
