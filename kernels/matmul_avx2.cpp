@@ -7,6 +7,10 @@
 
 #include "kernels/matmul.hpp"
 
+// The accumulators must live in registers: fully unroll the loops over the tile's rows and
+// tokens (GCC at -O2 kept them on the stack, a store-to-load chain through every FMA).
+#define ANVIL_UNROLL _Pragma("GCC unroll 16")
+
 namespace anvil::kernels::detail {
 namespace {
 
@@ -71,17 +75,22 @@ template <WeightType T, int RT, int TT>
 void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* qx, int t0, float* y) {
     const int cols = w.cols;
     const void* rows[RT];
+    ANVIL_UNROLL
     for (int r = 0; r < RT; ++r) rows[r] = row_pointer(w, r0 + r);
     const float* xs[TT];
+    ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) xs[t] = x + size_t(t0 + t) * cols;
     __m256 acc[RT][TT];
+    ANVIL_UNROLL
     for (int r = 0; r < RT; ++r)
+        ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
 
     if constexpr (T == WeightType::Q8) {
         const int groups = cols / kQ8Group;
         const int16_t* xq[TT];
         const float* xscale[TT];
+        ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xq[t] = qx->values + size_t(t0 + t) * cols;
             xscale[t] = qx->scales + size_t(t0 + t) * groups;
@@ -89,15 +98,18 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int g = 0; g < groups; ++g) {
             const int k = g * kQ8Group;
             __m256i xa[TT], xb[TT];
+            ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) {
                 xa[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k));
                 xb[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k + 16));
             }
+            ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const int8_t* row = static_cast<const int8_t*>(rows[r]) + k;
                 const __m256i wa = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
                 const __m256i wb = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16)));
                 const float weight_scale = w.scales[size_t(r0 + r) * groups + g];
+                ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) {
                     // At most 4 * 127 * 32767 per lane: exact in int32 and in a float.
                     const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(wa, xa[t]), _mm256_madd_epi16(wb, xb[t]));
@@ -110,22 +122,30 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         int k = 0;
         for (; k + kLanes <= cols; k += kLanes) {
             __m256 xv[TT];
+            ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(xs[t] + k);
+            ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const __m256 wv = load_weights<T>(rows[r], k);
+                ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
             }
         }
         if (k < cols) {
             __m256 xv[TT];
+            ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) xv[t] = load_x_tail(xs[t] + k, cols - k);
+            ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const __m256 wv = load_weights_tail<T>(rows[r], k, cols - k);
+                ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
             }
         }
     }
+    ANVIL_UNROLL
     for (int r = 0; r < RT; ++r)
+        ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
 }
 
