@@ -230,12 +230,13 @@ TEST_CASE("embedded-engine recipes read like container recipes and pin their mod
     CHECK(doc.recipe()->launch.kind == "embedded");
     CHECK(doc.recipe()->launch.model->dtype == "f32");
     CHECK(doc.recipe()->served_model_name() == "anvil-tiny-llama");
-    REQUIRE_FALSE(doc.pins.pinned());
-    CHECK_THAT(doc.pins.unpinned_reasons[0], Catch::Contains("no content digest"));
+    CHECK(doc.pins.pinned());
 
     auto j = json::parse(text);
-    j["launch"]["model"]["digest"] = "sha256:" + std::string(64, 'a');
-    CHECK(from_json(j).pins.pinned());
+    j["launch"]["model"]["digest"] = nullptr;
+    auto unpinned = from_json(j);
+    REQUIRE_FALSE(unpinned.pins.pinned());
+    CHECK_THAT(unpinned.pins.unpinned_reasons[0], Catch::Contains("no content digest"));
     j["launch"]["model"]["digest"] = "md5:abc";
     CHECK(has_error_at(from_json(j), "/launch/model/digest"));
     j["launch"].erase("model");
@@ -302,4 +303,20 @@ TEST_CASE("one bad document never stops the others, and ids are unique per kind"
     CHECK_THAT(catalog.problems(b).at(0), Catch::StartsWith("b.json: at /id") && Catch::Contains("already defined by a.json"));
     CHECK_FALSE(catalog.documents().at("c.json").valid());
     CHECK(catalog.usable(catalog.documents().at("d.json")));
+}
+
+TEST_CASE("the example embedded recipes pin exactly what make-model writes", "[documents][embedded]") {
+    anvil::test::TempDir tmp;
+    const auto model = tmp / "small";
+    auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "small", "--seed", "1"});
+    INFO(made.output);
+    REQUIRE(made.exit_code == 0);
+    auto digest = anvil::test::run({ANVIL_CLI, "model", "digest", model.string()});
+    REQUIRE(digest.exit_code == 0);
+    const std::string computed = digest.output.substr(0, digest.output.find('\n'));
+    for (const char* dtype : {"f32", "bf16", "q8"}) {
+        auto j = json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-" + dtype + "-cpu.json"));
+        INFO(dtype);
+        CHECK(j["launch"]["model"]["digest"] == computed);
+    }
 }
