@@ -1,0 +1,94 @@
+// Qualification: real requests against a running OpenAI-compatible engine (embedded, process or
+// container alike) that decide its hard gates, measure its speed, and sample its next-token
+// distributions so its quality can be compared with the control's. Every run writes a receipt
+// (requests, responses, timings, identities) whose sha256 travels with each evidence row it yields.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace anvil::qualify {
+
+// The engine under test and where it came from (all of it goes into the receipt).
+struct Target {
+    std::string host = "127.0.0.1";
+    int port = 0;
+    std::string model;  // the served model id the recipe promises
+    std::string recipe_id;
+    std::int64_t revision_id = 0;
+    std::string revision_sha256;
+    std::string commit_id;
+    std::string engine_id;
+    std::string driver;
+    std::optional<int> pid;  // for peak memory (VmHWM of the process tree), when known
+};
+
+struct Plan {
+    int attempts = 3;                 // per hard gate
+    double min_pass_rate = 1.0;       // min_deterministic_pass_rate
+    bool tools = false;               // the recipe claims tool calling: the tool-call gate runs
+    std::optional<std::int64_t> needle_context;  // tokens: the needle gate runs up to this context
+    std::vector<double> needle_depths{0.25, 0.5, 0.75};
+    int concurrency = 1;              // the requirement's concurrency (speed is measured at 1 and at this)
+    int max_tokens = 32;              // per generation request
+    std::chrono::milliseconds request_timeout{std::chrono::seconds(120)};
+    int quality_positions = 8;        // next-token distributions sampled per quality prompt
+    int top_logprobs = 5;
+};
+
+struct GateOutcome {
+    std::string gate;  // identity | smoke | json | determinism | tools | needle
+    int passed = 0;
+    int attempts = 0;
+    bool pass = false;  // passed / attempts >= min_pass_rate
+    std::vector<std::string> reasons;  // why attempts failed, one line each
+};
+
+struct Measurement {
+    std::string metric;  // ttft_seconds, prefill_tokens_per_second, decode_tokens_per_second_c1,
+                         // decode_tokens_per_second_cN, warm_e2e_seconds, tasks_per_hour, peak_memory_bytes
+    double value = 0;
+    std::string unit;    // seconds | tokens/s | tasks/h | bytes
+};
+
+// How the candidate's next-token distributions compare with the control's at the same prefixes.
+struct QualityComparison {
+    double mean_kl = 0;          // mean KL(control ‖ candidate) over sampled positions, in nats
+    double top1_agreement = 0;   // share of positions where both put the same token first
+    double quality_score = 0;    // exp(-mean_kl) × top1_agreement: 1 for an identical engine
+    double relative_quality_loss = 0;  // 1 - quality_score (the control's own score is 1)
+    std::size_t positions = 0;
+};
+
+struct Report {
+    std::vector<GateOutcome> gates;
+    std::vector<Measurement> measurements;
+    // The prefixes and next-token top_logprobs sampled from this engine. A control's samples are
+    // what later candidates are compared against (they are replayed, so the control need not run).
+    nlohmann::json quality_samples;
+    std::optional<QualityComparison> quality;  // when control samples were given
+    std::filesystem::path receipt_path;
+    std::string receipt_sha256;
+    std::string started_at, finished_at;
+
+    bool hard_gates_passed() const;
+    const Measurement* find(const std::string& metric) const;
+};
+
+// Runs the gates and measurements against `target`. With `control_samples` (a control's
+// Report::quality_samples), the same prefixes are replayed and compared; without, this engine's
+// samples are drawn fresh (it is, or may become, the control). The receipt is written atomically
+// (temporary file, fsync, rename) as <receipts_dir>/<recipe id>-<revision id>-<time>.json.
+// Throws only when the receipt cannot be written; engine failures are failed gates.
+Report qualify(const Target& target, const Plan& plan, const std::filesystem::path& receipts_dir,
+               const std::optional<nlohmann::json>& control_samples = std::nullopt);
+
+QualityComparison compare_quality(const nlohmann::json& control_samples, const nlohmann::json& candidate_samples);
+
+}  // namespace anvil::qualify
