@@ -40,6 +40,16 @@ struct Plan {
     std::chrono::milliseconds request_timeout{std::chrono::seconds(120)};
     int quality_positions = 8;        // next-token distributions sampled per quality prompt
     int top_logprobs = 5;
+    // The engine honours response_format {"type": "json_object"} (vLLM, SGLang, llama.cpp do;
+    // anvil-engine does not): the json gate then also requires the answer itself to parse. Without
+    // it the gate checks what every OpenAI engine owes regardless of the model's skill: the body
+    // and every SSE chunk of a streamed reply are valid JSON in OpenAI's shapes, ending in [DONE].
+    bool constrained_json = false;
+    // Fixed work for the speed measurements. Keep them equal across the contenders compared: the
+    // receipts record them, and a candidate measured on less work would look faster.
+    int task_max_tokens = 64;         // per warm e2e task (4 tasks)
+    int decode_tokens = 64;           // per decode-speed stream
+    int prefill_tokens = 1024;        // the long prompt's target length (capped at half the model's context)
 };
 
 struct GateOutcome {
@@ -52,9 +62,11 @@ struct GateOutcome {
 
 struct Measurement {
     std::string metric;  // ttft_seconds, prefill_tokens_per_second, decode_tokens_per_second_c1,
-                         // decode_tokens_per_second_cN, warm_e2e_seconds, tasks_per_hour, peak_memory_bytes
+                         // decode_tokens_per_second_cN, warm_e2e_seconds, tasks_per_hour, peak_memory_bytes;
+                         // with control samples and a complete comparison also relative_quality_loss,
+                         // mean_kl and top1_agreement
     double value = 0;
-    std::string unit;    // seconds | tokens/s | tasks/h | bytes
+    std::string unit;    // seconds | tokens/s | tasks/h | bytes | ratio | nats
 };
 
 // How the candidate's next-token distributions compare with the control's at the same prefixes.
@@ -63,7 +75,9 @@ struct QualityComparison {
     double top1_agreement = 0;   // share of positions where both put the same token first
     double quality_score = 0;    // exp(-mean_kl) × top1_agreement: 1 for an identical engine
     double relative_quality_loss = 0;  // 1 - quality_score (the control's own score is 1)
-    std::size_t positions = 0;
+    std::size_t positions = 0;          // positions compared (present in both sample sets)
+    std::size_t control_positions = 0;  // positions the control offered: fewer compared is incomplete
+    bool complete() const { return positions > 0 && positions == control_positions; }
 };
 
 struct Report {

@@ -1,0 +1,171 @@
+// The promotion decision as pure functions: no clock reads (PolicyState::now is given), no I/O.
+// Order of precedence: freeze, pin, hard gates, no default, thresholds (inconclusive holds), the
+// minimum interval, and last the manual policy, which holds whatever the thresholds said but
+// still reports them so an operator can see what auto would have done.
+#include "daemon/qualify/promotion_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/fmt/fmt.h>
+
+namespace anvil::qualify {
+
+std::string_view to_string(Action a) {
+    switch (a) {
+    case Action::promote: return "promote";
+    case Action::hold: return "hold";
+    case Action::pass_over: return "pass_over";
+    }
+    return "hold";
+}
+
+namespace {
+
+std::optional<double> metric(const Contender& c, const std::string& name) {
+    const auto it = c.metrics.find(name);
+    if (it == c.metrics.end() || !std::isfinite(it->second)) return std::nullopt;
+    return it->second;
+}
+
+Decision make(Action action, std::string reason, std::vector<std::string> checks = {}) {
+    return Decision{action, std::move(reason), std::move(checks)};
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+    return out;
+}
+
+// The comparison with the control: every threshold as a check line with its numbers; `missing`
+// gets the metrics that could not be compared, `failed` the thresholds that were not met.
+void compare(const Contender& candidate, const Contender& control, const Thresholds& t, std::vector<std::string>& checks,
+             std::vector<std::string>& missing, std::vector<std::string>& failed) {
+    const double m = t.margin;
+
+    if (const auto loss = metric(candidate, "relative_quality_loss")) {
+        const double limit = t.max_relative_quality_loss - m;
+        const bool ok = *loss <= limit;
+        checks.push_back(fmt::format("relative_quality_loss {:.4f} <= {:.4f} (max {:.4f} - margin {:.4f}): {}", *loss, limit,
+                                     t.max_relative_quality_loss, m, ok ? "pass" : "fail"));
+        if (!ok) failed.push_back(fmt::format("relative quality loss {:.4f} > {:.4f}", *loss, limit));
+    } else {
+        checks.push_back("relative_quality_loss: not measured");
+        missing.push_back("relative_quality_loss");
+    }
+
+    const auto cand_e2e = metric(candidate, "warm_e2e_seconds"), ctrl_e2e = metric(control, "warm_e2e_seconds");
+    if (cand_e2e && ctrl_e2e && *ctrl_e2e > 0) {
+        const double gain = 1 - *cand_e2e / *ctrl_e2e, limit = t.min_warm_e2e_gain + m;
+        const bool ok = gain >= limit;
+        checks.push_back(fmt::format("warm_e2e gain {:.4f} (1 - {:.4g} s / {:.4g} s) >= {:.4f} (min {:.4f} + margin {:.4f}): {}",
+                                     gain, *cand_e2e, *ctrl_e2e, limit, t.min_warm_e2e_gain, m, ok ? "pass" : "fail"));
+        if (!ok) failed.push_back(fmt::format("warm e2e gain {:.4f} < {:.4f}", gain, limit));
+    } else {
+        const std::string which = !cand_e2e ? "candidate" : !ctrl_e2e ? "control" : "control (not positive)";
+        checks.push_back("warm_e2e_seconds: not measured for the " + which);
+        missing.push_back("warm_e2e_seconds of the " + which);
+    }
+
+    const auto cand_tph = metric(candidate, "tasks_per_hour"), ctrl_tph = metric(control, "tasks_per_hour");
+    if (cand_tph && ctrl_tph && *ctrl_tph > 0) {
+        const double ratio = *cand_tph / *ctrl_tph, limit = t.min_tasks_per_hour_ratio + m;
+        const bool ok = ratio >= limit;
+        checks.push_back(fmt::format("tasks_per_hour ratio {:.4f} ({:.4g} / {:.4g}) >= {:.4f} (min {:.4f} + margin {:.4f}): {}",
+                                     ratio, *cand_tph, *ctrl_tph, limit, t.min_tasks_per_hour_ratio, m, ok ? "pass" : "fail"));
+        if (!ok) failed.push_back(fmt::format("tasks per hour ratio {:.4f} < {:.4f}", ratio, limit));
+    } else {
+        const std::string which = !cand_tph ? "candidate" : !ctrl_tph ? "control" : "control (not positive)";
+        checks.push_back("tasks_per_hour: not measured for the " + which);
+        missing.push_back("tasks_per_hour of the " + which);
+    }
+
+    // Where the pass rates were measured, they are compared too (the gates already applied them).
+    if (const auto rate = metric(candidate, "deterministic_pass_rate")) {
+        const bool ok = *rate >= t.min_deterministic_pass_rate;
+        checks.push_back(fmt::format("deterministic_pass_rate {:.4f} >= {:.4f}: {}", *rate, t.min_deterministic_pass_rate,
+                                     ok ? "pass" : "fail"));
+        if (!ok) failed.push_back(fmt::format("deterministic pass rate {:.4f} < {:.4f}", *rate, t.min_deterministic_pass_rate));
+    }
+}
+
+}  // namespace
+
+Decision decide(const Contender& candidate, const std::optional<Contender>& control, const Thresholds& thresholds,
+                const PolicyState& state) {
+    if (state.frozen) return make(Action::hold, "frozen: no promotion while the default is frozen");
+
+    if (state.pinned_recipe) {
+        const std::string& pin = *state.pinned_recipe;
+        if (candidate.recipe_id != pin) return make(Action::pass_over, "pinned to " + pin);
+        if (control && control->recipe_id == pin && control->revision_id == candidate.revision_id)
+            return make(Action::hold, "pinned to " + pin + ", which is already the default");
+        // The pin overrides thresholds, interval and policy, but not a candidate that failed its
+        // hard gates: promoting it would switch clients to an engine that does not answer.
+        if (!candidate.hard_gates_passed)
+            return make(Action::hold, "pinned to " + pin + ", but its hard gates failed: waiting for a passing qualification",
+                        {"hard gates: fail"});
+        return make(Action::promote, "pinned to " + pin + " (the pin overrides the thresholds)", {"hard gates: pass"});
+    }
+
+    if (state.policy != "auto" && state.policy != "manual")
+        return make(Action::hold, "unknown promotion policy '" + state.policy + "' (expected auto or manual)");
+
+    if (!candidate.hard_gates_passed) return make(Action::pass_over, "hard gates failed", {"hard gates: fail"});
+    std::vector<std::string> checks{"hard gates: pass"};
+
+    if (control && control->revision_id == candidate.revision_id && control->recipe_id == candidate.recipe_id)
+        return make(Action::hold, "the candidate is the default", checks);
+
+    Decision verdict;
+    if (!control) {
+        verdict = make(Action::promote, "no default: the best validated candidate becomes the default", checks);
+    } else {
+        std::vector<std::string> missing, failed;
+        if (!control->hard_gates_passed) checks.push_back("the default's hard gates: fail (it is compared all the same)");
+        compare(candidate, *control, thresholds, checks, missing, failed);
+        if (!missing.empty()) {
+            verdict = make(Action::hold, "inconclusive: " + join(missing, ", ") + " not measured", checks);
+        } else if (!failed.empty()) {
+            verdict = make(Action::pass_over, "does not beat the default: " + join(failed, "; "), checks);
+        } else {
+            verdict = make(Action::promote, "beats the default on every threshold with margin " + fmt::format("{:.4f}", thresholds.margin),
+                           checks);
+            if (state.last_promotion) {
+                const auto since = std::chrono::duration_cast<std::chrono::seconds>(state.now - *state.last_promotion);
+                const bool ok = since >= state.min_interval;
+                verdict.checks.push_back(fmt::format("since the last promotion {} s >= {} s: {}", since.count(),
+                                                     state.min_interval.count(), ok ? "pass" : "fail"));
+                if (!ok)
+                    verdict = make(Action::hold,
+                                   fmt::format("minimum interval: the last promotion was {} s ago, {} s required",
+                                               since.count(), state.min_interval.count()),
+                                   verdict.checks);
+            }
+        }
+    }
+
+    if (state.policy == "manual" && verdict.action == Action::promote)
+        return make(Action::hold, "manual policy: an operator promotes (auto would promote: " + verdict.reason + ")",
+                    verdict.checks);
+    return verdict;
+}
+
+std::optional<Contender> best_of(const std::vector<Contender>& contenders) {
+    std::vector<const Contender*> passed;
+    for (const auto& c : contenders)
+        if (c.hard_gates_passed) passed.push_back(&c);
+    if (passed.empty()) return std::nullopt;
+    // Missing warm e2e time ranks last, missing tasks/h lowest: a measured contender beats an
+    // unmeasured one. Then recipe id and revision id, so the pick never depends on input order.
+    auto key = [](const Contender* c) {
+        const auto e2e = metric(*c, "warm_e2e_seconds");
+        const auto tph = metric(*c, "tasks_per_hour");
+        return std::make_tuple(e2e ? 0 : 1, e2e.value_or(0.0), -tph.value_or(-INFINITY), c->recipe_id, c->revision_id);
+    };
+    return **std::min_element(passed.begin(), passed.end(),
+                              [&](const Contender* a, const Contender* b) { return key(a) < key(b); });
+}
+
+}  // namespace anvil::qualify

@@ -1,0 +1,174 @@
+// qualify(): the order of one run (gates, then measurements and quality when the engine answered
+// at all, then peak memory), and the receipt that records it.
+#include "daemon/qualify/qualification.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/qualify/gates.hpp"
+#include "daemon/qualify/measurements.hpp"
+#include "daemon/qualify/quality.hpp"
+#include "daemon/qualify/receipt.hpp"
+#include "registry/sha256.hpp"
+
+namespace anvil::qualify {
+
+using nlohmann::json;
+
+bool Report::hard_gates_passed() const {
+    if (gates.empty()) return false;
+    for (const auto& g : gates)
+        if (!g.pass) return false;
+    return true;
+}
+
+const Measurement* Report::find(const std::string& metric) const {
+    for (const auto& m : measurements)
+        if (m.metric == metric) return &m;
+    return nullptr;
+}
+
+namespace detail {
+
+namespace {
+
+const char* const kFiller[] = {
+    "The river ran slowly past the mill, carrying leaves from the hills.",
+    "In the market, traders called out the prices of apples and bread.",
+    "A small boat drifted near the harbour wall while gulls circled above.",
+    "The library kept its oldest maps in a cool room under the stairs.",
+    "Every morning the baker lit the oven before the street was awake.",
+    "Clouds gathered over the valley, but the rain held off until noon.",
+    "The children counted the steps up to the church tower, one by one.",
+    "An old clock in the hall chimed the hours a little late.",
+    "Farmers brought their sheep down from the high fields in autumn.",
+    "The train to the coast stopped at every village along the line.",
+    "Lanterns were hung along the bridge for the summer festival.",
+    "A letter arrived with a stamp from a country nobody had visited.",
+};
+
+json to_json(const Target& t) {
+    return {{"host", t.host},           {"port", t.port},       {"model", t.model},
+            {"recipe_id", t.recipe_id}, {"revision_id", t.revision_id}, {"revision_sha256", t.revision_sha256},
+            {"commit_id", t.commit_id}, {"engine_id", t.engine_id},     {"driver", t.driver},
+            {"pid", t.pid ? json(*t.pid) : json()}};
+}
+
+json to_json(const Plan& p) {
+    return {{"attempts", p.attempts},
+            {"min_pass_rate", p.min_pass_rate},
+            {"tools", p.tools},
+            {"needle_context", p.needle_context ? json(*p.needle_context) : json()},
+            {"needle_depths", p.needle_depths},
+            {"concurrency", p.concurrency},
+            {"max_tokens", p.max_tokens},
+            {"request_timeout_ms", p.request_timeout.count()},
+            {"quality_positions", p.quality_positions},
+            {"top_logprobs", p.top_logprobs},
+            {"constrained_json", p.constrained_json},
+            {"task_max_tokens", p.task_max_tokens},
+            {"decode_tokens", p.decode_tokens},
+            {"prefill_tokens", p.prefill_tokens}};
+}
+
+json to_json(const GateOutcome& g) {
+    return {{"gate", g.gate}, {"passed", g.passed}, {"attempts", g.attempts}, {"pass", g.pass}, {"reasons", g.reasons}};
+}
+
+json to_json(const QualityComparison& q) {
+    return {{"mean_kl", q.mean_kl},
+            {"top1_agreement", q.top1_agreement},
+            {"quality_score", q.quality_score},
+            {"relative_quality_loss", q.relative_quality_loss},
+            {"positions", q.positions},
+            {"control_positions", q.control_positions}};
+}
+
+}  // namespace
+
+std::size_t filler_sentence_count() { return std::size(kFiller); }
+
+std::string filler(std::size_t sentences, std::size_t offset) {
+    std::string out;
+    for (std::size_t i = 0; i < sentences; ++i) out += std::string(i ? " " : "") + kFiller[(offset + i) % std::size(kFiller)];
+    return out;
+}
+
+}  // namespace detail
+
+Report qualify(const Target& target, const Plan& plan, const std::filesystem::path& receipts_dir,
+               const std::optional<json>& control_samples) {
+    using namespace detail;
+    Report report;
+    report.started_at = utc_timestamp();
+    Journal journal;
+    RunContext run(target, plan, journal);
+    spdlog::info("qualify: {} revision {} at {}:{} (model {})", target.recipe_id, target.revision_id, target.host,
+                 target.port, target.model);
+
+    report.gates.push_back(identity_gate(run));
+    report.gates.push_back(smoke_gate(run));
+    report.gates.push_back(json_gate(run));
+    report.gates.push_back(determinism_gate(run));
+    if (plan.tools) report.gates.push_back(tools_gate(run));
+    if (plan.needle_context) report.gates.push_back(needle_gate(run));
+
+    // An engine that never completed a smoke request has nothing to measure: minutes of timeouts
+    // would only delay the verdict the gates already gave.
+    const bool answered = report.gates[1].passed > 0;
+    if (answered) {
+        report.measurements = measure_speed(run);
+        report.quality_samples = control_samples ? replay_quality_samples(run, *control_samples) : draw_quality_samples(run);
+        if (control_samples) {
+            const QualityComparison q = compare_quality(*control_samples, report.quality_samples);
+            report.quality = q;
+            // A partial comparison is kept in the report and the receipt, but yields no evidence:
+            // the promotion policy must see the quality as not measured and hold.
+            if (q.complete()) {
+                report.measurements.push_back({"relative_quality_loss", q.relative_quality_loss, "ratio"});
+                report.measurements.push_back({"mean_kl", q.mean_kl, "nats"});
+                report.measurements.push_back({"top1_agreement", q.top1_agreement, "ratio"});
+            } else {
+                journal.note("quality", "incomplete: " + std::to_string(q.positions) + " of " +
+                                            std::to_string(q.control_positions) + " control positions compared");
+            }
+        }
+    } else {
+        journal.note("measurements", "skipped: no smoke request succeeded");
+    }
+    if (target.pid) {
+        if (auto peak = process_tree_peak_bytes(*target.pid))
+            report.measurements.push_back({"peak_memory_bytes", double(*peak), "bytes"});
+        else journal.note("peak_memory", "not measured: /proc/" + std::to_string(*target.pid) + "/status is not readable");
+    }
+    report.finished_at = utc_timestamp();
+
+    json measurements = json::array();
+    for (const auto& m : report.measurements)
+        measurements.push_back({{"metric", m.metric}, {"value", m.value}, {"unit", m.unit}, {"class", "local"}, {"status", "measured"}});
+    json gates = json::array();
+    for (const auto& g : report.gates) gates.push_back(to_json(g));
+    const json receipt = {
+        {"schema", "anvil.qualification-receipt/v1"},
+        {"target", to_json(target)},
+        {"plan", to_json(plan)},
+        {"started_at", report.started_at},
+        {"finished_at", report.finished_at},
+        {"hard_gates_passed", report.hard_gates_passed()},
+        {"gates", gates},
+        {"measurements", measurements},
+        {"quality", report.quality ? to_json(*report.quality) : json()},
+        {"quality_samples", report.quality_samples},
+        {"control_samples_sha256", control_samples ? json(registry::sha256_hex(control_samples->dump())) : json()},
+        {"notes", journal.notes()},
+        {"exchanges", journal.exchanges()},
+    };
+    const WrittenReceipt written = write_receipt(receipts_dir, target.recipe_id, target.revision_id, receipt);
+    report.receipt_path = written.path;
+    report.receipt_sha256 = written.sha256;
+    spdlog::info("qualify: {} revision {}: hard gates {}, {} measurements, receipt {}", target.recipe_id,
+                 target.revision_id, report.hard_gates_passed() ? "passed" : "failed", report.measurements.size(),
+                 written.path.string());
+    return report;
+}
+
+}  // namespace anvil::qualify
