@@ -22,12 +22,18 @@ inline constexpr const char* kDefaultConfigFile = "/etc/anvil/anvild.json";
 // A configuration that cannot be used: "<file>: <pointer>: expected …, found …", one line each.
 struct ConfigError : std::runtime_error {
     using std::runtime_error::runtime_error;
+    // Every problem, one line each; what() is them joined by newlines.
+    explicit ConfigError(std::vector<std::string> lines);
+    std::vector<std::string> problems;
 };
 
 struct HostPort {
     std::string host;
     int port = 0;
-    std::string str() const { return host + ":" + std::to_string(port); }
+    // An IPv6 host is kept without brackets (what bind() wants) and bracketed here.
+    std::string str() const {
+        return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    }
 };
 // "127.0.0.1:7700", "[::1]:7700", "localhost:0"; throws ConfigError naming `where` otherwise.
 HostPort parse_host_port(const std::string& text, const std::string& where);

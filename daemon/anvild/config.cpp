@@ -1,0 +1,516 @@
+// anvild's configuration file: reading, validation (every problem at once, each naming its JSON
+// pointer), defaults, command-line overrides, and the API token file.
+#include "daemon/anvild/config.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "registry/json_reader.hpp"
+
+namespace anvil::daemon {
+
+namespace fs = std::filesystem;
+using registry::FieldError;
+using registry::FieldErrors;
+using registry::JsonReader;
+using registry::Node;
+using registry::Presence;
+using nlohmann::json;
+
+namespace {
+
+std::string join_lines(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const auto& line : lines) out += (out.empty() ? "" : "\n") + line;
+    return out;
+}
+
+// "<file>: <pointer>: expected X, found Y" — the pointer alone, so the line can be pasted into jq.
+std::string config_line(const std::string& file, const FieldError& e) {
+    return file + ": " + (e.pointer.empty() ? std::string("/") : e.pointer) + ": expected " + e.expected +
+           ", found " + (e.found.empty() ? std::string("nothing") : e.found);
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+// Unknown keys are errors: a misspelt key silently falling back to its default is the kind of
+// mistake that surfaces weeks later as "why did it promote that?".
+void reject_unknown_keys(const Node& object, const std::vector<std::string>& known, JsonReader& reader) {
+    if (!object.present() || !object.value->is_object()) return;
+    for (const auto& [key, _] : object.value->items()) {
+        if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+        std::string expected = "one of";
+        for (std::size_t i = 0; i < known.size(); ++i) expected += (i ? ", " : " ") + known[i];
+        std::string found = "the unknown key " + registry::render_short(json(key));
+        const std::string* closest = nullptr;
+        std::size_t best = std::max<std::size_t>(2, key.size() / 4) + 1;  // suggest only near misses
+        for (const auto& k : known) {
+            const std::size_t d = edit_distance(key, k);
+            if (d < best) best = d, closest = &k;
+        }
+        if (closest) found += " (did you mean \"" + *closest + "\"?)";
+        reader.fail(object.child(key).pointer, expected, found);
+    }
+}
+
+// A git URL ("https://…", "ssh://…", "file://…", "git@host:path") stays as written; anything else
+// is a local path, resolved against the configuration file's directory.
+bool looks_like_url(const std::string& text) {
+    if (text.find("://") != std::string::npos) return true;
+    const auto colon = text.find(':');
+    const auto slash = text.find('/');
+    return colon != std::string::npos && colon > 1 && (slash == std::string::npos || colon < slash);
+}
+
+class ConfigReader {
+public:
+    ConfigReader(const fs::path& file, FieldErrors& errors)
+        : file_(file), base_(fs::absolute(file).parent_path()), reader_(errors) {}
+
+    JsonReader& reader() { return reader_; }
+
+    fs::path resolve(const std::string& text) const {
+        const fs::path p(text);
+        return (p.is_absolute() ? p : base_ / p).lexically_normal();
+    }
+
+    std::optional<fs::path> path(const Node& parent, std::string_view key) {
+        auto text = reader_.string(parent, key, Presence::optional);
+        if (!text) return std::nullopt;
+        if (text->empty()) {
+            reader_.fail(parent.child(key), "a path", "an empty string");
+            return std::nullopt;
+        }
+        return resolve(*text);
+    }
+
+    std::optional<std::string> non_empty_string(const Node& parent, std::string_view key) {
+        auto text = reader_.string(parent, key, Presence::optional);
+        if (text && text->empty()) {
+            reader_.fail(parent.child(key), "a non-empty string", "an empty string");
+            return std::nullopt;
+        }
+        return text;
+    }
+
+    // Seconds as a JSON number (fractions allowed, so tests can poll fast), as milliseconds.
+    std::optional<std::chrono::milliseconds> seconds(const Node& parent, std::string_view key, bool zero_allowed) {
+        const Node n = parent.child(key);
+        if (n.is_null()) return std::nullopt;
+        const char* expected = zero_allowed ? "a number of seconds, 0 or more" : "a number of seconds above 0";
+        if (!n.value->is_number()) {
+            reader_.fail(n, expected);
+            return std::nullopt;
+        }
+        const double s = n.value->get<double>();
+        if (!std::isfinite(s) || s < 0 || (!zero_allowed && s <= 0) || s > 365.0 * 24 * 3600) {
+            reader_.fail(n, expected);
+            return std::nullopt;
+        }
+        auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(s * 1000.0)));
+        if (!zero_allowed && ms.count() == 0) ms = std::chrono::milliseconds(1);
+        return ms;
+    }
+
+    std::optional<HostPort> host_port(const Node& parent, std::string_view key) {
+        auto text = reader_.string(parent, key, Presence::optional);
+        if (!text) return std::nullopt;
+        try {
+            return parse_host_port(*text, parent.child(key).pointer);
+        } catch (const ConfigError&) {
+            reader_.fail(parent.child(key), "\"HOST:PORT\" with a port from 0 to 65535 (\"127.0.0.1:7700\", \"[::1]:7700\")");
+            return std::nullopt;
+        }
+    }
+
+    std::optional<int> port(const Node& parent, std::string_view key) {
+        const Node n = parent.child(key);
+        auto value = reader_.integer(parent, key, Presence::required, 1);
+        if (!value) return std::nullopt;
+        if (*value > 65535) {
+            reader_.fail(n, "a port from 1 to 65535");
+            return std::nullopt;
+        }
+        return static_cast<int>(*value);
+    }
+
+private:
+    fs::path file_;
+    fs::path base_;
+    JsonReader reader_;
+};
+
+bool valid_clock_time(const std::string& text, std::size_t at) {
+    auto digit = [&](std::size_t i) { return std::isdigit(static_cast<unsigned char>(text[at + i])) != 0; };
+    if (!(digit(0) && digit(1) && text[at + 2] == ':' && digit(3) && digit(4))) return false;
+    const int hours = (text[at] - '0') * 10 + (text[at + 1] - '0');
+    const int minutes = (text[at + 3] - '0') * 10 + (text[at + 4] - '0');
+    return hours < 24 && minutes < 60;
+}
+
+bool valid_window(const std::string& text) {
+    return text.size() == 11 && text[5] == '-' && valid_clock_time(text, 0) && valid_clock_time(text, 6) &&
+           text.substr(0, 5) != text.substr(6, 5);
+}
+
+void read_sources(const Node& root, ConfigReader& cr, DaemonConfig& config) {
+    JsonReader& reader = cr.reader();
+    const Node sources = reader.array(root, "sources", Presence::optional);
+    std::map<std::string, std::string> names;  // name → pointer of its first use
+    for (std::size_t i = 0; sources.present() && i < sources.value->size(); ++i) {
+        const Node item = sources.at(i);
+        if (!item.value->is_object()) {
+            reader.fail(item, "a source object {name, url, ref, poll_interval_seconds}");
+            continue;
+        }
+        reject_unknown_keys(item, {"name", "url", "ref", "poll_interval_seconds"}, reader);
+        SourceConfig source;
+        auto url = reader.string(item, "url");
+        if (url && url->empty()) reader.fail(item.child("url"), "a git URL or a path", "an empty string");
+        else if (url) source.url = looks_like_url(*url) ? *url : cr.resolve(*url).string();
+        source.name = cr.non_empty_string(item, "name").value_or(url.value_or(""));
+        source.ref = reader.string(item, "ref", Presence::optional).value_or("");
+        if (auto poll = cr.seconds(item, "poll_interval_seconds", false)) source.poll_interval = *poll;
+        if (!source.name.empty()) {
+            auto [it, fresh] = names.emplace(source.name, item.pointer);
+            if (!fresh)
+                reader.fail(item.child("name").pointer, "a source name not used before (" + it->second + " has it)",
+                            registry::render_short(json(source.name)));
+        }
+        config.sources.push_back(std::move(source));
+    }
+}
+
+void read_inventory(const Node& root, const std::string& file, DaemonConfig& config, JsonReader& reader) {
+    const Node n = root.child("inventory");
+    if (n.is_null()) return;
+    if (n.value->is_string()) {
+        const auto mode = n.value->get<std::string>();
+        if (mode == "auto" || mode == "none") config.inventory_mode = mode;
+        else reader.fail(n, "\"auto\", \"none\" or an inventory object {gpus: [...]}");
+        return;
+    }
+    if (!n.value->is_object()) {
+        reader.fail(n, "\"auto\", \"none\" or an inventory object {gpus: [...]}");
+        return;
+    }
+    reject_unknown_keys(n, {"gpus", "collectives", "collectives_notes"}, reader);
+    config.inventory_mode = "declared";
+    config.inventory = registry::parse_inventory(n, reader, "configuration " + file);
+}
+
+void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
+    JsonReader& reader = cr.reader();
+    const Node n = reader.object(root, "promotion", Presence::optional);
+    if (!n.present()) return;
+    reject_unknown_keys(n,
+                        {"policy", "min_interval_seconds", "margin", "attempts", "needle_depths", "exclusive_window",
+                         "drain_timeout_seconds", "retry_backoff_min_seconds", "retry_backoff_max_seconds"},
+                        reader);
+    if (auto policy = reader.string(n, "policy", Presence::optional)) {
+        if (*policy == "auto" || *policy == "manual") p.policy = *policy;
+        else reader.fail(n.child("policy"), "\"auto\" or \"manual\"");
+    }
+    if (auto v = reader.integer(n, "min_interval_seconds", Presence::optional, 0)) p.min_interval = std::chrono::seconds(*v);
+    if (auto v = reader.number(n, "margin", Presence::optional)) {
+        if (*v >= 0 && *v < 1) p.margin = *v;
+        else reader.fail(n.child("margin"), "a ratio from 0 up to (not including) 1");
+    }
+    if (auto v = reader.integer(n, "attempts", Presence::optional, 1)) {
+        if (*v <= 100) p.attempts = static_cast<int>(*v);
+        else reader.fail(n.child("attempts"), "a number of attempts from 1 to 100");
+    }
+    const Node depths = reader.array(n, "needle_depths", Presence::optional);
+    if (depths.present()) {
+        std::vector<double> values;
+        for (std::size_t i = 0; i < depths.value->size(); ++i) {
+            const Node d = depths.at(i);
+            if (!d.value->is_number() || d.value->get<double>() < 0 || d.value->get<double>() > 1) {
+                reader.fail(d, "a depth from 0 (start of the context) to 1 (its end)");
+                continue;
+            }
+            values.push_back(d.value->get<double>());
+        }
+        if (depths.value->empty()) reader.fail(depths, "at least one needle depth", "an empty array");
+        p.needle_depths = std::move(values);
+    }
+    const Node window = n.child("exclusive_window");
+    if (!window.is_null()) {
+        if (window.value->is_string() && valid_window(window.value->get<std::string>()))
+            p.exclusive_window = window.value->get<std::string>();
+        else reader.fail(window, "a local-time window \"HH:MM-HH:MM\" (e.g. \"02:00-05:00\"), or null");
+    }
+    if (auto v = cr.seconds(n, "drain_timeout_seconds", true)) p.drain_timeout = *v;
+    if (auto v = cr.seconds(n, "retry_backoff_min_seconds", false)) p.retry_backoff_min = *v;
+    if (auto v = cr.seconds(n, "retry_backoff_max_seconds", false)) p.retry_backoff_max = *v;
+    if (p.retry_backoff_max < p.retry_backoff_min)
+        reader.fail(n.child("retry_backoff_max_seconds").pointer, "at least retry_backoff_min_seconds",
+                    std::to_string(p.retry_backoff_max.count() / 1000.0) + " s, below the minimum");
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> lines) : std::runtime_error(join_lines(lines)), problems(std::move(lines)) {}
+
+HostPort parse_host_port(const std::string& text, const std::string& where) {
+    auto bad = [&] {
+        return ConfigError(where + ": expected \"HOST:PORT\" with a port from 0 to 65535, found " +
+                           registry::render_short(json(text)));
+    };
+    HostPort out;
+    std::string port;
+    if (text.starts_with("[")) {
+        const auto close = text.find(']');
+        if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') throw bad();
+        out.host = text.substr(1, close - 1);
+        port = text.substr(close + 2);
+    } else {
+        const auto colon = text.rfind(':');
+        if (colon == std::string::npos || text.find(':') != colon) throw bad();  // bare IPv6 needs brackets
+        out.host = text.substr(0, colon);
+        port = text.substr(colon + 1);
+    }
+    if (out.host.empty() || port.empty() || port.size() > 5) throw bad();
+    if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) throw bad();
+    out.port = std::stoi(port);
+    if (out.port > 65535) throw bad();
+    return out;
+}
+
+DaemonConfig parse_config(const std::string& text, const fs::path& file) {
+    const std::string name = file.string();
+    json root;
+    try {
+        root = json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw ConfigError(name + ": not valid JSON: " + e.what());
+    }
+    if (!root.is_object()) throw ConfigError(name + ": /: expected a JSON object, found " + registry::render_short(root));
+
+    DaemonConfig config;
+    config.config_file = fs::absolute(file).lexically_normal();
+    FieldErrors errors;
+    ConfigReader cr(file, errors);
+    JsonReader& reader = cr.reader();
+    const Node top{&root, ""};
+    reject_unknown_keys(top,
+                        {"sources", "data_dir", "requirements", "inventory", "commercial", "model_root", "cache_root",
+                         "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "engine_binary",
+                         "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
+                         "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit"},
+                        reader);
+
+    read_sources(top, cr, config);
+    if (auto p = cr.path(top, "data_dir")) config.data_dir = *p;
+
+    const Node requirements = reader.object(top, "requirements", Presence::optional);
+    if (requirements.present()) {
+        reject_unknown_keys(requirements, {"tokens", "concurrency", "physical_vram_bytes", "vram_reserves", "thresholds"},
+                            reader);
+        config.requirements = registry::parse_requirements(requirements, reader);
+        config.requirements_json = *requirements.value;
+    }
+    read_inventory(top, name, config, reader);
+    const Node commercial = top.child("commercial");
+    if (!commercial.is_null()) {
+        if (commercial.value->is_boolean()) config.commercial = commercial.value->get<bool>();
+        else reader.fail(commercial, "true, false or null (null leaves non-commercial licences an open question)");
+    }
+
+    if (auto p = cr.path(top, "model_root")) config.model_root = *p;
+    if (auto p = cr.path(top, "cache_root")) config.cache_root = *p;
+    const Node roots = reader.array(top, "allowed_mount_roots", Presence::optional);
+    for (std::size_t i = 0; roots.present() && i < roots.value->size(); ++i) {
+        const Node r = roots.at(i);
+        if (!r.value->is_string() || r.value->get<std::string>().empty()) reader.fail(r, "a path");
+        else config.allowed_mount_roots.push_back(cr.resolve(r.value->get<std::string>()));
+    }
+    if (auto s = cr.non_empty_string(top, "container_runtime")) config.container_runtime = *s;
+    config.container_runtime_arguments = reader.string_array(top, "container_runtime_arguments", Presence::optional);
+    if (auto p = cr.path(top, "engine_binary")) config.engine_binary = *p;
+
+    if (auto hp = cr.host_port(top, "listen")) config.listen = *hp;
+    if (auto hp = cr.host_port(top, "serve")) config.serve = *hp;
+    if (auto s = cr.non_empty_string(top, "served_model_alias")) config.served_model_alias = *s;
+    const Node ports = reader.object(top, "engine_ports", Presence::optional);
+    if (ports.present()) {
+        reject_unknown_keys(ports, {"first", "last"}, reader);
+        auto first = cr.port(ports, "first");
+        auto last = cr.port(ports, "last");
+        if (first && last && *first > *last)
+            reader.fail(ports.child("last").pointer, "a port at or above first (" + std::to_string(*first) + ")",
+                        std::to_string(*last));
+        else if (first && last) config.port_first = *first, config.port_last = *last;
+    }
+    if (auto p = cr.path(top, "token_file")) config.token_file = *p;
+
+    read_promotion(top, cr, config.promotion);
+    if (auto v = cr.seconds(top, "reconcile_interval_seconds", false)) config.reconcile_interval = *v;
+    if (auto v = cr.seconds(top, "engine_ready_timeout_seconds", false)) config.engine_ready_timeout = *v;
+    if (auto v = reader.boolean(top, "stop_engines_on_exit", Presence::optional)) config.stop_engines_on_exit = *v;
+    if (config.listen.host == config.serve.host && config.listen.port == config.serve.port && config.listen.port != 0)
+        reader.fail("/serve", "an address other than listen's (" + config.listen.str() + ")",
+                    registry::render_short(json(config.serve.str())));
+
+    if (!errors.empty()) {
+        std::vector<std::string> lines;
+        for (const auto& e : errors) lines.push_back(config_line(name, e));
+        throw ConfigError(std::move(lines));
+    }
+    return config;
+}
+
+DaemonConfig load_config(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+        const int err = errno;
+        throw ConfigError(file.string() + ": cannot read the configuration: " + std::strerror(err) +
+                          (file == kDefaultConfigFile ? " (--config FILE names another)" : ""));
+    }
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    return parse_config(bytes.str(), file);
+}
+
+void apply_overrides(DaemonConfig& config, const ConfigOverrides& overrides) {
+    if (overrides.data_dir) config.data_dir = fs::absolute(*overrides.data_dir).lexically_normal();
+    if (overrides.listen) config.listen = *overrides.listen;
+    if (overrides.serve) config.serve = *overrides.serve;
+}
+
+fs::path token_path(const DaemonConfig& config) {
+    return config.token_file.empty() ? config.data_dir / "api-token" : config.token_file;
+}
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string read_token(int fd, const fs::path& file) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) throw std::runtime_error(file.string() + ": cannot stat the API token file: " + errno_text(errno));
+    if (!S_ISREG(st.st_mode)) throw std::runtime_error(file.string() + ": the API token file is not a regular file");
+    if ((st.st_mode & 077) != 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        throw std::runtime_error(file.string() + ": the API token file is readable by others (mode " + mode +
+                                 "); run: chmod 600 " + file.string());
+    }
+    std::string content;
+    char buffer[512];
+    for (;;) {
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw std::runtime_error(file.string() + ": cannot read the API token: " + errno_text(errno));
+        if (n == 0) break;
+        content.append(buffer, static_cast<std::size_t>(n));
+        if (content.size() > 4096) throw std::runtime_error(file.string() + ": the API token file is too large to be a token");
+    }
+    while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();
+    const bool printable = std::all_of(content.begin(), content.end(),
+                                       [](char c) { return c > ' ' && c < 127; });
+    if (content.empty() || !printable)
+        throw std::runtime_error(file.string() + ": the API token file holds no usable token (one line, no spaces); "
+                                 "remove it and anvild creates a new one");
+    return content;
+}
+
+std::string random_hex(std::size_t bytes) {
+    std::vector<unsigned char> raw(bytes);
+    if (RAND_bytes(raw.data(), static_cast<int>(raw.size())) != 1) throw std::runtime_error("no random bytes for the API token");
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : raw) out += digits[b >> 4], out += digits[b & 15];
+    return out;
+}
+
+void write_all(int fd, const std::string& text, const fs::path& file) {
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw std::runtime_error(file.string() + ": cannot write the API token: " + errno_text(errno));
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+}  // namespace
+
+std::string ensure_token(const fs::path& file) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            try {
+                std::string token = read_token(fd, file);
+                ::close(fd);
+                return token;
+            } catch (...) {
+                ::close(fd);
+                throw;
+            }
+        }
+        if (errno == ELOOP) throw std::runtime_error(file.string() + ": the API token file is a symbolic link; anvild refuses to follow it");
+        if (errno != ENOENT) throw std::runtime_error(file.string() + ": cannot open the API token file: " + errno_text(errno));
+        if (attempt > 0) break;
+
+        // Written whole to a private temporary file, then linked into place: link() refuses an
+        // existing name, so a concurrent start never overwrites a token, and a crash never leaves
+        // an empty token file behind.
+        std::error_code ec;
+        const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+        fs::create_directories(dir, ec);
+        if (ec) throw std::runtime_error(dir.string() + ": cannot create the directory for the API token: " + ec.message());
+        const fs::path temporary = dir / ("." + file.filename().string() + "." + std::to_string(::getpid()) + ".new");
+        const int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0) throw std::runtime_error(temporary.string() + ": cannot create the API token file: " + errno_text(errno));
+        try {
+            write_all(out, random_hex(32) + "\n", temporary);
+            if (::fsync(out) != 0) throw std::runtime_error(temporary.string() + ": fsync failed: " + errno_text(errno));
+        } catch (...) {
+            ::close(out);
+            ::unlink(temporary.c_str());
+            throw;
+        }
+        ::close(out);
+        const int linked = ::link(temporary.c_str(), file.c_str());
+        const int link_errno = errno;
+        ::unlink(temporary.c_str());
+        if (linked != 0 && link_errno != EEXIST)
+            throw std::runtime_error(file.string() + ": cannot create the API token file: " + errno_text(link_errno));
+        if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+            ::fsync(dfd);  // the new name survives a power cut
+            ::close(dfd);
+        }
+        // Read back what is now there (ours, or a concurrent starter's).
+    }
+    throw std::runtime_error(file.string() + ": the API token file vanished while it was being created");
+}
+
+}  // namespace anvil::daemon
