@@ -6,10 +6,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libgit2-dev libspdlog-dev libfmt-dev
-  libssl-dev catch2
+  libssl-dev libsystemd-dev catch2
   clang libclang-rt-14-dev libomp-14-dev
   python3 python3-numpy
   podman runc
+  systemd
 )
 
 missing=()
