@@ -10,6 +10,10 @@ namespace anvil::cli {
 int registry_command(const std::vector<std::string>& args);
 int model_command(const std::vector<std::string>& args);
 int feasibility_command(const std::vector<std::string>& args);
+// status, recipes, recipe, history, default, engines, sync, qualify, pin, unpin, freeze, unfreeze:
+// requests to a running anvild's REST API (daemon_commands.cpp).
+bool is_daemon_command(const std::string& name);
+int daemon_command(const std::string& name, const std::vector<std::string>& args);
 
 // Where anvil keeps clones and state when not told: $ANVIL_DATA_DIR, $XDG_STATE_HOME/anvil,
 // or ~/.local/state/anvil.

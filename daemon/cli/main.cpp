@@ -1,4 +1,4 @@
-// anvil: the command-line tool for registries, models and (later) the anvild daemon.
+// anvil: the command-line tool for registries, models, feasibility and a running anvild.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -24,7 +24,23 @@ commands:
       judge on paper what can run here: a feasibility input's candidates by interval maths, and
       recipes by GPU count and memory, context, pinning, licence and collective-path gates
 
-environment: ANVIL_LOG=debug|info|warn|error (default warn), ANVIL_DATA_DIR
+talking to a running anvild (options: --api HOST:PORT, --token-file FILE for writes, --json):
+  status                      the default, policy, conditions, last reconcile pass, engines
+  recipes [--status S --engine E --hardware H --pinned yes|no --verdict V --q TEXT
+           --limit N --offset N]
+                              recipes with their status and verdict, a page at a time
+  recipe ID | history ID      one recipe's revisions, feasibility and evidence | its transitions
+  default | engines           the current default | the engines anvild runs
+  sync                        fetch every registry source now
+  qualify ID                  queue the newest revision of a recipe for qualification
+  pin ID | unpin              make a validated recipe the default | release the pin
+  freeze [--reason R] | unfreeze
+                              stop | resume automatic promotion
+  exit status: 0 done, 1 anvild refused (4xx), 2 could not run (unreachable, no token, usage)
+
+environment: ANVIL_LOG=debug|info|warn|error (default warn), ANVIL_DATA_DIR,
+  ANVIL_API (default 127.0.0.1:7700), ANVIL_TOKEN_FILE (default ./.anvil/data/api-token when it
+  exists, else /var/lib/anvil/api-token)
 )";
 
 }  // namespace
@@ -57,6 +73,7 @@ int main(int argc, char** argv) {
         if (command == "registry") return anvil::cli::registry_command(rest);
         if (command == "model") return anvil::cli::model_command(rest);
         if (command == "feasibility") return anvil::cli::feasibility_command(rest);
+        if (anvil::cli::is_daemon_command(command)) return anvil::cli::daemon_command(command, rest);
         std::cerr << "anvil: unknown command '" << command << "'\n" << kUsage;
         return 2;
     } catch (const anvil::cli::UsageError& e) {
