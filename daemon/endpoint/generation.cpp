@@ -113,7 +113,16 @@ SendOutcome Generation::send(httplib::Request& request, const std::function<bool
             aborted = !on_data(data, size);
             return !aborted;
         };
-        if (slot) slot->attach(client.get());
+        if (slot) {
+            slot->attach(client.get());
+            // A cancel that came before the attach had no socket to shut: honour it here.
+            if (slot->cancelled()) {
+                slot->attach(nullptr);
+                pool_.give_back(std::move(client), true);
+                outcome.failure = Failure::cancelled;
+                return outcome;
+            }
+        }
         httplib::Response response;
         httplib::Error error = httplib::Error::Success;
         const bool ok = client->send(request, response, error);
