@@ -260,7 +260,8 @@ GateOutcome needle_gate(RunContext& run) {
     long long base_tokens = 0;
     double tokens_per_sentence = 0;
     {
-        const int probe_sentences = 64;
+        // Small enough for the context even at one token per byte (a filler sentence is < 80 bytes).
+        const int probe_sentences = int(std::clamp<long long>(context / 2 / 80, 1, 64));
         const Exchange a = run.client.post("needle", "/v1/chat/completions", chat_body(run, needle(keys[0]) + question, 1));
         const Exchange b = run.client.post("needle", "/v1/chat/completions",
                                            chat_body(run, filler(probe_sentences) + needle(keys[0]) + question, 1));

@@ -99,8 +99,9 @@ std::vector<Measurement> measure_speed(RunContext& run) {
                 return std::nullopt;
             return std::pair{*s.prompt_tokens, *x.first_content_seconds};
         };
-        // The first, sized by a guess, calibrates the tokens per sentence (and warms the engine).
-        const std::size_t probe = 32;
+        // The first calibrates the tokens per sentence (and warms the engine). It is sized so that
+        // even a tokenizer that spends one token per byte keeps it within the target.
+        const std::size_t probe = std::clamp<std::size_t>(std::size_t(target) / 80, 1, 16);
         if (auto first = prefill(0, probe); first && first->first > 0) {
             const double per_sentence = double(first->first) / double(probe);
             const auto sentences = std::size_t(std::max(1.0, std::floor(0.95 * double(target) / per_sentence)));

@@ -45,6 +45,17 @@ std::optional<json> first_top_logprobs(const json& reply) {
             if (e.is_object() && e.contains("token") && e["token"].is_string() && e.contains("logprob") && e["logprob"].is_number())
                 out[e["token"].get<std::string>()] = e["logprob"].get<double>();
     }
+    // The greedy pick itself is the true top-1. Engines that key top_logprobs by token text merge
+    // tokens that print alike (anvil-engine prints every partial UTF-8 byte token as U+FFFD, and
+    // the last one listed wins), so the pick's own logprob restores the first place where a
+    // lesser namesake overwrote it.
+    if (lp.contains("tokens") && lp["tokens"].is_array() && !lp["tokens"].empty() && lp["tokens"][0].is_string() &&
+        lp.contains("token_logprobs") && lp["token_logprobs"].is_array() && !lp["token_logprobs"].empty() &&
+        lp["token_logprobs"][0].is_number()) {
+        const std::string token = lp["tokens"][0];
+        const double logprob = lp["token_logprobs"][0];
+        if (!out.contains(token) || out[token].get<double>() < logprob) out[token] = logprob;
+    }
     if (out.empty()) return std::nullopt;
     return out;
 }
