@@ -166,6 +166,9 @@ Server::Server(ServerOptions options) : options_(std::move(options)), http_(std:
     const int threads = std::max(options_.http_threads, 4);
     http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     http_->set_payload_max_length(64u << 20);
+    // Stream chunks are small writes: with Nagle's algorithm each waits for the client's delayed
+    // ACK (40 ms on Linux), which bunches tokens together and skews every client's TTFT.
+    http_->set_tcp_nodelay(true);
     routes();
 }
 
