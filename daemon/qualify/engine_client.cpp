@@ -106,6 +106,7 @@ EngineClient::EngineClient(std::string host, int port, std::chrono::milliseconds
 namespace {
 
 void set_timeouts(httplib::Client& client, std::chrono::milliseconds timeout) {
+    client.set_tcp_nodelay(true);  // a request's bytes go out at once, not after an ACK
     const auto s = timeout.count() / 1000, us = (timeout.count() % 1000) * 1000;
     client.set_connection_timeout(std::min<long>(long(s), 10), long(us));
     client.set_read_timeout(long(s), long(us));
