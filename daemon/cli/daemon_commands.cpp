@@ -192,7 +192,8 @@ Answer call(const Options& options, const std::string& method, const std::string
     }
     if (answer.status < 400) return answer;
 
-    if (options.json_output) std::cout << answer.raw << (answer.raw.ends_with("\n") ? "" : "\n");
+    // Flushed now so the body comes before the error line when both go to one terminal or pipe.
+    if (options.json_output) std::cout << answer.raw << (answer.raw.ends_with("\n") ? "" : "\n") << std::flush;
     std::string code, message;
     if (answer.body.is_object() && answer.body.contains("error") && answer.body["error"].is_object()) {
         code = answer.body["error"].value("code", "");
@@ -272,7 +273,7 @@ std::string describe_default(const json& d) {
     if (!d.is_object()) return "none";
     std::string out = field(d, "recipe_id");
     if (d.contains("revision_id")) out += " (revision " + field(d, "revision_id") + ")";
-    if (d.contains("since")) out += " since " + field(d, "since");
+    if (field(d, "since") != "-") out += " since " + field(d, "since");
     if (d.value("pinned", false)) out += ", pinned";
     return out;
 }
@@ -280,18 +281,35 @@ std::string describe_default(const json& d) {
 void print_status(const json& s) {
     std::cout << "default     " << describe_default(s.value("default", json())) << "\n";
     const json policy = s.value("policy", json::object());
-    std::cout << "policy      " << field(policy, "mode") << ", frozen " << field(policy, "frozen") << ", pinned "
-              << field(policy, "pinned") << "\n";
+    std::string frozen = "no";
+    if (policy.value("frozen", false)) {
+        frozen = "yes";
+        const json freeze = policy.value("freeze", json());
+        if (freeze.is_object() && freeze.contains("reason") && freeze["reason"].is_string()) frozen += " (" + freeze["reason"].get<std::string>() + ")";
+    }
+    std::cout << "policy      " << field(policy, "mode") << ", frozen " << frozen << ", pinned " << field(policy, "pinned") << "\n";
     const json endpoint = s.value("endpoint", json::object());
-    std::cout << "endpoint    " << field(endpoint, "address") << " -> " << field(endpoint, "upstream") << "\n";
+    const json upstream = endpoint.value("upstream", json());
+    std::string to = "no upstream (nothing to serve yet)";
+    if (upstream.is_object())
+        to = field(upstream, "recipe_id") + " (engine " + field(upstream, "engine_id") + ", port " + field(upstream, "port") + ")";
+    else if (!upstream.is_null()) to = text(upstream);
+    std::cout << "endpoint    " << field(endpoint, "address") << " -> " << to << "\n";
+    if (s.contains("qualifying") && !s["qualifying"].is_null()) std::cout << "qualifying  " << inline_object(s["qualifying"]) << "\n";
     std::cout << "engines     " << field(s, "engines") << "\n";
-    std::cout << "recipes     " << inline_object(s.value("recipes", json::object())) << "\n";
+    std::string counts;
+    const json by_status = s.value("recipes", json::object());
+    for (const auto& [status, count] : by_status.items())
+        if (!(count.is_number() && count.get<double>() == 0)) counts += (counts.empty() ? "" : ", ") + status + " " + text(count);
+    std::cout << "recipes     " << (counts.empty() ? "none" : counts) << "\n";
+    if (s.contains("inventory")) std::cout << "inventory   " << inline_object(s["inventory"]) << "\n";
     std::cout << "last pass   " << inline_object(s.value("last_pass", json())) << "\n";
     const json conditions = s.value("conditions", json::array());
     if (conditions.is_array() && !conditions.empty()) {
         std::cout << "conditions:\n";
-        Table t({"TYPE", "STATUS", "REASON", "SINCE"});
-        for (const auto& c : conditions) t.add({field(c, "type"), field(c, "status"), field(c, "reason"), field(c, "since")});
+        Table t({"TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"});
+        for (const auto& c : conditions)
+            t.add({field(c, "type"), field(c, "status"), field(c, "reason"), field(c, "since"), field(c, "message")});
         t.print(std::cout, "  ");
     }
 }
