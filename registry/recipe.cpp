@@ -80,6 +80,8 @@ void read_capabilities(const Node& root, JsonReader& reader, Recipe& r) {
     r.capabilities.reasoning = reader.nullable_boolean(caps, "reasoning");
     r.capabilities.tools = reader.nullable_boolean(caps, "tools");
     r.capabilities.vision = reader.nullable_boolean(caps, "vision");
+    // Optional (local-ai-registry records do not carry it): a claim of retrieval over the whole context.
+    if (caps.child("retrieval").present()) r.capabilities.retrieval = reader.nullable_boolean(caps, "retrieval");
 }
 
 void read_serving(const Node& root, JsonReader& reader, Recipe& r) {
@@ -173,6 +175,7 @@ void read_model(const Node& launch, JsonReader& reader, Launch& l, bool required
         reader.fail(m.child("digest"), "null or \"sha256:<64 lowercase hex>\" (see `anvil model digest DIR`)");
     ref.repository = reader.string(m, "repository", Presence::optional);
     ref.revision = reader.string(m, "revision", Presence::optional);
+    ref.licence = reader.string(m, "licence", Presence::optional);
     if (auto s = reader.string(m, "dtype", required ? Presence::required : Presence::optional)) ref.dtype = *s;
     l.model = std::move(ref);
 }

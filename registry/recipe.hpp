@@ -45,6 +45,7 @@ struct ModelRef {
     std::optional<std::string> repository;  // hub repository it came from, if any
     std::optional<std::string> revision;    // 40-hex hub commit, if any
     std::string dtype;                      // f32 | bf16 | f16 | q8 ... as the engine loads it
+    std::optional<std::string> licence;     // for weights no hub repository describes (a local model)
 };
 
 struct Launch {
@@ -76,6 +77,7 @@ struct Serving {
 
 struct Capabilities {  // null in the document means "not validated"
     std::optional<bool> chat, reasoning, tools, vision;
+    std::optional<bool> retrieval;  // finds a fact anywhere in its context: the needle gate holds it to that
 };
 
 struct Recipe {
@@ -95,6 +97,8 @@ struct Recipe {
     Capabilities capabilities;
     std::vector<std::string> speed_sweep_ids;
 
+    // Runs on host CPUs and needs no GPU: hardware "cpu", or accelerator backend "cpu".
+    bool runs_on_cpu() const { return hardware_id == "cpu" || launch.accelerator_backend == std::optional<std::string>("cpu"); }
     // Tensor parallelism as served: serving.tensor_parallel, else the launch flags, else 1.
     std::int64_t effective_tensor_parallel() const;
     // The model id an OpenAI client must ask for: serving.served_model_name or --served-model-name.

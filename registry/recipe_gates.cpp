@@ -25,8 +25,11 @@ bool is_proof(EvidenceStatus s) { return s == EvidenceStatus::measured || s == E
 
 const char* kNoInventory = "no inventory: measure the GPUs (--inventory measure) or declare them in configuration";
 
+const char* kRunsOnCpu = "runs on the CPU: needs no GPU";
+
 Gate gpu_count(const Recipe& r, const GateContext& ctx) {
     Gate g{GateName::gpu_count, AxisStatus::unknown, kNoInventory};
+    if (r.runs_on_cpu()) return {GateName::gpu_count, AxisStatus::pass, kRunsOnCpu};
     if (!ctx.inventory) return g;
     const auto have = static_cast<std::int64_t>(ctx.inventory->gpus.size());
     g.status = have >= r.hardware_count ? AxisStatus::pass : AxisStatus::fail;
@@ -36,6 +39,7 @@ Gate gpu_count(const Recipe& r, const GateContext& ctx) {
 
 Gate gpu_memory(const Recipe& r, const GateContext& ctx) {
     Gate g{GateName::gpu_memory, AxisStatus::unknown, kNoInventory};
+    if (r.runs_on_cpu()) return {GateName::gpu_memory, AxisStatus::pass, kRunsOnCpu};
     if (!ctx.inventory) return g;
     if (!ctx.hardware_vram_gb) {
         g.reason = "the memory each GPU needs is unknown: hardware record " + r.hardware_id + " is not in the registry";
@@ -106,6 +110,9 @@ Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
     std::vector<std::string> non_commercial, unrecorded, permitted;
     for (const auto& m : models) {
         const LicenceBook::Entry* e = ctx.licences ? ctx.licences->find(m.repository) : nullptr;
+        // A hub record wins over the recipe's own word; a local model has only the recipe's.
+        const LicenceBook::Entry declared{m.declared_licence.value_or(""), "the recipe"};
+        if (!e && m.declared_licence) e = &declared;
         if (!e) unrecorded.push_back(m.repository + " (" + m.role + ")");
         else if (is_non_commercial(e->licence))
             non_commercial.push_back(m.repository + " (" + m.role + ") is " + e->licence + " per " + e->source);
@@ -178,9 +185,12 @@ std::string_view to_string(GateName g) {
 
 std::vector<ModelUse> models_of(const Recipe& recipe) {
     std::vector<ModelUse> out;
-    if (recipe.launch.model && recipe.launch.model->repository) out.push_back({*recipe.launch.model->repository, "served model"});
+    if (const auto& m = recipe.launch.model) {
+        if (m->repository) out.push_back({*m->repository, "served model", m->licence});
+        else if (m->licence) out.push_back({m->path, "served model", m->licence});
+    }
     for (const auto& m : recipe.launch.mounts)
-        if (m.provision) out.push_back({m.provision->repository, "mounted at " + m.target});
+        if (m.provision) out.push_back({m.provision->repository, "mounted at " + m.target, std::nullopt});
     return out;
 }
 
@@ -191,7 +201,7 @@ std::vector<ModelUse> models_of(const Document& doc) {
     if (r && r->huggingface_repository) {
         const std::string& repo = *r->huggingface_repository;
         const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return lower(m.repository) == lower(repo); });
-        if (!listed) out.insert(out.begin(), ModelUse{repo, "served model"});
+        if (!listed) out.insert(out.begin(), ModelUse{repo, "served model", std::nullopt});
     }
     return out;
 }

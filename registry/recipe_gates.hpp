@@ -50,8 +50,9 @@ struct Gate {
 
 // A model the recipe loads: its hub repository and where the recipe uses it.
 struct ModelUse {
-    std::string repository;
-    std::string role;  // "served model", "mounted at /draft", ...
+    std::string repository;  // or the local path, for a model no hub repository describes
+    std::string role;        // "served model", "mounted at /draft", ...
+    std::optional<std::string> declared_licence;  // what the recipe itself says (launch.model.licence)
 };
 // launch.model and every mount's provision block.
 std::vector<ModelUse> models_of(const Recipe& recipe);

@@ -146,6 +146,20 @@ CREATE VIRTUAL TABLE recipe_search USING fts5(text, tokenize = 'trigram');
 INSERT INTO recipe_search (rowid, text) SELECT rowid, search_text FROM recipes;
 )sql";
 
+// Version 4: what the daemon needs to find its engines again and to remember operator decisions.
+// engines.engine_key is the driver's own id (its state directory's name), role says why it runs;
+// settings hold the promotion policy an operator set (pin, freeze), each change also an event.
+constexpr std::string_view kVersion4 = R"sql(
+ALTER TABLE engines ADD COLUMN engine_key TEXT;
+ALTER TABLE engines ADD COLUMN role TEXT NOT NULL DEFAULT 'serving';
+CREATE TABLE settings (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -153,6 +167,7 @@ const std::vector<Migration>& migrations() {
         {1, "ledger: sources, recipes, revisions, evidence, verdicts, transitions", kVersion1},
         {2, "engines, events, listing indexes", kVersion2},
         {3, "trigram search over recipe ids and descriptions", kVersion3},
+        {4, "engine keys and roles, operator settings", kVersion4},
     };
     return all;
 }

@@ -102,6 +102,8 @@ struct EngineRow {
     std::string health_at;
     std::optional<std::string> stopped_at;
     std::optional<std::int64_t> exit_code;
+    std::string engine_key;         // the driver's engine id: finds the engine again after a restart
+    std::string role = "serving";   // serving | qualification
 };
 
 // A position in the event feed. Transitions are events too, but they live only in the ledger (one

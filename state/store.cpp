@@ -482,11 +482,12 @@ Id Store::record_engine_start(const EngineRow& row) {
     require_writable(write_error_);
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at, "
+                            "engine_key, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     const std::string now = now_iso8601();
     insert.bind(1, row.revision_id).bind(2, row.driver).bind(3, row.pid).bind(4, row.container_id).bind(5, row.port);
     insert.bind(6, row.started_at.empty() ? now : row.started_at).bind(7, row.health.empty() ? "starting" : row.health).bind(8, now);
+    insert.bind(9, row.engine_key).bind(10, row.role);
     insert.run();
     Id id = impl_->writer->conn.last_insert_id();
     tx.commit();
@@ -655,7 +656,7 @@ std::optional<RevisionRow> Store::current_default(const std::string& slot) const
 
 std::vector<EngineRow> Store::running_engines() const {
     auto r = impl_->reader();
-    auto& s = r.prepare("SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at FROM engines "
+    auto& s = r.prepare("SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at, engine_key, role FROM engines "
                         "WHERE stopped_at IS NULL ORDER BY id");
     std::vector<EngineRow> out;
     while (s.step()) {
@@ -669,6 +670,8 @@ std::vector<EngineRow> Store::running_engines() const {
         e.started_at = s.text(6);
         e.health = s.text(7);
         e.health_at = s.text(8);
+        e.engine_key = s.optional_text(9).value_or("");
+        e.role = s.text(10);
         out.push_back(std::move(e));
     }
     s.reset();
@@ -769,6 +772,90 @@ std::string Store::integrity_check() const {
     auto& s = r.prepare("PRAGMA integrity_check");
     std::string out;
     while (s.step()) out += (out.empty() ? "" : "\n") + s.text(0);
+    s.reset();
+    return out;
+}
+
+// ---------------------------------------------------------------- daemon support
+
+void Store::set_setting(const std::string& key, const json& value, const std::string& actor) {
+    require_writable(write_error_);
+    std::lock_guard lock(impl_->write_mutex);
+    Transaction tx(impl_->writer->conn);
+    const std::string now = now_iso8601();
+    auto& upsert = impl_->w("INSERT INTO settings (key, value, actor, updated_at) VALUES (?1, ?2, ?3, ?4) "
+                            "ON CONFLICT (key) DO UPDATE SET value = ?2, actor = ?3, updated_at = ?4");
+    upsert.bind(1, key).bind(2, value.dump()).bind(3, actor).bind(4, now);
+    upsert.run();
+    auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
+    event.bind(1, key).bind(2, actor + " set " + key).bind(3, json{{"key", key}, {"value", value}, {"actor", actor}}.dump()).bind(4, now);
+    event.run();
+    tx.commit();
+}
+
+void Store::clear_setting(const std::string& key, const std::string& actor) {
+    require_writable(write_error_);
+    std::lock_guard lock(impl_->write_mutex);
+    Transaction tx(impl_->writer->conn);
+    auto& erase = impl_->w("DELETE FROM settings WHERE key = ?");
+    erase.bind(1, key);
+    erase.run();
+    auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
+    event.bind(1, key).bind(2, actor + " cleared " + key).bind(3, json{{"key", key}, {"value", nullptr}, {"actor", actor}}.dump());
+    event.bind(4, now_iso8601());
+    event.run();
+    tx.commit();
+}
+
+std::optional<json> Store::setting(const std::string& key) const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT value FROM settings WHERE key = ?");
+    s.bind(1, key);
+    std::optional<json> out;
+    if (s.step()) out = json::parse(s.text(0));
+    s.reset();
+    return out;
+}
+
+std::vector<RevisionRow> Store::latest_revisions_with_status(Status status, int limit) const {
+    auto r = impl_->reader();
+    // recipes.status mirrors the newest revision's status, and is indexed.
+    auto& s = r.prepare(std::string(kRevisionColumns) +
+                        "JOIN recipes rc ON rc.latest_revision_id = r.id WHERE rc.status = ? ORDER BY rc.id LIMIT ?");
+    s.bind(1, std::string(to_string(status))).bind(2, static_cast<std::int64_t>(limit));
+    std::vector<RevisionRow> out;
+    while (s.step()) out.push_back(impl_->read_revision(s));
+    s.reset();
+    return out;
+}
+
+std::vector<Id> Store::latest_revision_ids_with_status(Status status, int limit) const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT latest_revision_id FROM recipes WHERE status = ? ORDER BY id LIMIT ?");
+    s.bind(1, std::string(to_string(status))).bind(2, static_cast<std::int64_t>(limit));
+    std::vector<Id> out;
+    while (s.step()) out.push_back(s.integer(0));
+    s.reset();
+    return out;
+}
+
+std::vector<Id> Store::candidates_without_feasibility(int limit) const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT rc.latest_revision_id FROM recipes rc WHERE rc.status = 'candidate' AND NOT EXISTS "
+                        "(SELECT 1 FROM verdicts v WHERE v.revision_id = rc.latest_revision_id AND v.gate = 'feasibility') "
+                        "ORDER BY rc.id LIMIT ?");
+    s.bind(1, static_cast<std::int64_t>(limit));
+    std::vector<Id> out;
+    while (s.step()) out.push_back(s.integer(0));
+    s.reset();
+    return out;
+}
+
+std::map<std::string, std::pair<Id, Status>> Store::latest_revisions() const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT id, latest_revision_id, status FROM recipes WHERE latest_revision_id IS NOT NULL");
+    std::map<std::string, std::pair<Id, Status>> out;
+    while (s.step()) out.emplace(s.text(0), std::make_pair(s.integer(1), status_from(s.text(2))));
     s.reset();
     return out;
 }

@@ -76,7 +76,20 @@ public:
     Id append_event(const std::string& kind, const std::string& subject, const std::string& message,
                     const nlohmann::json& data = nlohmann::json::object());
 
+    // An operator's setting (promotion pin, freeze): written with its actor, and as an event.
+    void set_setting(const std::string& key, const nlohmann::json& value, const std::string& actor);
+    void clear_setting(const std::string& key, const std::string& actor);
+
     // ---- reads ----
+    std::optional<nlohmann::json> setting(const std::string& key) const;
+    // The newest revision of each recipe whose status is `status`, by recipe id.
+    std::vector<RevisionRow> latest_revisions_with_status(Status status, int limit = 1000) const;
+    // The same, ids only (cheap over many thousands).
+    std::vector<Id> latest_revision_ids_with_status(Status status, int limit = 100000) const;
+    // Newest revisions still `candidate` with no feasibility verdict yet (a pass died before judging them).
+    std::vector<Id> candidates_without_feasibility(int limit = 1000) const;
+    // Every recipe id with at least one revision, and its newest revision's id and status.
+    std::map<std::string, std::pair<Id, Status>> latest_revisions() const;
     RecipePage list_recipes(const RecipeFilter& filter) const;
     std::optional<RecipeDetail> recipe(const std::string& id) const;
     std::optional<RevisionRow> revision(Id revision_id) const;

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
             r.id = "sup-" + std::to_string(i);
             if (running.count(r.id)) continue;
             r.launch.kind = "embedded";
-            r.launch.model = anvil::registry::ModelRef{"${MODEL_ROOT}/" + model_path.filename().string(), {}, {}, {}, "f32"};
+            r.launch.model = anvil::registry::ModelRef{"${MODEL_ROOT}/" + model_path.filename().string(), {}, {}, {}, "f32", {}};
             r.launch.arguments = {"--max-context", "64", "--max-seqs", "1", "--threads", "1"};
             r.serving.served_model_name = r.id;
             const auto launch = resolve_launch(r, config, ports);
