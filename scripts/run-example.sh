@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# The main job: installs what anvil needs, builds it, turns the bundled example registry into a
-# git repository, and reads it the way the daemon will: every document validated and pin-checked,
-# with the commit each fact came from.
+# The main job: installs what anvil needs, builds it, generates the example model, turns the
+# bundled example registry into a git repository, and starts anvild on it. The daemon judges every
+# recipe on paper, qualifies the embedded-engine recipes (f32 first: the first default and the
+# control), promotes the one that wins by the thresholds, and serves it on the stable endpoint.
+#
+# usage: scripts/run-example.sh [--exit-when-settled]
+#   --exit-when-settled  stop the daemon once every recipe has settled (the test of the main job)
+# environment: ANVIL_WORK (default .anvil), ANVIL_BUILD_DIR (default build/release),
+#              ANVIL_API (default 127.0.0.1:7700), ANVIL_SERVE (default 127.0.0.1:7701)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+exit_when_settled=false
+[ "${1:-}" = "--exit-when-settled" ] && exit_when_settled=true
+
 "$root/scripts/install-deps.sh"
 
-# RelWithDebInfo (-O2), the configuration the tests build: GCC 12 raises false -Wrestrict
-# errors inside std::string at -O3.
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_TESTS=OFF >/dev/null
-cmake --build build/release -j "$(nproc)"
+build=${ANVIL_BUILD_DIR:-$root/build/release}
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  # RelWithDebInfo (-O2), the configuration the tests build: GCC 12 raises false -Wrestrict
+  # errors inside std::string at -O3.
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_TESTS=OFF -DANVIL_BENCH=OFF >/dev/null
+fi
+cmake --build "$build" -j "$(nproc)" --target anvild anvil anvil-engine
+
+work=${ANVIL_WORK:-$root/.anvil}
+api=${ANVIL_API:-127.0.0.1:7700}
+serve=${ANVIL_SERVE:-127.0.0.1:7701}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
 
 # A fixed author and date make the example registry's commit id reproducible.
-registry=.anvil/example-registry
+registry=$work/example-registry
 rm -rf "$registry"
 mkdir -p "$registry"
 cp -r examples/registry/. "$registry"/
@@ -25,5 +43,63 @@ cp -r examples/registry/. "$registry"/
   git add -A
   git commit -q -m "anvil example registry"
 )
+"$build/daemon/anvil" registry check "$registry" --ref main --data-dir "$work/check" || true
 
-build/release/daemon/anvil registry check "$registry" --ref main --data-dir .anvil/data "$@"
+# The example model: deterministic, so its digest is the one the recipes pin.
+model=$work/models/anvil-tiny-llama-small-seed1
+pinned=$(sed -n 's/.*"digest": "\(sha256:[0-9a-f]*\)".*/\1/p' examples/registry/recipes/anvil-tiny-llama-f32-cpu.json)
+if [ ! -d "$model" ] || [ "$("$build/daemon/anvil" model digest "$model")" != "$pinned" ]; then
+  rm -rf "$model"
+  "$build/engine/anvil-engine" make-model --out "$model" --preset small --seed 1 >/dev/null
+fi
+digest=$("$build/daemon/anvil" model digest "$model")
+[ "$digest" = "$pinned" ] || { echo "run-example: the generated model's digest $digest is not the pinned $pinned" >&2; exit 1; }
+
+# examples/anvild.json with its paths moved under the work directory.
+sed "s#\"\\.\\./\\.anvil/#\"$work/#g" examples/anvild.json >"$work/anvild.json"
+
+echo "== anvild: API on $api, stable endpoint on $serve, data in $work/data"
+"$build/daemon/anvild" --config "$work/anvild.json" --listen "$api" --serve "$serve" 2>"$work/anvild.log" &
+daemon=$!
+trap 'kill -TERM $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true' EXIT
+
+export ANVIL_API=$api ANVIL_TOKEN_FILE=$work/data/api-token
+anvil() { "$build/daemon/anvil" "$@"; }
+# Settled: a default serves, and nothing is waiting for or in qualification.
+settled() {
+  anvil status --json 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+r = s["recipes"]
+sys.exit(0 if s["default"] and s["endpoint"]["upstream"] and r.get("candidate", 0) == 0 and r.get("qualifying", 0) == 0 and s["qualifying"] is None else 1)'
+}
+deadline=$((SECONDS + ${ANVIL_SETTLE_SECONDS:-900}))
+until settled; do
+  if ! kill -0 $daemon 2>/dev/null; then echo "run-example: anvild exited; its log:" >&2; tail -30 "$work/anvild.log" >&2; exit 1; fi
+  if [ $SECONDS -ge $deadline ]; then echo "run-example: not settled in time; anvild's log:" >&2; tail -30 "$work/anvild.log" >&2; exit 1; fi
+  sleep 1
+done
+
+anvil status
+echo
+anvil recipes
+echo
+echo "== a chat completion through the stable endpoint ($serve)"
+python3 - "$serve" <<'EOF'
+import json, sys, urllib.request
+body = json.dumps({"model": "anvil-default", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16, "temperature": 0}).encode()
+req = urllib.request.Request("http://%s/v1/chat/completions" % sys.argv[1], body, {"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=60) as r:
+    answer = json.load(r)
+    print("engine %s answered: %r" % (r.headers.get("x-anvil-engine"), answer["choices"][0]["message"]["content"]))
+EOF
+
+if $exit_when_settled; then
+  kill -TERM $daemon
+  wait $daemon
+  trap - EXIT
+  exit 0
+fi
+echo
+echo "anvild runs (pid $daemon): try 'build/release/daemon/anvil status', or the endpoint on $serve. Ctrl-C stops it."
+wait $daemon

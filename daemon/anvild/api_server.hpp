@@ -1,0 +1,49 @@
+// anvild's REST API under /api/v1 (docs/API.md), plus /healthz, /readyz and /metrics, on cpp-httplib.
+// Reads come from the ledger and the reconciler's snapshot; writes need the bearer token, are
+// recorded with the actor `api:<token id>`, and wake the reconcile loop. Errors are JSON
+// {error: {code, message}} with the matching status.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "daemon/anvild/config.hpp"
+#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/anvild/reconciler.hpp"
+#include "state/store.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace anvil::daemon {
+
+// The id a token is known by in the ledger: the first 8 hex digits of its sha256 (never the token).
+std::string token_id(const std::string& token);
+
+class ApiServer {
+public:
+    ApiServer(const DaemonConfig& config, state::Store& store, Reconciler& reconciler, DaemonMetrics& metrics, std::string token);
+    ~ApiServer();
+
+    // Binds config.listen (port 0: any free port) and serves on a background thread.
+    void start();
+    // Stops accepting and waits for requests in progress.
+    void stop();
+    int port() const { return port_; }
+
+private:
+    void routes();
+
+    const DaemonConfig& config_;
+    state::Store& store_;
+    Reconciler& reconciler_;
+    DaemonMetrics& metrics_;
+    std::string token_;
+    std::unique_ptr<httplib::Server> http_;
+    std::thread thread_;
+    int port_ = 0;
+};
+
+}  // namespace anvil::daemon

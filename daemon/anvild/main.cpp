@@ -1,0 +1,252 @@
+// anvild: the reconciling daemon. Reads its configuration, opens the ledger, starts the stable
+// endpoint and the REST API, and runs reconcile passes on a timer and whenever something asks for
+// one. SIGHUP reloads the configuration (a bad one is refused and the old one kept); SIGTERM stops
+// accepting, finishes the pass and exits 0, leaving engines running unless configured otherwise.
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/anvild/api_server.hpp"
+#include "daemon/anvild/config.hpp"
+#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/anvild/reconciler.hpp"
+#include "daemon/anvild/systemd_notify.hpp"
+#include "daemon/endpoint/stable_endpoint.hpp"
+#include "state/store.hpp"
+
+namespace {
+
+using namespace anvil;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage = R"(usage: anvild [--config FILE] [--data-dir DIR] [--listen HOST:PORT] [--serve HOST:PORT] [--check-config]
+
+  --config FILE       configuration (default /etc/anvil/anvild.json; see examples/anvild.json)
+  --data-dir DIR      where the ledger, registry clones, engines' state and receipts live
+  --listen HOST:PORT  the REST API (default from the configuration, 127.0.0.1:7700)
+  --serve HOST:PORT   the stable OpenAI-compatible endpoint (default 127.0.0.1:7701)
+  --check-config      validate the configuration and exit: 0 valid, 2 not
+environment: ANVIL_LOG=debug|info|warn|error (default info)
+)";
+
+// Signals arrive on one thread (sigwait); the loop sees them as flags and a wake-up.
+struct Loop {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool woken = false;
+    std::atomic<bool> terminate{false};
+    std::atomic<bool> reload{false};
+    std::atomic<std::int64_t> heartbeat{0};  // steady-clock seconds of the loop's last progress
+
+    void wake() {
+        {
+            std::lock_guard lock(mutex);
+            woken = true;
+        }
+        cv.notify_all();
+    }
+    void beat() { heartbeat = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count(); }
+};
+
+struct Options {
+    std::string config_file = daemon::kDefaultConfigFile;
+    daemon::ConfigOverrides overrides;
+    bool check_only = false;
+};
+
+Options parse_arguments(int argc, char** argv) {
+    Options o;
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "--help" || a == "-h") {
+            std::cout << kUsage;
+            std::exit(0);
+        } else if (a == "--config") o.config_file = value();
+        else if (a == "--data-dir") o.overrides.data_dir = value();
+        else if (a == "--listen") o.overrides.listen = daemon::parse_host_port(value(), "--listen");
+        else if (a == "--serve") o.overrides.serve = daemon::parse_host_port(value(), "--serve");
+        else if (a == "--check-config") o.check_only = true;
+        else throw std::invalid_argument("unknown argument '" + a + "'");
+    }
+    return o;
+}
+
+daemon::DaemonConfig load(const Options& o) {
+    auto config = daemon::load_config(o.config_file);
+    daemon::apply_overrides(config, o.overrides);
+    return config;
+}
+
+std::string status_line(const nlohmann::json& s) {
+    std::string line = s["default"].is_null() ? "no default yet" : "default " + s["default"]["recipe_id"].get<std::string>();
+    line += "; " + std::to_string(s["recipes"].value("validated", 0)) + " validated, " + std::to_string(s["recipes"].value("candidate", 0)) +
+            " candidates, " + std::to_string(s["recipes"].value("rejected", 0)) + " rejected";
+    if (!s["qualifying"].is_null()) line += "; qualifying revision " + std::to_string(s["qualifying"].get<std::int64_t>());
+    return line;
+}
+
+// One life of the daemon's parts under one configuration. Returns when asked to stop or reload.
+void run(const daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, Loop& loop, const std::string& token) {
+    daemon::DaemonMetrics metrics;
+    daemon::Reconciler reconciler(config, store, endpoint, metrics);
+    reconciler.set_wake([&loop] { loop.wake(); });
+    reconciler.start_up();
+    daemon::ApiServer api(config, store, reconciler, metrics, token);
+    api.start();
+    // The first pass reads every source once; READY=1 follows it.
+    reconciler.pass();
+    loop.beat();
+    daemon::notify_ready();
+    daemon::notify_status(status_line(reconciler.status()));
+    spdlog::info("anvild ready: API on {}:{}, stable endpoint on {}:{}", config.listen.host, api.port(), config.serve.host, endpoint.port());
+
+    auto interval = config.reconcile_interval;
+    for (const auto& s : config.sources) interval = std::min<std::chrono::milliseconds>(interval, s.poll_interval);
+    while (!loop.terminate && !loop.reload) {
+        {
+            std::unique_lock lock(loop.mutex);
+            loop.cv.wait_for(lock, interval, [&] { return loop.woken || loop.terminate || loop.reload; });
+            loop.woken = false;
+        }
+        if (loop.terminate || loop.reload) break;
+        try {
+            reconciler.pass();
+        } catch (const std::exception& e) {
+            // A pass that fails leaves state as the ledger says; the next one starts from there.
+            spdlog::error("reconcile pass failed: {}", e.what());
+        }
+        loop.beat();
+        daemon::notify_status(status_line(reconciler.status()));
+    }
+    api.stop();
+    reconciler.shut_down(loop.terminate && config.stop_engines_on_exit);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("anvild"));
+    const char* level = std::getenv("ANVIL_LOG");
+    spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+
+    Options options;
+    daemon::DaemonConfig config;
+    try {
+        options = parse_arguments(argc, argv);
+        config = load(options);
+    } catch (const daemon::ConfigError& e) {
+        std::cerr << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "anvild: " << e.what() << " (see anvild --help)\n";
+        return 2;
+    }
+    if (options.check_only) {
+        std::cout << options.config_file << ": valid (" << config.sources.size() << " sources, data in " << config.data_dir.string() << ")\n";
+        return 0;
+    }
+
+    // Signals go to the signal thread only, so no other thread is interrupted by them.
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&signals, s);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    Loop loop;
+    std::thread signal_thread([&] {
+        for (;;) {
+            int sig = 0;
+            if (sigwait(&signals, &sig) != 0) continue;
+            if (sig == SIGHUP) {
+                spdlog::info("SIGHUP: reloading {}", options.config_file);
+                loop.reload = true;
+            } else {
+                spdlog::info("{}: finishing the pass and stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+                loop.terminate = true;
+                daemon::notify_stopping();
+            }
+            loop.wake();
+            if (loop.terminate) return;
+        }
+    });
+
+    int code = 0;
+    try {
+        const std::string token = daemon::ensure_token(daemon::token_path(config));
+        state::Store store(config.data_dir / "anvil.db");
+        if (!store.writable()) spdlog::error("{}", store.write_error());
+
+        endpoint::EndpointOptions eo;
+        eo.host = config.serve.host;
+        eo.port = config.serve.port;
+        eo.model_alias = config.served_model_alias;
+        eo.drain_timeout = config.promotion.drain_timeout;
+        endpoint::StableEndpoint endpoint(eo);
+        endpoint.start();
+
+        // The watchdog is fed while the loop makes progress; a step known to be long (an engine
+        // starting) is allowed the engine's ready timeout before systemd is left to restart us.
+        std::thread watchdog;
+        std::atomic<bool> watchdog_stop{false};
+        if (auto period = daemon::watchdog_interval()) {
+            loop.beat();
+            watchdog = std::thread([&, period = *period] {
+                const auto tolerance = std::chrono::duration_cast<std::chrono::seconds>(config.engine_ready_timeout) + std::chrono::seconds(60);
+                while (!watchdog_stop) {
+                    const auto now = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+                    if (now - loop.heartbeat < tolerance.count()) daemon::notify_watchdog();
+                    std::this_thread::sleep_for(period / 2);
+                }
+            });
+        }
+
+        for (;;) {
+            run(config, store, endpoint, loop, token);
+            if (loop.terminate) break;
+            loop.reload = false;
+            try {
+                auto next = load(options);
+                if (next.data_dir != config.data_dir || next.serve.str() != config.serve.str())
+                    spdlog::warn("reload: data_dir and serve take effect at the next start; keeping {} and {}", config.data_dir.string(),
+                                 config.serve.str());
+                next.data_dir = config.data_dir;
+                next.serve = config.serve;
+                config = std::move(next);
+                daemon::notify_reloading();
+                spdlog::info("configuration reloaded");
+            } catch (const std::exception& e) {
+                spdlog::error("reload refused, keeping the running configuration: {}", e.what());
+            }
+        }
+        watchdog_stop = true;
+        if (watchdog.joinable()) watchdog.join();
+        endpoint.stop();
+    } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        std::cerr << "anvild: " << e.what() << "\n";
+        code = 1;
+    }
+    if (!loop.terminate) {
+        loop.terminate = true;
+        pthread_kill(signal_thread.native_handle(), SIGTERM);
+    }
+    signal_thread.join();
+    spdlog::info("anvild stopped");
+    return code;
+}

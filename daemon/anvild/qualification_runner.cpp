@@ -1,0 +1,205 @@
+#include "daemon/anvild/qualification_runner.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/driver/driver.hpp"
+
+namespace anvil::daemon {
+
+namespace {
+
+double threshold(const DaemonConfig& config, const std::string& name, double fallback) {
+    if (!config.requirements) return fallback;
+    for (const auto& [n, v] : config.requirements->thresholds)
+        if (n == name && v.value) return registry::to_double(*v.value);
+    return fallback;
+}
+
+// Written whole or not at all: a crash leaves the previous file or none.
+void write_atomically(const std::filesystem::path& file, const std::string& text) {
+    std::filesystem::create_directories(file.parent_path());
+    const auto tmp = file.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        out.flush();
+        if (!out) throw std::runtime_error("cannot write " + tmp);
+    }
+    if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+    }
+    std::filesystem::rename(tmp, file);
+    if (int dir = ::open(file.parent_path().c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
+        ::fsync(dir);
+        ::close(dir);
+    }
+}
+
+}  // namespace
+
+qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& config) {
+    qualify::Plan plan;
+    plan.attempts = config.promotion.attempts;
+    plan.min_pass_rate = threshold(config, "min_deterministic_pass_rate", 1.0);
+    plan.tools = recipe.capabilities.tools.value_or(false);
+    plan.needle_depths = config.promotion.needle_depths;
+    if (config.requirements) {
+        if (config.requirements->concurrency.value)
+            plan.concurrency = std::max(1, static_cast<int>(registry::to_double(*config.requirements->concurrency.value)));
+        // The needle gate runs where the recipe claims retrieval over its context, up to the
+        // requirement's context (or the recipe's own limit, if that is smaller).
+        std::int64_t t_req = 0;
+        for (const auto& [name, v] : config.requirements->tokens)
+            if (v.value) t_req += static_cast<std::int64_t>(registry::to_double(*v.value));
+        if (recipe.capabilities.retrieval.value_or(false) && t_req > 0)
+            plan.needle_context = std::min(t_req, recipe.serving.max_context_tokens.value_or(t_req));
+    }
+    return plan;
+}
+
+QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines)
+    : config_(config), store_(store), engines_(engines) {}
+
+QualificationRunner::~QualificationRunner() { wait(); }
+
+std::optional<state::Id> QualificationRunner::current() const {
+    std::lock_guard lock(mutex_);
+    return current_;
+}
+
+std::filesystem::path QualificationRunner::samples_path(state::Id revision_id) const {
+    return config_.data_dir / "quality" / (std::to_string(revision_id) + ".json");
+}
+
+void QualificationRunner::wait() {
+    if (worker_.joinable()) worker_.join();
+}
+
+bool QualificationRunner::run(QualificationJob job, std::function<void()> done) {
+    if (busy_) return false;
+    wait();
+    busy_ = true;
+    {
+        std::lock_guard lock(mutex_);
+        current_ = job.revision_id;
+    }
+    worker_ = std::thread([this, job = std::move(job), done = std::move(done)] {
+        try {
+            execute(job);
+        } catch (const std::exception& e) {
+            spdlog::error("qualification of {} revision {}: {}", job.recipe.id, job.revision_id, e.what());
+        }
+        {
+            std::lock_guard lock(mutex_);
+            current_.reset();
+        }
+        busy_ = false;
+        if (done) done();
+    });
+    return true;
+}
+
+void QualificationRunner::execute(const QualificationJob& job) {
+    spdlog::info("qualifying {} revision {}{}", job.recipe.id, job.revision_id,
+                 job.control_revision ? " against the default, revision " + std::to_string(*job.control_revision) : std::string());
+    auto fail = [&](const std::string& reason, std::vector<state::Id> verdicts = {}, std::vector<state::Id> evidence = {}) {
+        store_.transition({job.revision_id, state::Status::failed, reason, "reconciler", evidence, verdicts, std::nullopt});
+        store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " failed: " + reason);
+    };
+
+    RunningEngine engine;
+    try {
+        engine = engines_.start(job.revision_id, job.recipe, "qualification");
+    } catch (const std::exception& e) {
+        const state::Id v = store_.add_verdict({0, job.revision_id, "startup", state::GateResult::fail, std::nullopt, {e.what()}, {}, ""});
+        fail(std::string("the engine did not start: ") + e.what(), {v});
+        return;
+    }
+
+    std::optional<nlohmann::json> control_samples;
+    if (job.control_revision) {
+        std::ifstream in(samples_path(*job.control_revision));
+        if (in) control_samples = nlohmann::json::parse(in, nullptr, false);
+        if (control_samples && control_samples->is_discarded()) control_samples.reset();
+    }
+
+    qualify::Target target;
+    target.host = engine.handle.host;
+    target.port = engine.handle.port;
+    target.model = engine.handle.served_model_name;
+    target.recipe_id = job.recipe.id;
+    target.revision_id = job.revision_id;
+    target.revision_sha256 = job.revision_sha256;
+    target.commit_id = job.commit_id;
+    target.engine_id = engine.handle.engine_id;
+    target.driver = engine.handle.driver;
+    if (engine.handle.pid > 0) target.pid = engine.handle.pid;
+
+    qualify::Report report;
+    try {
+        report = qualify::qualify(target, plan_for(job.recipe, config_), config_.data_dir / "receipts", control_samples);
+    } catch (const std::exception& e) {
+        engines_.stop(engine);
+        fail(std::string("qualification could not record its receipt: ") + e.what());
+        return;
+    }
+    engines_.stop(engine);
+
+    // Evidence: every measurement and every gate's pass rate, local and measured, with the receipt.
+    const std::string source = "qualification of revision " + std::to_string(job.revision_id) + " (receipt " +
+                               report.receipt_path.filename().string() + ")";
+    auto evidence = [&](const std::string& metric, double value, const std::string& unit) {
+        state::EvidenceRow row;
+        row.revision_id = job.revision_id;
+        row.metric = metric;
+        row.min = row.max = registry::Number(value);
+        row.unit = unit;
+        row.status = registry::EvidenceStatus::measured;
+        row.evidence_class = state::EvidenceClass::local;
+        row.source = source;
+        row.observed_at = report.finished_at;
+        row.receipt_sha256 = report.receipt_sha256;
+        row.receipt_path = report.receipt_path.string();
+        return store_.add_evidence(row);
+    };
+    std::vector<state::Id> all_evidence, verdict_ids;
+    for (const auto& m : report.measurements) all_evidence.push_back(evidence(m.metric, m.value, m.unit));
+    if (report.quality && job.control_revision) {
+        all_evidence.push_back(evidence("relative_quality_loss", report.quality->relative_quality_loss, "ratio"));
+        all_evidence.push_back(evidence("mean_kl_nats", report.quality->mean_kl, "nats"));
+        all_evidence.push_back(evidence("top1_agreement", report.quality->top1_agreement, "ratio"));
+        all_evidence.push_back(evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision"));
+    }
+    std::vector<std::string> failed_gates;
+    for (const auto& g : report.gates) {
+        const state::Id e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
+        all_evidence.push_back(e);
+        const state::Id v = store_.add_verdict({0, job.revision_id, g.gate, g.pass ? state::GateResult::pass : state::GateResult::fail,
+                                                std::nullopt, g.reasons, {e}, ""});
+        verdict_ids.push_back(v);
+        if (!g.pass) failed_gates.push_back(g.gate + " (" + std::to_string(g.passed) + "/" + std::to_string(g.attempts) + ")");
+    }
+
+    if (!failed_gates.empty()) {
+        std::string reason = "hard gates failed: ";
+        for (std::size_t i = 0; i < failed_gates.size(); ++i) reason += (i ? ", " : "") + failed_gates[i];
+        fail(reason, verdict_ids, all_evidence);
+        return;
+    }
+    write_atomically(samples_path(job.revision_id), report.quality_samples.dump());
+    try {
+        store_.transition({job.revision_id, state::Status::validated,
+                           "every hard gate passed on this machine (receipt sha256 " + report.receipt_sha256.substr(0, 12) + ")",
+                           "reconciler", all_evidence, verdict_ids, std::nullopt});
+    } catch (const state::TransitionRefused& e) {
+        fail(std::string("could not be validated: ") + e.what(), verdict_ids, all_evidence);
+    }
+}
+
+}  // namespace anvil::daemon

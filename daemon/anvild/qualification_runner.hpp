@@ -1,0 +1,60 @@
+// Runs one qualification at a time on its own thread: starts the candidate's engine, runs the
+// qualification suite against it (with the default's quality samples as the control, when there
+// is a default), records every measurement as local evidence with the receipt's digest, every gate
+// as a verdict, moves the revision to validated or failed, and stops the engine whatever happened.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "daemon/anvild/config.hpp"
+#include "daemon/anvild/engine_supervisor.hpp"
+#include "daemon/qualify/qualification.hpp"
+#include "state/store.hpp"
+
+namespace anvil::daemon {
+
+struct QualificationJob {
+    state::Id revision_id = 0;
+    registry::Recipe recipe;
+    std::string revision_sha256;
+    std::string commit_id;
+    std::optional<state::Id> control_revision;  // the default it is compared with
+};
+
+class QualificationRunner {
+public:
+    QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines);
+    ~QualificationRunner();  // waits for the running job
+
+    bool busy() const { return busy_; }
+    std::optional<state::Id> current() const;
+    // Starts `job` on the worker thread (the revision must already be `qualifying`); calls `done`
+    // on that thread when the outcome is recorded. False if a job is still running.
+    bool run(QualificationJob job, std::function<void()> done);
+    void wait();
+
+    // Where a validated revision's quality samples are kept for later candidates to be compared with.
+    std::filesystem::path samples_path(state::Id revision_id) const;
+
+private:
+    void execute(const QualificationJob& job);
+
+    const DaemonConfig& config_;
+    state::Store& store_;
+    EngineSupervisor& engines_;
+    std::atomic<bool> busy_{false};
+    mutable std::mutex mutex_;
+    std::optional<state::Id> current_;
+    std::thread worker_;
+};
+
+// The plan for a recipe under the configured requirements and promotion settings.
+qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& config);
+
+}  // namespace anvil::daemon

@@ -1,0 +1,70 @@
+#include "daemon/anvild/registry_watch.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "state/records.hpp"
+
+namespace anvil::daemon {
+
+RegistryWatch::RegistryWatch(SourceConfig config, const std::filesystem::path& data_dir) : config_(std::move(config)) {
+    if (registry::is_git_location(config_.url)) git_ = std::make_unique<registry::GitSource>(config_.url, config_.ref, data_dir);
+}
+
+RegistryWatch::~RegistryWatch() = default;
+
+WatchResult RegistryWatch::poll() {
+    WatchResult out;
+    next_poll_ = std::chrono::steady_clock::now() + config_.poll_interval;
+    std::set<std::string> changed_paths;
+    try {
+        if (git_) {
+            out.report = catalog_.sync(*git_);
+            out.changed = out.report.mode != registry::SyncReport::Mode::unchanged;
+            changed_paths.insert(out.report.changed_paths.begin(), out.report.changed_paths.end());
+        } else {
+            // A plain directory has no history: read it whole and compare document digests.
+            registry::Catalog fresh = registry::Catalog::from_filesystem(config_.url);
+            for (const auto& [path, doc] : fresh.documents()) {
+                auto it = catalog_.documents().find(path);
+                if (it == catalog_.documents().end() || it->second.provenance.sha256 != doc.provenance.sha256) changed_paths.insert(path);
+            }
+            for (const auto& [path, doc] : catalog_.documents())
+                if (!fresh.documents().count(path)) changed_paths.insert(path);
+            out.changed = !changed_paths.empty() || !read_once_;
+            out.report.mode = read_once_ ? registry::SyncReport::Mode::incremental : registry::SyncReport::Mode::full;
+            out.report.changed_paths.assign(changed_paths.begin(), changed_paths.end());
+            catalog_ = std::move(fresh);
+        }
+    } catch (const std::exception& e) {
+        const std::string message = "source " + config_.name + " (" + config_.url + "): " + e.what();
+        if (last_error_ != message) spdlog::error("{}; serving is left as it is", message);
+        last_error_ = message;
+        return out;
+    }
+    last_error_.reset();
+    read_once_ = true;
+    last_sync_at_ = state::now_iso8601();
+    if (!out.changed) return out;
+
+    // A full read may have changed any path: consider every one.
+    if (out.report.mode == registry::SyncReport::Mode::full) {
+        for (const auto& [path, id] : recipe_at_path_) changed_paths.insert(path);
+        for (const auto& [path, doc] : catalog_.documents()) changed_paths.insert(path);
+    }
+    for (const auto& path : changed_paths) {
+        if (auto old = recipe_at_path_.find(path); old != recipe_at_path_.end()) {
+            if (!catalog_.find(registry::DocumentKind::recipe, old->second)) out.removed_recipe_ids.insert(old->second);
+            recipe_at_path_.erase(old);
+        }
+        auto it = catalog_.documents().find(path);
+        if (it == catalog_.documents().end()) continue;
+        const registry::Document& doc = it->second;
+        if (doc.kind != registry::DocumentKind::recipe || !catalog_.usable(doc)) continue;
+        recipe_at_path_[path] = doc.id;
+        out.changed_recipes.push_back(&doc);
+        out.removed_recipe_ids.erase(doc.id);
+    }
+    return out;
+}
+
+}  // namespace anvil::daemon

@@ -1,0 +1,56 @@
+// One configured registry source as the daemon watches it: a git repository (bare clone under the
+// data directory, fetched on its poll interval or on demand) or a plain directory (read again each
+// poll). Keeps the catalog current and says what changed, what went away, and why a fetch failed.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/anvild/config.hpp"
+#include "registry/catalog.hpp"
+#include "registry/git_source.hpp"
+
+namespace anvil::daemon {
+
+struct WatchResult {
+    bool changed = false;                 // the catalog moved to a new commit (or new directory contents)
+    registry::SyncReport report;
+    std::vector<const registry::Document*> changed_recipes;  // usable recipes at changed paths
+    std::set<std::string> removed_recipe_ids;                 // recipes no longer in the catalog
+};
+
+class RegistryWatch {
+public:
+    RegistryWatch(SourceConfig config, const std::filesystem::path& data_dir);
+    ~RegistryWatch();
+
+    const SourceConfig& config() const { return config_; }
+    const registry::Catalog& catalog() const { return catalog_; }
+    bool is_git() const { return git_ != nullptr; }
+    bool read_once() const { return read_once_; }
+    bool due(std::chrono::steady_clock::time_point now) const { return !read_once_ || now >= next_poll_; }
+    const std::optional<std::string>& last_error() const { return last_error_; }
+    const std::string& last_sync_at() const { return last_sync_at_; }
+
+    // Fetches (git) or re-reads (directory) and applies what changed. Never throws: a source that
+    // cannot be read leaves the catalog as it was and sets last_error().
+    WatchResult poll();
+
+private:
+    SourceConfig config_;
+    std::unique_ptr<registry::GitSource> git_;
+    registry::Catalog catalog_;
+    std::map<std::string, std::string> recipe_at_path_;  // path → recipe id, to see what a change removed
+    bool read_once_ = false;
+    std::chrono::steady_clock::time_point next_poll_{};
+    std::optional<std::string> last_error_;
+    std::string last_sync_at_;
+};
+
+}  // namespace anvil::daemon

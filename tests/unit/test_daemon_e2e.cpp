@@ -1,0 +1,326 @@
+// anvild end to end on loopback: a real git registry, the daemon as a child process, the embedded
+// engine it launches, and the REST API, CLI and stable endpoint checked as commits add, change
+// and break recipes; SIGKILL in the middle of work and a restart lose and duplicate nothing.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/driver/launch_resolution.hpp"
+#include "registry/model_digest.hpp"
+#include "state/store.hpp"
+#include "test_support.hpp"
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+#ifdef ANVILD
+
+namespace {
+
+bool eventually(const std::function<bool()>& done, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (done()) return true;
+        std::this_thread::sleep_for(200ms);
+    }
+    return done();
+}
+
+std::string embedded_recipe(const std::string& id, const std::string& weights, const std::string& digest) {
+    json r = {{"schema_version", "anvil.recipe/v1"},
+              {"id", id},
+              {"recipe_source", "test"},
+              {"status", "candidate"},
+              {"description", "test recipe " + id},
+              {"model_instance_id", "tiny"},
+              {"hardware_id", "cpu"},
+              {"hardware_count", 1},
+              {"engine", {{"name", "anvil-engine"}, {"version", "0.1.0"}, {"graph_mode", nullptr}}},
+              {"launch",
+               {{"kind", "embedded"},
+                {"model", {{"path", "${MODEL_ROOT}/tiny"}, {"digest", digest}, {"dtype", "f32"}, {"licence", "MIT"}}},
+                {"arguments", {"--weights", weights, "--max-context", "512", "--max-seqs", "4"}},
+                {"environment", json::object()}}},
+              {"serving", {{"served_model_name", "tiny-" + weights}, {"max_context_tokens", 512}, {"max_concurrency", 4}, {"tensor_parallel", 1}}},
+              {"capabilities", {{"chat", true}, {"reasoning", false}, {"tools", false}, {"vision", false}}},
+              {"speed_sweep_ids", json::array()}};
+    return r.dump(2);
+}
+
+std::string unpinned_container_recipe(const std::string& id) {
+    json r = json::parse(embedded_recipe(id, "f32", "sha256:" + std::string(64, '0')));
+    r["hardware_id"] = "cpu";
+    r["launch"] = {{"kind", "docker"}, {"image", "docker.io/example/engine:latest"}, {"arguments", json::array()}, {"environment", json::object()}};
+    return r.dump(2);
+}
+
+int free_port(int first) { return anvil::driver::allocate_port("127.0.0.1", first, first + 900); }
+
+// One daemon under test: its registry, model, configuration, ports and process.
+struct Daemon {
+    anvil::test::TempDir dir;
+    anvil::test::GitRepo repo{dir / "registry"};
+    std::string digest;
+    int api_port = 0, serve_port = 0;
+    std::unique_ptr<anvil::test::ChildProcess> process;
+
+    Daemon() {
+        const auto model = dir / "models" / "tiny";
+        auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "tiny", "--seed", "3"});
+        REQUIRE(made.exit_code == 0);
+        digest = anvil::registry::model_directory_digest(model);
+        api_port = free_port(17100);
+        serve_port = free_port(api_port + 1);
+        json config = {{"sources", {{{"name", "test"}, {"url", (dir / "registry").string()}, {"ref", "main"}, {"poll_interval_seconds", 1}}}},
+                       {"data_dir", (dir / "data").string()},
+                       {"model_root", (dir / "models").string()},
+                       {"inventory", "auto"},
+                       {"engine_binary", ANVIL_ENGINE},
+                       {"engine_ports", {{"first", 21000}, {"last", 21999}}},
+                       {"requirements",
+                        {{"tokens", {{"prompt", {{"value", 256}, {"unit", "tokens"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}}}},
+                         {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
+                         {"physical_vram_bytes", {{"value", 0}, {"unit", "bytes"}, {"status", "measured"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
+                         {"thresholds", json::object()}}},
+                       {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}}},
+                       {"reconcile_interval_seconds", 1},
+                       {"stop_engines_on_exit", true}};
+        anvil::test::write_file(dir / "anvild.json", config.dump(2));
+    }
+    ~Daemon() { stop(); }
+
+    void start() {
+        setenv("ANVIL_LOG", std::getenv("ANVIL_TEST_DAEMON_LOG") ? std::getenv("ANVIL_TEST_DAEMON_LOG") : "warn", 1);
+        process = std::make_unique<anvil::test::ChildProcess>(std::vector<std::string>{
+            ANVILD, "--config", (dir / "anvild.json").string(), "--listen", "127.0.0.1:" + std::to_string(api_port), "--serve",
+            "127.0.0.1:" + std::to_string(serve_port)});
+        REQUIRE(eventually([&] { return get("/readyz").first == 200; }, 60s));
+    }
+    void stop() {
+        if (!process) return;
+        process->kill(SIGTERM);
+        CHECK(process->wait() == 0);
+        process.reset();
+    }
+    void kill() {
+        process->kill(SIGKILL);
+        process->wait();
+        process.reset();
+    }
+    std::string token() const {
+        std::string t = anvil::test::read_file(dir / "data" / "api-token");
+        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+        return t;
+    }
+
+    std::pair<int, json> get(const std::string& path) const {
+        httplib::Client c("127.0.0.1", api_port);
+        c.set_connection_timeout(2);
+        auto r = c.Get(path.c_str());
+        if (!r) return {0, nullptr};
+        return {r->status, json::parse(r->body, nullptr, false)};
+    }
+    std::pair<int, json> post(const std::string& path, const std::string& body, bool with_token = true) const {
+        httplib::Client c("127.0.0.1", api_port);
+        httplib::Headers h;
+        if (with_token) h.emplace("Authorization", "Bearer " + token());
+        auto r = c.Post(path.c_str(), h, body, "application/json");
+        if (!r) return {0, nullptr};
+        return {r->status, json::parse(r->body, nullptr, false)};
+    }
+    std::string status_of(const std::string& recipe) const {
+        auto [code, body] = get("/api/v1/recipes/" + recipe);
+        return code == 200 ? body["data"]["status"].get<std::string>() : "";
+    }
+    anvil::test::ProcessResult cli(std::vector<std::string> args) const {
+        setenv("ANVIL_API", ("127.0.0.1:" + std::to_string(api_port)).c_str(), 1);
+        setenv("ANVIL_TOKEN_FILE", (dir / "data" / "api-token").c_str(), 1);
+        args.insert(args.begin(), ANVIL_CLI);
+        return anvil::test::run(args);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("anvild follows a git registry: recipes added, broken and changed by commits, through the API and the CLI", "[daemon][e2e]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.write("recipes/unpinned.json", unpinned_container_recipe("unpinned"));
+    d.repo.write("recipes/broken.json", "{\"schema_version\": \"anvil.recipe/v1\", \"id\": ");
+    const std::string first = d.repo.commit("first recipes");
+    d.start();
+
+    // The only feasible, pinned recipe is qualified and becomes the first default.
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted"; }, 120s));
+    CHECK(d.status_of("unpinned") == "rejected");
+    auto [code, def] = d.get("/api/v1/default");
+    REQUIRE(code == 200);
+    CHECK(def["data"]["recipe_id"] == "tiny-f32");
+
+    // Listing, pagination and filters in local-ai-registry's list shape.
+    auto [lc, list] = d.get("/api/v1/recipes?limit=1");
+    REQUIRE(lc == 200);
+    CHECK(list["meta"]["total"] == 2);
+    CHECK(list["data"].size() == 1);
+    CHECK(list["links"]["next"].is_string());
+    auto [fc, rejected] = d.get("/api/v1/recipes?status=rejected");
+    CHECK(rejected["data"][0]["id"] == "unpinned");
+    CHECK(d.get("/api/v1/recipes?status=nonsense").first == 400);
+
+    // Why it was rejected, with the commit every fact came from.
+    auto [hc, history] = d.get("/api/v1/recipes/unpinned/history");
+    REQUIRE(hc == 200);
+    CHECK(history["data"].back()["to"] == "rejected");
+    CHECK_THAT(history["data"].back()["reason"].get<std::string>(), Catch::Contains("unpinned"));
+    auto [dc, detail] = d.get("/api/v1/recipes/tiny-f32");
+    REQUIRE(dc == 200);
+    CHECK(detail["data"]["revisions"][0]["commit"] == first);
+    bool local_measured = false;
+    for (const auto& e : detail["data"]["evidence"])
+        local_measured = local_measured || (e["class"] == "local" && e["status"] == "measured" && e["receipt_sha256"].is_string());
+    CHECK(local_measured);
+    CHECK(d.get("/api/v1/recipes/tiny-f32/feasibility").second["data"]["class"] == "benchmark-survivor");
+
+    // The broken document is reported, not ingested.
+    auto [rc, registry] = d.get("/api/v1/registry");
+    REQUIRE(rc == 200);
+    CHECK(registry["data"][0]["commit"] == first);
+    REQUIRE(registry["data"][0]["invalid"].size() == 1);
+    CHECK(registry["data"][0]["invalid"][0]["path"] == "recipes/broken.json");
+    CHECK(d.get("/api/v1/recipes/broken").first == 404);
+
+    // Writes need the token; errors are JSON.
+    auto [uc, unauthorized] = d.post("/api/v1/registry/sync", "", false);
+    CHECK(uc == 401);
+    CHECK(unauthorized["error"]["code"] == "unauthorized");
+    CHECK(d.post("/api/v1/default", "{not json").first == 400);
+    CHECK(d.get("/api/v1/nothing-here").first == 404);
+
+    // The stable endpoint serves the default.
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    auto answer = endpoint.Post("/v1/completions", R"({"model": "anvil-default", "prompt": "Hello", "max_tokens": 4, "temperature": 0})",
+                                "application/json");
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+
+    // A second commit: a new recipe, and the broken one fixed as a second new recipe.
+    d.repo.write("recipes/tiny-q8.json", embedded_recipe("tiny-q8", "q8", d.digest));
+    d.repo.git({"rm", "-q", "recipes/broken.json"});
+    const std::string second = d.repo.commit("q8 variant");
+    CHECK(d.post("/api/v1/registry/sync", "").first == 202);
+    REQUIRE(eventually([&] { auto s = d.status_of("tiny-q8"); return s == "validated" || s == "promoted"; }, 120s));
+    CHECK(d.get("/api/v1/registry").second["data"][0]["commit"] == second);
+    CHECK(d.get("/api/v1/registry").second["data"][0]["invalid"].empty());
+
+    // The CLI reads the same API; pinning switches the default under steady load with no failures.
+    auto recipes = d.cli({"recipes", "--json"});
+    REQUIRE(recipes.exit_code == 0);
+    CHECK(json::parse(recipes.output)["meta"]["total"] == 3);
+    CHECK(d.cli({"status"}).exit_code == 0);
+
+    std::atomic<bool> load{true};
+    std::atomic<int> ok{0}, failed{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 3; ++t)
+        clients.emplace_back([&, t] {
+            httplib::Client c("127.0.0.1", d.serve_port);
+            c.set_read_timeout(30);
+            while (load) {
+                const bool stream = t == 0;
+                auto r = c.Post("/v1/chat/completions",
+                                json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 8}, {"stream", stream}}.dump(),
+                                "application/json");
+                (r && r->status == 200 ? ok : failed)++;
+            }
+        });
+    auto pinned = d.cli({"pin", "tiny-q8"});
+    CHECK(pinned.exit_code == 0);
+    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-q8"; }, 60s));
+    std::this_thread::sleep_for(1s);
+    load = false;
+    for (auto& c : clients) c.join();
+    CHECK(failed == 0);
+    CHECK(ok > 0);
+    CHECK(d.status_of("tiny-q8") == "promoted");
+    CHECK(d.status_of("tiny-f32") == "retired");
+    auto q8_history = d.get("/api/v1/recipes/tiny-q8/history").second["data"];
+    CHECK_THAT(q8_history.back()["actor"].get<std::string>(), Catch::StartsWith("api:"));
+    CHECK(d.cli({"unpin"}).exit_code == 0);
+    CHECK(d.cli({"unpin"}).exit_code == 1);  // nothing pinned any more: anvild says no
+
+    // Freeze and unfreeze are recorded with their actor.
+    CHECK(d.cli({"freeze", "--reason", "maintenance"}).exit_code == 0);
+    CHECK(d.get("/api/v1/status").second["policy"]["frozen"] == true);
+    CHECK(d.cli({"unfreeze"}).exit_code == 0);
+
+    // A third commit changes the default's recipe: the new revision does not inherit promoted.
+    d.repo.write("recipes/tiny-q8.json", embedded_recipe("tiny-q8", "q8", d.digest) + "\n");
+    json changed = json::parse(embedded_recipe("tiny-q8", "q8", d.digest));
+    changed["description"] = "changed";
+    d.repo.write("recipes/tiny-q8.json", changed.dump(2));
+    d.repo.commit("describe q8");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.get("/api/v1/recipes/tiny-q8").second["data"]["revisions"].size() == 2; }, 30s));
+    auto revisions = d.get("/api/v1/recipes/tiny-q8").second["data"]["revisions"];
+    CHECK(revisions[0]["status"] != "promoted");
+    CHECK(revisions[1]["status"] == "promoted");
+
+    auto metrics = httplib::Client("127.0.0.1", d.api_port).Get("/metrics");
+    REQUIRE(metrics);
+    CHECK_THAT(metrics->body, Catch::Contains("anvil_reconcile_passes_total"));
+    CHECK_THAT(metrics->body, Catch::Contains("anvil_api_requests_total{route=\"/api/v1/recipes\",code=\"200\"}"));
+    d.stop();
+
+    anvil::state::Store store(d.dir / "data" / "anvil.db");
+    CHECK(store.integrity_check() == "ok");
+    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(store.running_engines().empty());
+}
+
+TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothing lost or duplicated", "[daemon][e2e]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("f32");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted" && d.get("/api/v1/status").second["endpoint"]["upstream"].is_object(); }, 120s));
+    const json engines_before = d.get("/api/v1/engines").second["data"];
+    REQUIRE(engines_before.size() == 1);
+
+    // A new recipe arrives; the daemon dies while qualifying it.
+    d.repo.write("recipes/tiny-bf16.json", embedded_recipe("tiny-bf16", "bf16", d.digest));
+    d.repo.commit("bf16");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.status_of("tiny-bf16") == "qualifying"; }, 30s));
+    CHECK(d.get("/api/v1/status").second["qualifying"].is_number());
+    d.kill();
+
+    d.start();
+    // The serving engine was adopted, not started twice; the qualification started over and ended.
+    REQUIRE(eventually([&] { auto s = d.status_of("tiny-bf16"); return s == "validated" || s == "promoted" || s == "failed"; }, 120s));
+    const json engines_after = d.get("/api/v1/engines").second["data"];
+    std::size_t serving = 0;
+    for (const auto& e : engines_after) serving += e["role"] == "serving";
+    CHECK(serving == 1);
+    bool adopted = false;
+    for (const auto& e : engines_after) adopted = adopted || e["engine_id"] == engines_before[0]["engine_id"];
+    CHECK(adopted);
+    auto bf16 = d.get("/api/v1/recipes/tiny-bf16").second["data"];
+    CHECK(bf16["revisions"].size() == 1);
+    d.stop();
+
+    anvil::state::Store store(d.dir / "data" / "anvil.db");
+    CHECK(store.integrity_check() == "ok");
+    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(store.running_engines().empty());
+}
+
+#endif
