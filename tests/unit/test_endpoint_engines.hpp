@@ -7,9 +7,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +23,13 @@
 namespace anvil::test::endpoint {
 
 using nlohmann::json;
+
+// The port in anvil-engine's "listening on http://127.0.0.1:PORT" line, or 0 for any other line.
+inline int listening_port(const std::string& line) {
+    const std::string marker = "listening on http://127.0.0.1:";
+    const auto at = line.find(marker);
+    return at == std::string::npos ? 0 : std::atoi(line.c_str() + at + marker.size());
+}
 
 // The small preset, seed 1, made once: every engine of the run serves it.
 inline const std::filesystem::path& small_model() {
@@ -126,12 +133,8 @@ public:
             ANVIL_ENGINE, "serve", "--model", small_model().string(), "--host", "127.0.0.1", "--port", "0",
             "--served-model-name", name_, "--weights", weights, "--max-seqs", std::to_string(max_seqs),
             "--max-context", "512", "--threads", "1"});
-        const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
         std::string line;
-        while (port_ == 0 && process_->read_line(line, 60000)) {
-            std::smatch m;
-            if (std::regex_search(line, m, listening)) port_ = std::stoi(m[1]);
-        }
+        while (port_ == 0 && process_->read_line(line, 60000)) port_ = listening_port(line);
         if (port_ == 0) throw std::runtime_error("anvil-engine serve " + name_ + " did not say its port");
         httplib::Client probe("127.0.0.1", port_);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

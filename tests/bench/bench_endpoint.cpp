@@ -1,0 +1,180 @@
+// The stable endpoint's overhead: short non-streaming completions (max_tokens 1-4) against one real
+// anvil-engine on the small model, sent directly to the engine and through an in-process
+// StableEndpoint, alternating phases so that the machine's load drifts equally over both.
+//   latency:    one client, p50/p99 per request; the endpoint's added p50 (target < 1 ms)
+//   throughput: N clients, requests per second; endpoint / direct (target >= 0.95)
+// Usage: bench_endpoint [clients=4] [seconds per phase=3] [Accept-Encoding, e.g. identity]
+#include <httplib.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/endpoint/stable_endpoint.hpp"
+#include "test_support.hpp"
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+struct Phase {
+    std::vector<double> latencies_ms;
+    std::size_t errors = 0;
+    double seconds = 0;
+    double cpu_seconds = 0;  // this process's CPU time: the clients, plus the endpoint when it is used
+    double rps() const { return double(latencies_ms.size()) / seconds; }
+};
+
+double process_cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, std::size_t(p * double(v.size())))];
+}
+
+// `clients` threads, each with its own keep-alive connection, sending for `seconds`.
+// Accept-Encoding of the clients: empty for httplib's default (it asks for compressed responses).
+std::string g_accept_encoding;
+
+Phase run_phase(int port, int clients, double seconds) {
+    Phase phase;
+    std::mutex mutex;
+    const double cpu_start = process_cpu_seconds();
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+        threads.emplace_back([&, c] {
+            httplib::Client client("127.0.0.1", port);
+            client.set_keep_alive(true);
+            client.set_tcp_nodelay(true);
+            client.set_read_timeout(60, 0);
+            httplib::Headers headers;
+            if (!g_accept_encoding.empty()) headers.emplace("Accept-Encoding", g_accept_encoding);
+            std::vector<double> mine;
+            std::size_t errors = 0;
+            for (int i = 0; Clock::now() < end; ++i) {
+                const json body = {{"prompt", "Bench " + std::to_string(c) + " " + std::to_string(i % 8)},
+                                   {"max_tokens", 1 + i % 4},
+                                   {"temperature", 0}};
+                const auto t0 = Clock::now();
+                auto res = client.Post("/v1/completions", headers, body.dump(), "application/json");
+                const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                if (res && res->status == 200) mine.push_back(ms);
+                else ++errors;
+            }
+            std::lock_guard<std::mutex> lock(mutex);
+            phase.latencies_ms.insert(phase.latencies_ms.end(), mine.begin(), mine.end());
+            phase.errors += errors;
+        });
+    }
+    for (auto& t : threads) t.join();
+    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    phase.cpu_seconds = process_cpu_seconds() - cpu_start;
+    return phase;
+}
+
+Phase merge(const Phase& a, const Phase& b) {
+    Phase m = a;
+    m.latencies_ms.insert(m.latencies_ms.end(), b.latencies_ms.begin(), b.latencies_ms.end());
+    m.errors += b.errors;
+    m.seconds += b.seconds;
+    m.cpu_seconds += b.cpu_seconds;
+    return m;
+}
+
+std::string load_average() {
+    std::ifstream in("/proc/loadavg");
+    std::string a, b, c;
+    in >> a >> b >> c;
+    return a + " " + b + " " + c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int clients = argc > 1 ? std::stoi(argv[1]) : 4;
+    const double seconds = argc > 2 ? std::stod(argv[2]) : 3.0;
+    if (argc > 3) g_accept_encoding = argv[3];
+    spdlog::set_level(spdlog::level::warn);
+    anvil::test::TempDir dir;
+    const auto model = dir / "small";
+    if (anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "small", "--seed", "1"}).exit_code != 0) {
+        std::fprintf(stderr, "bench_endpoint: make-model failed\n");
+        return 1;
+    }
+    anvil::test::ChildProcess engine({ANVIL_ENGINE, "serve", "--model", model.string(), "--host", "127.0.0.1", "--port", "0",
+                                      "--served-model-name", "small", "--max-seqs", std::to_string(std::max(clients, 1)),
+                                      "--threads", "1"});
+    int port = 0;
+    const std::string marker = "listening on http://127.0.0.1:";
+    for (std::string line; port == 0 && engine.read_line(line, 60000);)
+        if (const auto at = line.find(marker); at != std::string::npos) port = std::atoi(line.c_str() + at + marker.size());
+    if (port == 0) {
+        std::fprintf(stderr, "bench_endpoint: the engine did not say its port\n");
+        return 1;
+    }
+    httplib::Client probe("127.0.0.1", port);
+    for (auto h = probe.Get("/health"); !h || h->status != 200; h = probe.Get("/health"))
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+    anvil::endpoint::StableEndpoint endpoint(anvil::endpoint::EndpointOptions{});
+    endpoint.start();
+    endpoint.switch_to(anvil::endpoint::Upstream{"127.0.0.1", port, "small", "bench-engine", "bench-recipe"});
+
+    std::printf("bench_endpoint: small model, %d clients, %.1f s per phase, Accept-Encoding %s, load average before: %s\n",
+                clients, seconds, g_accept_encoding.empty() ? "(httplib default)" : g_accept_encoding.c_str(),
+                load_average().c_str());
+    run_phase(port, 1, 0.5);  // warm both paths: the engine's first requests and the endpoint's pool
+    run_phase(endpoint.port(), 1, 0.5);
+
+    // Alternating direct / endpoint phases, twice, so drift in the machine's load hits both.
+    const Phase l1 = run_phase(port, 1, seconds / 2), e1 = run_phase(endpoint.port(), 1, seconds / 2);
+    const Phase l2 = run_phase(port, 1, seconds / 2), e2 = run_phase(endpoint.port(), 1, seconds / 2);
+    const Phase lat_direct = merge(l1, l2), lat_endpoint = merge(e1, e2);
+    const Phase t1 = run_phase(port, clients, seconds / 2), f1 = run_phase(endpoint.port(), clients, seconds / 2);
+    const Phase t2 = run_phase(port, clients, seconds / 2), f2 = run_phase(endpoint.port(), clients, seconds / 2);
+    const Phase thr_direct = merge(t1, t2), thr_endpoint = merge(f1, f2);
+
+    const auto row = [](const char* name, const Phase& p) {
+        std::printf("  %-22s %7zu requests  p50 %7.3f ms  p99 %7.3f ms  %8.1f req/s  %zu errors\n", name, p.latencies_ms.size(),
+                    percentile(p.latencies_ms, 0.5), percentile(p.latencies_ms, 0.99), p.rps(), p.errors);
+    };
+    row("direct, 1 client", lat_direct);
+    row("endpoint, 1 client", lat_endpoint);
+    row("direct, N clients", thr_direct);
+    row("endpoint, N clients", thr_endpoint);
+    const double added_p50 = percentile(lat_endpoint.latencies_ms, 0.5) - percentile(lat_direct.latencies_ms, 0.5);
+    const double added_p99 = percentile(lat_endpoint.latencies_ms, 0.99) - percentile(lat_direct.latencies_ms, 0.99);
+    const double ratio = thr_endpoint.rps() / thr_direct.rps();
+    std::printf("  added p50 latency %.3f ms (target < 1 ms), added p99 %.3f ms\n", added_p50, added_p99);
+    std::printf("  throughput endpoint/direct at %d clients: %.3f (target >= 0.95)\n", clients, ratio);
+    // The endpoint's CPU per request: what it takes from the engine on a machine with few cores.
+    const auto per_request_us = [](const Phase& p) { return 1e6 * p.cpu_seconds / double(std::max<std::size_t>(p.latencies_ms.size(), 1)); };
+    std::printf("  endpoint CPU per request %.1f us (this process per request: %.1f us direct, %.1f us through the endpoint)\n",
+                per_request_us(thr_endpoint) - per_request_us(thr_direct), per_request_us(thr_direct), per_request_us(thr_endpoint));
+    std::printf("  load average after: %s\n", load_average().c_str());
+    endpoint.stop();
+    engine.kill(SIGTERM);
+    engine.wait();
+    const bool errors = lat_direct.errors + lat_endpoint.errors + thr_direct.errors + thr_endpoint.errors > 0;
+    return errors ? 1 : 0;
+}
