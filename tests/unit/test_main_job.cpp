@@ -1,0 +1,62 @@
+// The main job, exactly as README's first command runs it (scripts/run-example.sh), against this
+// build: the example registry becomes a git repository, anvild judges, qualifies and promotes, and
+// serves the default on the stable endpoint. Then the ledger it left is checked.
+#include <cstdlib>
+
+#include <catch2/catch.hpp>
+
+#include "state/store.hpp"
+#include "test_support.hpp"
+
+#if defined(ANVIL_MAIN_JOB_BUILD_DIR)
+
+TEST_CASE("the main job qualifies the example recipes, promotes by the thresholds and records why", "[main-job][e2e]") {
+    anvil::test::TempDir work;
+    setenv("ANVIL_BUILD_DIR", ANVIL_MAIN_JOB_BUILD_DIR, 1);
+    setenv("ANVIL_WORK", work.path().c_str(), 1);
+    setenv("ANVIL_API", "127.0.0.1:16790", 1);
+    setenv("ANVIL_SERVE", "127.0.0.1:16791", 1);
+    setenv("ANVIL_SETTLE_SECONDS", "600", 1);
+    const auto result = anvil::test::run({std::string(ANVIL_SOURCE_DIR) + "/scripts/run-example.sh", "--exit-when-settled"});
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    CHECK_THAT(result.output, Catch::Contains("answered"));
+
+    using anvil::state::Status;
+    anvil::state::Store store(work / "data" / "anvil.db");
+    CHECK(store.integrity_check() == "ok");
+    CHECK(store.statuses() == store.statuses_from_ledger());
+    const auto current = store.current_default();
+    REQUIRE(current);
+    // f32 is qualified first (the most faithful weights) and becomes the first default; the others
+    // are measured against it and either replace it by the thresholds or stay validated.
+    const auto f32 = store.recipe("anvil-tiny-llama-f32-cpu");
+    REQUIRE(f32);
+    bool f32_promoted = false;
+    for (const auto& t : f32->history) f32_promoted = f32_promoted || t.to == Status::promoted;
+    CHECK(f32_promoted);
+    for (const char* id : {"anvil-tiny-llama-bf16-cpu", "anvil-tiny-llama-q8-cpu"}) {
+        const auto r = store.recipe(id);
+        REQUIRE(r);
+        const Status s = r->revisions.front().status;
+        CHECK((s == Status::validated || s == Status::promoted || s == Status::retired));
+        bool compared = false;
+        for (const auto& e : r->evidence) compared = compared || (e.metric == "relative_quality_loss" && e.evidence_class == anvil::state::EvidenceClass::local);
+        CHECK(compared);
+    }
+    // The default was promoted on local, measured evidence with a receipt.
+    const auto detail = store.recipe(current->recipe_id);
+    REQUIRE(detail);
+    bool receipt = false;
+    for (const auto& e : detail->evidence)
+        receipt = receipt || (e.revision_id == current->id && e.status == anvil::registry::EvidenceStatus::measured && e.receipt_sha256);
+    CHECK(receipt);
+    // The GPU recipes cannot run on this machine's inventory, or are unpinned: rejected on paper.
+    for (const char* id : {"glm53-flash-exl3-q4-rtxpro6000-sglang-tp4", "glm53-flash-exl3-tr3-4bpw-dflash2-rtxpro6000-vllm-tp2"}) {
+        const auto r = store.recipe(id);
+        REQUIRE(r);
+        CHECK(r->revisions.front().status == Status::rejected);
+    }
+}
+
+#endif
