@@ -488,7 +488,12 @@ std::string ensure_token(const fs::path& file) {
         fs::create_directories(dir, ec);
         if (ec) throw std::runtime_error(dir.string() + ": cannot create the directory for the API token: " + ec.message());
         const fs::path temporary = dir / ("." + file.filename().string() + "." + std::to_string(::getpid()) + ".new");
-        const int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0 && errno == EEXIST) {
+            // Left by an earlier process with our pid that died mid-write: never linked, so unused.
+            ::unlink(temporary.c_str());
+            out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        }
         if (out < 0) throw std::runtime_error(temporary.string() + ": cannot create the API token file: " + errno_text(errno));
         try {
             write_all(out, random_hex(32) + "\n", temporary);
