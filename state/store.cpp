@@ -423,25 +423,32 @@ Id Store::add_evidence(const EvidenceRow& row) {
     return id;
 }
 
-Id Store::add_verdict(const VerdictRow& row) {
+Id Store::add_verdict(const VerdictRow& row) { return add_verdicts({row}).front(); }
+
+std::vector<Id> Store::add_verdicts(const std::vector<VerdictRow>& rows) {
     require_writable(write_error_);
-    if (row.gate.empty()) throw StoreError("a verdict needs a gate name");
+    for (const auto& row : rows)
+        if (row.gate.empty()) throw StoreError("a verdict needs a gate name");
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO verdicts (revision_id, gate, result, class, reasons, evidence_ids, created_at) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?)");
-    insert.bind(1, row.revision_id).bind(2, row.gate).bind(3, std::string(to_string(row.result))).bind(4, row.verdict_class);
-    insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now_iso8601());
-    insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    if (row.gate == "feasibility") {
-        auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE id = (SELECT recipe_id FROM recipe_revisions WHERE id = ?1) "
-                                 "AND latest_revision_id = ?1");
-        summary.bind(1, row.revision_id).bind(2, row.verdict_class.value_or(std::string(to_string(row.result))));
-        summary.run();
+    std::vector<Id> ids;
+    ids.reserve(rows.size());
+    for (const auto& row : rows) {
+        auto& insert = impl_->w("INSERT INTO verdicts (revision_id, gate, result, class, reasons, evidence_ids, created_at) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?)");
+        insert.bind(1, row.revision_id).bind(2, row.gate).bind(3, std::string(to_string(row.result))).bind(4, row.verdict_class);
+        insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now_iso8601());
+        insert.run();
+        ids.push_back(impl_->writer->conn.last_insert_id());
+        if (row.gate == "feasibility") {
+            auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE id = (SELECT recipe_id FROM recipe_revisions WHERE id = ?1) "
+                                     "AND latest_revision_id = ?1");
+            summary.bind(1, row.revision_id).bind(2, row.verdict_class.value_or(std::string(to_string(row.result))));
+            summary.run();
+        }
     }
     tx.commit();
-    return id;
+    return ids;
 }
 
 Id Store::transition(const TransitionRequest& request) { return transition_batch({request}).front(); }
@@ -530,7 +537,9 @@ Id Store::append_event(const std::string& kind, const std::string& subject, cons
 // ---------------------------------------------------------------- reads
 
 RecipePage Store::list_recipes(const RecipeFilter& f) const {
-    std::string where = " WHERE latest_revision_id IS NOT NULL";
+    // Every recipes row gets its latest revision in the transaction that creates it, so no filter
+    // on it is needed; one would cost a table lookup per row the status index already counted.
+    std::string where = " WHERE 1";
     std::vector<SqlValue> params;
     auto add = [&](const char* clause, SqlValue v) {
         where += clause;

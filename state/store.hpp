@@ -56,6 +56,8 @@ public:
                                            const std::string& actor = "reconciler");
     Id add_evidence(const EvidenceRow& row);
     Id add_verdict(const VerdictRow& row);
+    // Many verdicts in one transaction (the feasibility of a whole registry commit).
+    std::vector<Id> add_verdicts(const std::vector<VerdictRow>& rows);
     // Guarded; throws TransitionRefused naming the guard that failed.
     Id transition(const TransitionRequest& request);
     // Many transitions in one transaction: all or none.

@@ -131,17 +131,25 @@ void Reconciler::shut_down(bool stop_engines) {
 
 void Reconciler::pass() {
     const auto started = Clock::now();
-    registry_step();
-    judge_stragglers();
-    engine_step();
-    promotion_step();
-    serving_step();
-    qualification_step();
+    json steps = json::object();
+    step_detail_ = json::object();
+    auto step = [&](const char* name, void (Reconciler::*run)()) {
+        const auto t = Clock::now();
+        (this->*run)();
+        steps[name] = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+    };
+    step("registry_ms", &Reconciler::registry_step);
+    step("judge_ms", &Reconciler::judge_stragglers);
+    step("engines_ms", &Reconciler::engine_step);
+    step("promotion_ms", &Reconciler::promotion_step);
+    step("serving_ms", &Reconciler::serving_step);
+    step("qualification_ms", &Reconciler::qualification_step);
+    steps.update(step_detail_);
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     metrics_.record_pass(seconds);
     std::lock_guard lock(mutex_);
     first_pass_done_ = true;
-    last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}};
+    last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", steps}};
 }
 
 void Reconciler::registry_step() {
@@ -154,16 +162,22 @@ void Reconciler::registry_step() {
     for (auto& watch : watches_) {
         if (!force && !watch->due(now)) continue;
         WatchResult result;
+        const auto polled = Clock::now();
         {
             std::lock_guard lock(mutex_);  // API threads read the catalog
             result = watch->poll();
+            step_detail_["registry_poll_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - polled).count();
             if (watch->last_error())
                 set_condition("RegistryReachable:" + watch->config().name, false, "FetchFailed", *watch->last_error());
             else
                 set_condition("RegistryReachable:" + watch->config().name, true, "Synced",
                               watch->catalog().commit().empty() ? "read from the filesystem" : "at commit " + watch->catalog().commit());
         }
-        if (result.changed) ingest(*watch, result, source_ids_.at(watch->config().name));
+        if (result.changed) {
+            const auto t = Clock::now();
+            ingest(*watch, result, source_ids_.at(watch->config().name));
+            step_detail_["registry_ingest_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+        }
     }
 }
 
@@ -171,12 +185,10 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
     if (source_id > 0 && watch.is_git()) store_.record_sync(source_id, result.report);
     std::vector<state::Store::Ingested> ingested;
     if (!result.changed_recipes.empty()) ingested = store_.ingest_revisions(source_id, result.changed_recipes);
-    std::size_t created = 0;
-    for (std::size_t i = 0; i < ingested.size(); ++i) {
-        if (!ingested[i].created) continue;
-        ++created;
-        judge(ingested[i].revision_id, *result.changed_recipes[i]);
-    }
+    std::vector<std::pair<state::Id, const registry::Document*>> created;
+    for (std::size_t i = 0; i < ingested.size(); ++i)
+        if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
+    judge(created);
     // Recipes gone from the registry stop being considered; a removed default keeps serving until
     // another is promoted, since serving nothing would be worse.
     if (!result.removed_recipe_ids.empty()) {
@@ -200,69 +212,106 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
     }
     spdlog::info("registry {}: {} {} ({} recipe documents changed, {} new revisions, {} recipes removed)", watch.config().name,
                  registry::to_string(result.report.mode), watch.catalog().commit().empty() ? "directory" : watch.catalog().commit().substr(0, 12),
-                 result.changed_recipes.size(), created, result.removed_recipe_ids.size());
-    if (created > 0 || !result.removed_recipe_ids.empty())
+                 result.changed_recipes.size(), created.size(), result.removed_recipe_ids.size());
+    if (!created.empty() || !result.removed_recipe_ids.empty())
         store_.append_event("registry", watch.config().name,
-                            std::to_string(created) + " new revisions, " + std::to_string(result.removed_recipe_ids.size()) + " recipes removed",
+                            std::to_string(created.size()) + " new revisions, " + std::to_string(result.removed_recipe_ids.size()) + " recipes removed",
                             {{"commit", watch.catalog().commit()}, {"mode", std::string(registry::to_string(result.report.mode))}});
 }
 
-registry::GateContext Reconciler::gate_context(const registry::Recipe& recipe, registry::LicenceBook& licences) const {
+const Reconciler::GateInputs& Reconciler::gate_inputs() const {
+    // Licences and hardware records change only with a catalog: gathered once per set of commits,
+    // not once per recipe judged (10,000 recipes would otherwise read 10,000 documents each).
+    std::string key;
+    for (const auto& watch : watches_) key += watch->catalog().commit() + ":" + std::to_string(watch->catalog().size()) + ";";
+    if (gate_inputs_ && gate_inputs_key_ == key) return *gate_inputs_;
+    GateInputs inputs;
+    for (const auto& watch : watches_) {
+        for (const auto& [path, doc] : watch->catalog().documents()) {
+            if (!doc.valid()) continue;
+            if (doc.kind == registry::DocumentKind::external_priors) {
+                if (const auto* priors = std::get_if<registry::ExternalPriors>(&doc.body)) inputs.licences.add(*priors, path);
+            } else if (doc.kind == registry::DocumentKind::hardware) {
+                if (const auto* rec = std::get_if<registry::RegistryRecord>(&doc.body); rec && rec->vram_gb) inputs.vram_gb.emplace(doc.id, *rec->vram_gb);
+            }
+        }
+    }
+    gate_inputs_ = std::move(inputs);
+    gate_inputs_key_ = key;
+    return *gate_inputs_;
+}
+
+registry::GateContext Reconciler::gate_context(const registry::Recipe& recipe) const {
+    const GateInputs& inputs = gate_inputs();
     registry::GateContext ctx;
     ctx.inventory = inventory_ ? &*inventory_ : nullptr;
     ctx.requirements = config_.requirements ? &*config_.requirements : nullptr;
     ctx.policy.commercial = config_.commercial;
-    for (const auto& watch : watches_) {
-        for (const auto& [path, doc] : watch->catalog().documents()) {
-            if (doc.kind != registry::DocumentKind::external_priors || !doc.valid()) continue;
-            if (const auto* priors = std::get_if<registry::ExternalPriors>(&doc.body)) licences.add(*priors, path);
-        }
-        if (const auto* hw = watch->catalog().find(registry::DocumentKind::hardware, recipe.hardware_id))
-            if (const auto* rec = std::get_if<registry::RegistryRecord>(&hw->body); rec && rec->vram_gb) ctx.hardware_vram_gb = rec->vram_gb;
-    }
-    ctx.licences = &licences;
+    ctx.licences = &inputs.licences;
+    if (auto it = inputs.vram_gb.find(recipe.hardware_id); it != inputs.vram_gb.end()) ctx.hardware_vram_gb = it->second;
     return ctx;
 }
 
-void Reconciler::judge(state::Id revision_id, const registry::Document& doc) {
-    const registry::Recipe& recipe = *doc.recipe();
-    registry::LicenceBook licences;
-    registry::RecipeAssessment a;
+void Reconciler::judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions) {
+    if (revisions.empty()) return;
+    // On paper first (pure), then every verdict and refusal of the batch in two transactions.
+    std::vector<state::VerdictRow> verdicts;
+    std::vector<std::string> refusal_reasons;
     {
         std::lock_guard lock(mutex_);
-        a = registry::assess_recipe(recipe, doc.pins, registry::models_of(doc), gate_context(recipe, licences));
+        for (const auto& [revision_id, doc] : revisions) {
+            const registry::Recipe& recipe = *doc->recipe();
+            const auto a = registry::assess_recipe(recipe, doc->pins, registry::models_of(*doc), gate_context(recipe));
+            std::vector<std::string> refusals;
+            const bool infeasible = a.verdict == registry::Verdict::proven_infeasible || a.verdict == registry::Verdict::modeled_infeasible ||
+                                    a.verdict == registry::Verdict::policy_infeasible;
+            if (infeasible) refusals = a.reasons;
+            if (!doc->pins.pinned())
+                for (const auto& r : doc->pins.unpinned_reasons) refusals.push_back("unpinned: " + r);
+            if (auto why = engines_.unsupported(recipe)) refusals.push_back(*why);
+            std::vector<std::string> reasons = a.reasons;
+            for (const auto& g : a.gates)
+                reasons.push_back(std::string(registry::to_string(g.name)) + "=" + std::string(registry::to_string(g.status)) + ": " + g.reason);
+            const state::GateResult result = !refusals.empty() ? state::GateResult::fail
+                                             : a.verdict == registry::Verdict::benchmark_survivor ? state::GateResult::pass
+                                                                                                  : state::GateResult::unknown;
+            verdicts.push_back({0, revision_id, "feasibility", result, std::string(registry::to_string(a.verdict)), reasons, {}, ""});
+            std::string reason;
+            for (std::size_t i = 0; i < refusals.size(); ++i) reason += (i ? "; " : "refused on paper: ") + refusals[i];
+            refusal_reasons.push_back(reason);
+        }
     }
-    std::vector<std::string> refusals;
-    const bool infeasible = a.verdict == registry::Verdict::proven_infeasible || a.verdict == registry::Verdict::modeled_infeasible ||
-                            a.verdict == registry::Verdict::policy_infeasible;
-    if (infeasible)
-        for (const auto& r : a.reasons) refusals.push_back(r);
-    if (!doc.pins.pinned())
-        for (const auto& r : doc.pins.unpinned_reasons) refusals.push_back("unpinned: " + r);
-    if (auto why = engines_.unsupported(recipe)) refusals.push_back(*why);
-
-    std::vector<std::string> reasons = a.reasons;
-    for (const auto& g : a.gates) reasons.push_back(std::string(registry::to_string(g.name)) + "=" + std::string(registry::to_string(g.status)) + ": " + g.reason);
-    const state::GateResult result = !refusals.empty() ? state::GateResult::fail
-                                     : a.verdict == registry::Verdict::benchmark_survivor ? state::GateResult::pass
-                                                                                          : state::GateResult::unknown;
-    const state::Id verdict = store_.add_verdict({0, revision_id, "feasibility", result, std::string(registry::to_string(a.verdict)), reasons, {}, ""});
-    if (refusals.empty()) return;
-    std::string reason = "refused on paper: ";
-    for (std::size_t i = 0; i < refusals.size(); ++i) reason += (i ? "; " : "") + refusals[i];
+    const auto ids = store_.add_verdicts(verdicts);
+    std::vector<state::TransitionRequest> rejections;
+    for (std::size_t i = 0; i < revisions.size(); ++i)
+        if (!refusal_reasons[i].empty())
+            rejections.push_back({revisions[i].first, Status::rejected, refusal_reasons[i], "reconciler", {}, {ids[i]}, std::nullopt});
     try {
-        store_.transition({revision_id, Status::rejected, reason, "reconciler", {}, {verdict}, std::nullopt});
+        if (!rejections.empty()) store_.transition_batch(rejections);
     } catch (const state::TransitionRefused& e) {
-        spdlog::warn("{}", e.what());
+        // One refused move must not hold back the rest: record them one by one.
+        spdlog::warn("{}; recording the rejections one by one", e.what());
+        for (const auto& r : rejections) {
+            try {
+                store_.transition(r);
+            } catch (const state::TransitionRefused& one) {
+                spdlog::warn("{}", one.what());
+            }
+        }
     }
 }
 
 void Reconciler::judge_stragglers() {
-    for (state::Id id : store_.candidates_without_feasibility(100)) {
+    std::vector<registry::Document> docs;
+    std::vector<state::Id> ids;
+    for (state::Id id : store_.candidates_without_feasibility(1000)) {
         auto revision = store_.revision(id);
         if (!revision) continue;
-        if (auto doc = document_of(*revision)) judge(id, *doc);
+        if (auto doc = document_of(*revision)) docs.push_back(std::move(*doc)), ids.push_back(id);
     }
+    std::vector<std::pair<state::Id, const registry::Document*>> batch;
+    for (std::size_t i = 0; i < docs.size(); ++i) batch.emplace_back(ids[i], &docs[i]);
+    judge(batch);
 }
 
 void Reconciler::engine_step() {
@@ -700,6 +749,11 @@ json Reconciler::status() const {
     return out;
 }
 
+json Reconciler::last_pass() const {
+    std::lock_guard lock(mutex_);
+    return last_pass_;
+}
+
 json Reconciler::registry_status() const {
     std::lock_guard lock(mutex_);
     json out = json::array();
@@ -722,8 +776,7 @@ std::optional<json> Reconciler::feasibility_of(const std::string& recipe_id) con
     for (const auto& w : watches_) {
         const auto* doc = w->catalog().find(registry::DocumentKind::recipe, recipe_id);
         if (!doc || !doc->recipe()) continue;
-        registry::LicenceBook licences;
-        auto a = registry::assess_recipe(*doc->recipe(), doc->pins, registry::models_of(*doc), gate_context(*doc->recipe(), licences));
+        auto a = registry::assess_recipe(*doc->recipe(), doc->pins, registry::models_of(*doc), gate_context(*doc->recipe()));
         json out = a.to_json();
         out["source"] = w->config().name;
         out["commit"] = w->catalog().commit();

@@ -60,6 +60,7 @@ public:
     std::vector<std::string> not_ready_reasons() const;
     nlohmann::json status() const;
     nlohmann::json registry_status() const;
+    nlohmann::json last_pass() const;  // when it finished, how long, and each step's milliseconds
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;
     std::vector<RunningEngine> engines() const { return engines_.engines(); }
     void request_sync();
@@ -76,14 +77,20 @@ private:
 
     void registry_step();
     void ingest(RegistryWatch& watch, const WatchResult& result, state::Id source_id);
-    void judge(state::Id revision_id, const registry::Document& doc);
+    // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
+    void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);
     void judge_stragglers();
     void engine_step();
     void qualification_step();
     void promotion_step();
     void serving_step();
 
-    registry::GateContext gate_context(const registry::Recipe& recipe, registry::LicenceBook& licences) const;
+    struct GateInputs {
+        registry::LicenceBook licences;
+        std::map<std::string, double> vram_gb;  // hardware id → nominal GB per GPU
+    };
+    const GateInputs& gate_inputs() const;  // callers hold mutex_
+    registry::GateContext gate_context(const registry::Recipe& recipe) const;
     qualify::Contender contender(const state::RevisionRow& revision) const;
     qualify::Thresholds thresholds() const;
     void promote(const state::RevisionRow& revision, const std::string& reason, const std::string& actor);
@@ -110,12 +117,15 @@ private:
     std::map<std::string, Condition> conditions_;
     nlohmann::json last_pass_ = nullptr;
     bool force_sync_ = false;
+    nlohmann::json step_detail_;  // finer timings of the running pass (reconcile thread only)
     bool first_pass_done_ = false;
     bool exclusive_qualification_ = false;  // the default's engine is paused for a qualification
     std::map<state::Id, Backoff> serving_backoff_;
     std::map<state::Id, Backoff> retry_backoff_;
     std::map<std::string, std::string> last_notes_;
-    std::map<state::Id, int> fidelity_ranks_;  // revision → fidelity_rank, computed once  // de-duplicates repeated hold reasons
+    std::map<state::Id, int> fidelity_ranks_;
+    mutable std::optional<GateInputs> gate_inputs_;
+    mutable std::string gate_inputs_key_;  // revision → fidelity_rank, computed once  // de-duplicates repeated hold reasons
 };
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16
