@@ -86,7 +86,7 @@ TEST_CASE("anvil against a real anvild: reads, filters, paging, writes with and 
     const json config = {{"sources", {{{"name", "test"}, {"url", registry.dir().string()}, {"ref", "main"}, {"poll_interval_seconds", 0.2}}}},
                          {"data_dir", (tmp / "data").string()},
                          {"model_root", (tmp / "models").string()},
-                         {"inventory", "none"},
+                         {"inventory", "auto"},
                          {"reconcile_interval_seconds", 0.2}};
     anvil::test::write_file(tmp / "anvild.json", config.dump(2));
     const std::string api = "127.0.0.1:" + std::to_string(unused_port());
