@@ -575,6 +575,9 @@ void Reconciler::rollback(const std::string& why) {
     try {
         promote(*previous, "rollback: " + why, "reconciler");
         store_.append_event("rollback", previous->recipe_id, "rolled back to revision " + std::to_string(previous_id) + ": " + why);
+        // A pin on what could not serve no longer holds: the operator is told by the freeze below.
+        if (const auto pin = store_.setting(kPinKey); pin && pin->value("recipe_id", std::string()) != previous->recipe_id)
+            store_.clear_setting(kPinKey, "reconciler");
         // Hold automatic promotion until someone looks: the same candidate would win again.
         store_.set_setting(kFreezeKey, {{"reason", "automatic rollback: " + why}, {"actor", "reconciler"}, {"at", state::now_iso8601()}}, "reconciler");
     } catch (const std::exception& e) {

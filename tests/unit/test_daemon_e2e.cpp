@@ -73,7 +73,7 @@ struct Daemon {
     int api_port = 0, serve_port = 0;
     std::unique_ptr<anvil::test::ChildProcess> process;
 
-    Daemon() {
+    explicit Daemon(const std::string& policy = "auto") {
         const auto model = dir / "models" / "tiny";
         auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "tiny", "--seed", "3"});
         REQUIRE(made.exit_code == 0);
@@ -91,7 +91,7 @@ struct Daemon {
                          {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                          {"physical_vram_bytes", {{"value", 0}, {"unit", "bytes"}, {"status", "measured"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                          {"thresholds", json::object()}}},
-                       {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}}},
+                       {"promotion", {{"policy", policy}, {"min_interval_seconds", 0}, {"attempts", 1}}},
                        {"reconcile_interval_seconds", 1},
                        {"stop_engines_on_exit", true}};
         anvil::test::write_file(dir / "anvild.json", config.dump(2));
@@ -321,6 +321,36 @@ TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothin
     CHECK(store.integrity_check() == "ok");
     CHECK(store.statuses() == store.statuses_from_ledger());
     CHECK(store.running_engines().empty());
+}
+
+TEST_CASE("a new default that cannot serve is rolled back to the previous default, and promotion freezes", "[daemon][e2e]") {
+    Daemon d("manual");
+    fs::copy(d.dir / "models" / "tiny", d.dir / "models" / "tiny-copy", fs::copy_options::recursive);
+    json q8 = json::parse(embedded_recipe("tiny-q8", "q8", d.digest));
+    q8["launch"]["model"]["path"] = "${MODEL_ROOT}/tiny-copy";
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.write("recipes/tiny-q8.json", q8.dump(2));
+    d.repo.commit("two recipes");
+    d.start();
+    // Manual policy: both are qualified, neither is promoted until someone pins one.
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "validated" && d.status_of("tiny-q8") == "validated"; }, 120s));
+    CHECK(d.get("/api/v1/default").second["data"].is_null());
+    REQUIRE(d.cli({"pin", "tiny-f32"}).exit_code == 0);
+    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-f32"; }, 60s));
+
+    // q8's weights change on disk after it was validated: its pinned digest no longer matches, so
+    // it cannot start once it is the default.
+    anvil::test::write_file(d.dir / "models" / "tiny-copy" / "generation_config.json", "{\"changed\": true}");
+    REQUIRE(d.cli({"pin", "tiny-q8"}).exit_code == 0);
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted" && d.status_of("tiny-q8") == "retired"; }, 90s));
+    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-f32"; }, 60s));
+    auto history = d.get("/api/v1/recipes/tiny-f32/history").second["data"];
+    CHECK_THAT(history.back()["reason"].get<std::string>(), Catch::StartsWith("rollback: "));
+    CHECK(history.back()["actor"] == "reconciler");
+    auto status = d.get("/api/v1/status").second;
+    CHECK(status["policy"]["frozen"] == true);
+    CHECK(status["policy"]["pinned"].is_null());
+    d.stop();
 }
 
 #endif
