@@ -6,6 +6,8 @@
 //   3. a new recipe commit until it serves on the stable endpoint, broken into sync + feasibility,
 //      waiting, qualification, promotion and switch (the embedded engine, tiny model).
 // Usage: bench_daemon [--load HOST PORT PATH SECONDS THREADS]   (the second mode is the load process)
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -91,6 +93,28 @@ void write_config(const fs::path& file, const fs::path& repo, const fs::path& da
     anvil::test::write_file(file, config.dump(2));
 }
 
+// anvild as a child process on free loopback ports, returned once /readyz answers 200.
+struct ChildDaemon {
+    int api = 0, serve = 0;
+    std::unique_ptr<anvil::test::ChildProcess> process;
+    explicit ChildDaemon(const fs::path& config) {
+        api = anvil::driver::allocate_port("127.0.0.1", 18100, 18900);
+        serve = anvil::driver::allocate_port("127.0.0.1", api + 1, 18999);
+        process = std::make_unique<anvil::test::ChildProcess>(std::vector<std::string>{
+            ANVILD, "--config", config.string(), "--listen", "127.0.0.1:" + std::to_string(api), "--serve", "127.0.0.1:" + std::to_string(serve)});
+        httplib::Client c("127.0.0.1", api);
+        for (int i = 0; i < 600; ++i) {
+            auto r = c.Get("/readyz");
+            if (r && r->status == 200) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    }
+    void stop() {
+        process->kill(SIGTERM);
+        process->wait();
+    }
+};
+
 // ---------------------------------------------------------------- 1. reconcile pass
 
 void bench_pass(const fs::path& dir, anvil::test::GitRepo& repo) {
@@ -142,24 +166,15 @@ void bench_api(const fs::path& dir, const anvil::test::GitRepo& repo) {
     // No inventory: the GPU recipes stay unresolved candidates. The container runtime is /bin/false,
     // so a qualification the daemon starts meanwhile fails at once instead of pulling images.
     write_config(dir / "api.json", repo.dir(), dir / "api-data", "none", "/bin/false");
-    const int api = anvil::driver::allocate_port("127.0.0.1", 18100, 18900);
-    const int serve = anvil::driver::allocate_port("127.0.0.1", api + 1, 18999);
-    setenv("ANVIL_LOG", "error", 1);
-    anvil::test::ChildProcess daemon({ANVILD, "--config", (dir / "api.json").string(), "--listen", "127.0.0.1:" + std::to_string(api), "--serve",
-                                      "127.0.0.1:" + std::to_string(serve)});
+    ChildDaemon daemon(dir / "api.json");
+    const int api = daemon.api;
     httplib::Client c("127.0.0.1", api);
-    for (int i = 0; i < 600; ++i) {
-        auto r = c.Get("/readyz");
-        if (r && r->status == 200) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
     auto page = c.Get("/api/v1/recipes?status=candidate&limit=100");
     const auto total = page ? json::parse(page->body)["meta"]["total"].get<long>() : -1;
     const int threads = 4;
     const json base = run_load(api, "/healthz", 5, threads);
     const json list = run_load(api, "/api/v1/recipes?status=candidate&limit=100", 5, threads);
-    daemon.kill(SIGTERM);
-    daemon.wait();
+    daemon.stop();
     if (base.is_discarded() || list.is_discarded()) {
         std::printf("API load: the load process failed\n");
         return;
@@ -191,16 +206,8 @@ void bench_commit_to_serving(const fs::path& dir) {
     repo.write("README.md", "bench\n");
     repo.commit("empty registry");
     write_config(dir / "serving.json", repo.dir(), dir / "serving-data", "auto", "podman", models);
-    const int api = anvil::driver::allocate_port("127.0.0.1", 18100, 18900);
-    const int serve = anvil::driver::allocate_port("127.0.0.1", api + 1, 18999);
-    anvil::test::ChildProcess daemon({ANVILD, "--config", (dir / "serving.json").string(), "--listen", "127.0.0.1:" + std::to_string(api), "--serve",
-                                      "127.0.0.1:" + std::to_string(serve)});
-    httplib::Client c("127.0.0.1", api);
-    for (int i = 0; i < 300; ++i) {
-        auto r = c.Get("/readyz");
-        if (r && r->status == 200) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    ChildDaemon daemon(dir / "serving.json");
+    httplib::Client c("127.0.0.1", daemon.api);
     json recipe = json::parse(anvil::test::read_file(fs::path(ANVIL_EXAMPLES_DIR) / "registry/recipes/anvil-tiny-llama-f32-cpu.json"));
     recipe["id"] = "bench-tiny";
     recipe["launch"]["model"]["path"] = "${MODEL_ROOT}/tiny";
@@ -231,8 +238,7 @@ void bench_commit_to_serving(const fs::path& dir) {
     }
     auto history = json::parse(c.Get("/api/v1/recipes/bench-tiny/history")->body)["data"];
     auto verdicts = json::parse(c.Get("/api/v1/recipes/bench-tiny")->body)["data"]["verdicts"];
-    daemon.kill(SIGTERM);
-    daemon.wait();
+    daemon.stop();
     double candidate = 0, qualifying = 0, validated = 0, promoted = 0, judged = 0;
     for (const auto& t : history) {
         const double at = iso_ms(t["created_at"]) - committed;

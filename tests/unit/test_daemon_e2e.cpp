@@ -137,6 +137,12 @@ struct Daemon {
         if (!r) return {0, nullptr};
         return {r->status, json::parse(r->body, nullptr, false)};
     }
+    // The recipe the stable endpoint forwards to now, or "" when it forwards to nothing.
+    std::string serving() const {
+        const json s = get("/api/v1/status").second;
+        if (!s.is_object() || !s["endpoint"]["upstream"].is_object()) return "";
+        return s["endpoint"]["upstream"]["recipe_id"].get<std::string>();
+    }
     std::string status_of(const std::string& recipe) const {
         auto [code, body] = get("/api/v1/recipes/" + recipe);
         return code == 200 ? body["data"]["status"].get<std::string>() : "";
@@ -148,6 +154,14 @@ struct Daemon {
         return anvil::test::run(args);
     }
 };
+
+// After a clean stop: the ledger is whole, its derived statuses match, and no engine is left running.
+void check_ledger(const Daemon& d) {
+    anvil::state::Store store(d.dir / "data" / "anvil.db");
+    CHECK(store.integrity_check() == "ok");
+    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(store.running_engines().empty());
+}
 
 }  // namespace
 
@@ -205,7 +219,8 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
     CHECK(d.post("/api/v1/default", "{not json").first == 400);
     CHECK(d.get("/api/v1/nothing-here").first == 404);
 
-    // The stable endpoint serves the default.
+    // The stable endpoint serves the default (once its engine is up: promotion comes first).
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 60s));
     httplib::Client endpoint("127.0.0.1", d.serve_port);
     auto answer = endpoint.Post("/v1/completions", R"({"model": "anvil-default", "prompt": "Hello", "max_tokens": 4, "temperature": 0})",
                                 "application/json");
@@ -244,7 +259,7 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
         });
     auto pinned = d.cli({"pin", "tiny-q8"});
     CHECK(pinned.exit_code == 0);
-    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-q8"; }, 60s));
+    REQUIRE(eventually([&] { return d.serving() == "tiny-q8"; }, 60s));
     std::this_thread::sleep_for(1s);
     load = false;
     for (auto& c : clients) c.join();
@@ -279,11 +294,7 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
     CHECK_THAT(metrics->body, Catch::Contains("anvil_reconcile_passes_total"));
     CHECK_THAT(metrics->body, Catch::Contains("anvil_api_requests_total{route=\"/api/v1/recipes\",code=\"200\"}"));
     d.stop();
-
-    anvil::state::Store store(d.dir / "data" / "anvil.db");
-    CHECK(store.integrity_check() == "ok");
-    CHECK(store.statuses() == store.statuses_from_ledger());
-    CHECK(store.running_engines().empty());
+    check_ledger(d);
 }
 
 TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothing lost or duplicated", "[daemon][e2e]") {
@@ -291,7 +302,7 @@ TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothin
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
     d.repo.commit("f32");
     d.start();
-    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted" && d.get("/api/v1/status").second["endpoint"]["upstream"].is_object(); }, 120s));
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted" && d.serving() == "tiny-f32"; }, 120s));
     const json engines_before = d.get("/api/v1/engines").second["data"];
     REQUIRE(engines_before.size() == 1);
 
@@ -316,11 +327,7 @@ TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothin
     auto bf16 = d.get("/api/v1/recipes/tiny-bf16").second["data"];
     CHECK(bf16["revisions"].size() == 1);
     d.stop();
-
-    anvil::state::Store store(d.dir / "data" / "anvil.db");
-    CHECK(store.integrity_check() == "ok");
-    CHECK(store.statuses() == store.statuses_from_ledger());
-    CHECK(store.running_engines().empty());
+    check_ledger(d);
 }
 
 TEST_CASE("a new default that cannot serve is rolled back to the previous default, and promotion freezes", "[daemon][e2e]") {
@@ -336,14 +343,14 @@ TEST_CASE("a new default that cannot serve is rolled back to the previous defaul
     REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "validated" && d.status_of("tiny-q8") == "validated"; }, 120s));
     CHECK(d.get("/api/v1/default").second["data"].is_null());
     REQUIRE(d.cli({"pin", "tiny-f32"}).exit_code == 0);
-    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-f32"; }, 60s));
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 60s));
 
     // q8's weights change on disk after it was validated: its pinned digest no longer matches, so
     // it cannot start once it is the default.
     anvil::test::write_file(d.dir / "models" / "tiny-copy" / "generation_config.json", "{\"changed\": true}");
     REQUIRE(d.cli({"pin", "tiny-q8"}).exit_code == 0);
     REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "promoted" && d.status_of("tiny-q8") == "retired"; }, 90s));
-    REQUIRE(eventually([&] { auto s = d.get("/api/v1/status").second; return s["endpoint"]["upstream"].is_object() && s["endpoint"]["upstream"]["recipe_id"] == "tiny-f32"; }, 60s));
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 60s));
     auto history = d.get("/api/v1/recipes/tiny-f32/history").second["data"];
     CHECK_THAT(history.back()["reason"].get<std::string>(), Catch::StartsWith("rollback: "));
     CHECK(history.back()["actor"] == "reconciler");
