@@ -3,6 +3,7 @@
 // one. SIGHUP reloads the configuration (a bad one is refused and the old one kept); SIGTERM stops
 // accepting, finishes the pass and exits 0, leaving engines running unless configured otherwise.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/anvild/api_server.hpp"
+#include "daemon/anvild/atomic_file.hpp"
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
 #include "daemon/anvild/reconciler.hpp"
@@ -109,6 +111,12 @@ void run(const daemon::DaemonConfig& config, state::Store& store, endpoint::Stab
     reconciler.start_up();
     daemon::ApiServer api(config, store, reconciler, metrics, token);
     api.start();
+    // Where this anvild answers, for tools and tests that start it on port 0.
+    daemon::write_atomically(config.data_dir / "addresses.json",
+                             nlohmann::json{{"pid", getpid()},
+                                            {"api", config.listen.host + ":" + std::to_string(api.port())},
+                                            {"serve", config.serve.host + ":" + std::to_string(endpoint.port())}}
+                                 .dump());
     // The first pass reads every source once; READY=1 follows it.
     reconciler.pass();
     loop.beat();

@@ -1,5 +1,7 @@
 #include "daemon/anvild/qualification_runner.hpp"
 
+#include "daemon/anvild/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,27 +20,6 @@ double threshold(const DaemonConfig& config, const std::string& name, double fal
     for (const auto& [n, v] : config.requirements->thresholds)
         if (n == name && v.value) return registry::to_double(*v.value);
     return fallback;
-}
-
-// Written whole or not at all: a crash leaves the previous file or none.
-void write_atomically(const std::filesystem::path& file, const std::string& text) {
-    std::filesystem::create_directories(file.parent_path());
-    const auto tmp = file.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << text;
-        out.flush();
-        if (!out) throw std::runtime_error("cannot write " + tmp);
-    }
-    if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-    std::filesystem::rename(tmp, file);
-    if (int dir = ::open(file.parent_path().c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
-        ::fsync(dir);
-        ::close(dir);
-    }
 }
 
 }  // namespace
@@ -170,12 +151,10 @@ void QualificationRunner::execute(const QualificationJob& job) {
     };
     std::vector<state::Id> all_evidence, verdict_ids;
     for (const auto& m : report.measurements) all_evidence.push_back(evidence(m.metric, m.value, m.unit));
-    if (report.quality && job.control_revision) {
-        all_evidence.push_back(evidence("relative_quality_loss", report.quality->relative_quality_loss, "ratio"));
-        all_evidence.push_back(evidence("mean_kl_nats", report.quality->mean_kl, "nats"));
-        all_evidence.push_back(evidence("top1_agreement", report.quality->top1_agreement, "ratio"));
+    // The suite reports the quality comparison only when every control position was compared; the
+    // control it was measured against is recorded beside it, so a later default cannot inherit it.
+    if (report.find("relative_quality_loss") && job.control_revision)
         all_evidence.push_back(evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision"));
-    }
     std::vector<std::string> failed_gates;
     for (const auto& g : report.gates) {
         const state::Id e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");

@@ -2,6 +2,7 @@
 // engine it launches, and the REST API, CLI and stable endpoint checked as commits add, change
 // and break recipes; SIGKILL in the middle of work and a restart lose and duplicate nothing.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -63,8 +64,6 @@ std::string unpinned_container_recipe(const std::string& id) {
     return r.dump(2);
 }
 
-int free_port(int first) { return anvil::driver::allocate_port("127.0.0.1", first, first + 900); }
-
 // One daemon under test: its registry, model, configuration, ports and process.
 struct Daemon {
     anvil::test::TempDir dir;
@@ -78,14 +77,13 @@ struct Daemon {
         auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "tiny", "--seed", "3"});
         REQUIRE(made.exit_code == 0);
         digest = anvil::registry::model_directory_digest(model);
-        api_port = free_port(17100);
-        serve_port = free_port(api_port + 1);
         json config = {{"sources", {{{"name", "test"}, {"url", (dir / "registry").string()}, {"ref", "main"}, {"poll_interval_seconds", 1}}}},
                        {"data_dir", (dir / "data").string()},
                        {"model_root", (dir / "models").string()},
                        {"inventory", "auto"},
                        {"engine_binary", ANVIL_ENGINE},
-                       {"engine_ports", {{"first", 21000}, {"last", 21999}}},
+                       // Test processes run side by side: each gets its own engine ports.
+                       {"engine_ports", {{"first", 21000 + (getpid() % 90) * 10}, {"last", 21009 + (getpid() % 90) * 10}}},
                        {"requirements",
                         {{"tokens", {{"prompt", {{"value", 256}, {"unit", "tokens"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}}}},
                          {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
@@ -100,9 +98,19 @@ struct Daemon {
 
     void start() {
         setenv("ANVIL_LOG", std::getenv("ANVIL_TEST_DAEMON_LOG") ? std::getenv("ANVIL_TEST_DAEMON_LOG") : "warn", 1);
-        process = std::make_unique<anvil::test::ChildProcess>(std::vector<std::string>{
-            ANVILD, "--config", (dir / "anvild.json").string(), "--listen", "127.0.0.1:" + std::to_string(api_port), "--serve",
-            "127.0.0.1:" + std::to_string(serve_port)});
+        // Port 0: the daemon binds free ports and says which in addresses.json, so tests running
+        // side by side never race for the same port.
+        fs::remove(dir / "data" / "addresses.json");
+        process = std::make_unique<anvil::test::ChildProcess>(
+            std::vector<std::string>{ANVILD, "--config", (dir / "anvild.json").string(), "--listen", "127.0.0.1:0", "--serve", "127.0.0.1:0"});
+        REQUIRE(eventually([&] {
+            if (!fs::exists(dir / "data" / "addresses.json")) return false;
+            const json a = json::parse(anvil::test::read_file(dir / "data" / "addresses.json"), nullptr, false);
+            if (!a.is_object() || a["pid"] != process->pid()) return false;
+            api_port = std::stoi(a["api"].get<std::string>().substr(a["api"].get<std::string>().rfind(':') + 1));
+            serve_port = std::stoi(a["serve"].get<std::string>().substr(a["serve"].get<std::string>().rfind(':') + 1));
+            return true;
+        }, 60s));
         REQUIRE(eventually([&] { return get("/readyz").first == 200; }, 60s));
     }
     void stop() {
