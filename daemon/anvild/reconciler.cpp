@@ -522,14 +522,6 @@ void Reconciler::promotion_step() {
         return;
     }
     const qualify::Contender control = contender(*current);
-    // The rollback target must be able to start now, or the switch is not made.
-    if (auto current_doc = document_of(*current)) {
-        if (auto why = engines_.startable(*current_doc->recipe())) {
-            set_condition("Promotion", false, "RollbackUnavailable",
-                          "the current default " + current->recipe_id + " could not be restarted for a rollback: " + *why);
-            return;
-        }
-    }
     std::optional<std::pair<qualify::Contender, qualify::Decision>> winner;
     std::vector<std::string> holds;
     for (const auto& c : contenders) {
@@ -552,6 +544,15 @@ void Reconciler::promotion_step() {
         }
     }
     if (winner) {
+        // The rollback target must be able to start now, or the switch is not made. Checked only
+        // when a switch is due: it hashes the model directory.
+        if (auto current_doc = document_of(*current)) {
+            if (auto why = engines_.startable(*current_doc->recipe())) {
+                set_condition("Promotion", false, "RollbackUnavailable",
+                              "the current default " + current->recipe_id + " could not be restarted for a rollback: " + *why);
+                return;
+            }
+        }
         const auto it = std::find_if(validated.begin(), validated.end(), [&](const auto& r) { return r.id == winner->first.revision_id; });
         std::string checks;
         for (const auto& c : winner->second.checks) checks += (checks.empty() ? "" : "; ") + c;
