@@ -22,11 +22,6 @@ void DaemonMetrics::record_engine_restart() {
     ++engine_restarts_;
 }
 
-std::uint64_t DaemonMetrics::passes() const {
-    std::lock_guard lock(mutex_);
-    return passes_;
-}
-
 std::string DaemonMetrics::render(const std::string& extra) const {
     std::lock_guard lock(mutex_);
     std::ostringstream out;

@@ -19,7 +19,6 @@ public:
     void record_engine_restart();
     // `extra` is appended: gauges the caller reads at scrape time.
     std::string render(const std::string& extra) const;
-    std::uint64_t passes() const;
 
 private:
     static constexpr std::array<double, 10> kBuckets{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};

@@ -108,7 +108,6 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     engine.revision_id = revision_id;
     engine.role = role;
     engine.handle = d.start({recipe.id, std::to_string(revision_id)}, launch);
-    ++starts_;
     state::EngineRow row;
     row.revision_id = revision_id;
     row.driver = d.kind();

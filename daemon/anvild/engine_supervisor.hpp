@@ -48,7 +48,6 @@ public:
 
     std::vector<RunningEngine> engines() const;
     std::optional<RunningEngine> serving_for(state::Id revision_id) const;
-    std::size_t restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
 
 private:
     driver::Driver& driver_for(const std::string& launch_kind);
@@ -58,7 +57,6 @@ private:
     std::map<std::string, std::unique_ptr<driver::Driver>> drivers_;  // embedded | process | container
     mutable std::mutex mutex_;
     std::vector<RunningEngine> engines_;
-    std::size_t starts_ = 0;
 };
 
 // The driver a launch kind runs on: embedded, native → process, docker → container; else empty.
