@@ -69,7 +69,10 @@ anvil() { "$build/daemon/anvil" "$@"; }
 settled() {
   anvil status --json 2>/dev/null | python3 -c '
 import json, sys
-s = json.load(sys.stdin)
+try:
+    s = json.load(sys.stdin)
+except ValueError:
+    sys.exit(1)  # not answering yet
 r = s["recipes"]
 sys.exit(0 if s["default"] and s["endpoint"]["upstream"] and r.get("candidate", 0) == 0 and r.get("qualifying", 0) == 0 and s["qualifying"] is None else 1)'
 }

@@ -163,16 +163,17 @@ void Reconciler::registry_step() {
         if (!force && !watch->due(now)) continue;
         WatchResult result;
         const auto polled = Clock::now();
+        std::optional<std::string> error;
+        std::string commit;
         {
             std::lock_guard lock(mutex_);  // API threads read the catalog
             result = watch->poll();
-            step_detail_["registry_poll_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - polled).count();
-            if (watch->last_error())
-                set_condition("RegistryReachable:" + watch->config().name, false, "FetchFailed", *watch->last_error());
-            else
-                set_condition("RegistryReachable:" + watch->config().name, true, "Synced",
-                              watch->catalog().commit().empty() ? "read from the filesystem" : "at commit " + watch->catalog().commit());
+            error = watch->last_error();
+            commit = watch->catalog().commit();
         }
+        step_detail_["registry_poll_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - polled).count();
+        if (error) set_condition("RegistryReachable:" + watch->config().name, false, "FetchFailed", *error);
+        else set_condition("RegistryReachable:" + watch->config().name, true, "Synced", commit.empty() ? "read from the filesystem" : "at commit " + commit);
         if (result.changed) {
             const auto t = Clock::now();
             ingest(*watch, result, source_ids_.at(watch->config().name));
@@ -379,7 +380,10 @@ void Reconciler::qualification_step() {
             next = best->second;
         }
     }
-    if (!next) return;
+    if (!next) {
+        set_condition("Qualification", true, "Idle", "no revision waits for qualification");
+        return;
+    }
 
     auto doc = document_of(*next);
     if (!doc) return;
@@ -395,7 +399,7 @@ void Reconciler::qualification_step() {
             job.recipe.hardware_count + control_doc->recipe()->hardware_count > static_cast<std::int64_t>(inventory_->gpus.size())) {
             const auto& window = config_.promotion.exclusive_window;
             if (!window || !inside_window(*window)) {
-                set_condition("QualificationWaiting", false, "OutsideExclusiveWindow",
+                set_condition("Qualification", false, "OutsideExclusiveWindow",
                               next->recipe_id + " and the default cannot run together; qualification waits for the window " +
                                   window.value_or("(none configured)"));
                 return;
@@ -409,7 +413,7 @@ void Reconciler::qualification_step() {
                 }
         }
     }
-    set_condition("QualificationWaiting", true, "Running", "qualifying " + next->recipe_id);
+    set_condition("Qualification", true, "Running", "qualifying " + next->recipe_id);
     runner_.run(std::move(job), [this] { wake(); });
 }
 
@@ -480,7 +484,6 @@ void Reconciler::promote(const state::RevisionRow& revision, const std::string& 
                         {"previous_revision_id", previous ? json(previous->id) : json(nullptr)}},
                        actor);
     spdlog::info("promoted {} revision {}: {}", revision.recipe_id, revision.id, reason);
-    serving_backoff_.erase(revision.id);
     wake();
 }
 
@@ -709,6 +712,7 @@ std::vector<std::string> Reconciler::not_ready_reasons() const {
 }
 
 void Reconciler::set_condition(const std::string& type, bool ok, const std::string& reason, const std::string& message) {
+    std::lock_guard lock(mutex_);  // the API reads conditions from its own threads
     auto& c = conditions_[type];
     if (c.ok != ok || c.reason != reason || c.since.empty()) c.since = state::now_iso8601();
     c.ok = ok;
