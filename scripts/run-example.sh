@@ -57,6 +57,8 @@ digest=$("$build/daemon/anvil" model digest "$model")
 
 # examples/anvild.json with its paths moved under the work directory.
 sed "s#\"\\.\\./\\.anvil/#\"$work/#g" examples/anvild.json >"$work/anvild.json"
+# A run that exits when settled leaves nothing behind; otherwise engines outlive anvild, to be adopted.
+if $exit_when_settled; then sed -i 's/"stop_engines_on_exit": false/"stop_engines_on_exit": true/' "$work/anvild.json"; fi
 
 echo "== anvild: API on $api, stable endpoint on $serve, data in $work/data"
 "$build/daemon/anvild" --config "$work/anvild.json" --listen "$api" --serve "$serve" 2>"$work/anvild.log" &

@@ -88,7 +88,8 @@ void write_config(const fs::path& file, const fs::path& repo, const fs::path& da
                    {"engine_binary", ANVIL_ENGINE},
                    {"engine_ports", {{"first", 24000}, {"last", 24999}}},
                    {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}}},
-                   {"reconcile_interval_seconds", 1}};
+                   {"reconcile_interval_seconds", 1},
+                   {"stop_engines_on_exit", true}};
     if (!models.empty()) config["model_root"] = models.string();
     anvil::test::write_file(file, config.dump(2));
 }

@@ -26,6 +26,7 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     anvil::state::Store store(work / "data" / "anvil.db");
     CHECK(store.integrity_check() == "ok");
     CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(store.running_engines().empty());  // --exit-when-settled stops the engines with anvild
     const auto current = store.current_default();
     REQUIRE(current);
     // f32 is qualified first (the most faithful weights) and becomes the first default; the others
