@@ -104,13 +104,15 @@ std::string status_line(const nlohmann::json& s) {
 }
 
 // One life of the daemon's parts under one configuration. Returns when asked to stop or reload.
-void run(const daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, Loop& loop, const std::string& token) {
+void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, Loop& loop, const std::string& token) {
     daemon::DaemonMetrics metrics;
     daemon::Reconciler reconciler(config, store, endpoint, metrics);
     reconciler.set_wake([&loop] { loop.wake(); });
     reconciler.start_up();
     daemon::ApiServer api(config, store, reconciler, metrics, token);
     api.start();
+    // Port 0 chose a port once: a reload keeps answering where clients found it.
+    if (config.listen.port == 0) config.listen.port = api.port();
     // Where this anvild answers, for tools and tests that start it on port 0.
     daemon::write_atomically(config.data_dir / "addresses.json",
                              nlohmann::json{{"pid", getpid()},
@@ -235,6 +237,7 @@ int main(int argc, char** argv) {
                                  config.serve.str());
                 next.data_dir = config.data_dir;
                 next.serve = config.serve;
+                if (next.listen.port == 0 && next.listen.host == config.listen.host) next.listen.port = config.listen.port;
                 config = std::move(next);
                 daemon::notify_reloading();
                 spdlog::info("configuration reloaded");

@@ -368,4 +368,29 @@ TEST_CASE("a new default that cannot serve is rolled back to the previous defaul
     d.stop();
 }
 
+TEST_CASE("SIGHUP reloads the configuration; a broken one is refused and the running one kept", "[daemon][e2e]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("f32");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+    CHECK(d.get("/api/v1/status").second["policy"]["mode"] == "auto");
+
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["promotion"]["policy"] = "manual";
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    d.process->kill(SIGHUP);
+    REQUIRE(eventually([&] { return d.get("/api/v1/status").second["policy"]["mode"] == "manual"; }, 30s));
+    CHECK(d.serving() == "tiny-f32");  // the default's engine was adopted, not restarted away
+
+    anvil::test::write_file(d.dir / "anvild.json", "{\"promotion\": {\"policy\": \"sometimes\"}}");
+    d.process->kill(SIGHUP);
+    std::this_thread::sleep_for(2s);
+    REQUIRE(eventually([&] { return d.get("/readyz").first == 200; }, 30s));
+    CHECK(d.get("/api/v1/status").second["policy"]["mode"] == "manual");
+    CHECK(d.serving() == "tiny-f32");
+    d.stop();
+    check_ledger(d);
+}
+
 #endif
