@@ -2,6 +2,8 @@
 // pointer), defaults, command-line overrides, and the API token file.
 #include "daemon/anvild/config.hpp"
 
+#include "daemon/anvild/host_port.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -284,24 +286,9 @@ HostPort parse_host_port(const std::string& text, const std::string& where) {
         return ConfigError(where + ": expected \"HOST:PORT\" with a port from 0 to 65535, found " +
                            registry::render_short(json(text)));
     };
-    HostPort out;
-    std::string port;
-    if (text.starts_with("[")) {
-        const auto close = text.find(']');
-        if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') throw bad();
-        out.host = text.substr(1, close - 1);
-        port = text.substr(close + 2);
-    } else {
-        const auto colon = text.rfind(':');
-        if (colon == std::string::npos || text.find(':') != colon) throw bad();  // bare IPv6 needs brackets
-        out.host = text.substr(0, colon);
-        port = text.substr(colon + 1);
-    }
-    if (out.host.empty() || port.empty() || port.size() > 5) throw bad();
-    if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) throw bad();
-    out.port = std::stoi(port);
-    if (out.port > 65535) throw bad();
-    return out;
+    const auto split = split_host_port(text);
+    if (!split) throw bad();
+    return HostPort{split->host, split->port};
 }
 
 DaemonConfig parse_config(const std::string& text, const fs::path& file) {

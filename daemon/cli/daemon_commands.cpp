@@ -24,6 +24,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/anvild/host_port.hpp"
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
 
@@ -57,24 +58,11 @@ ApiAddress parse_api(std::string text) {
     };
     if (text.starts_with("http://")) text = text.substr(7);
     while (text.ends_with("/")) text.pop_back();
+    const auto split = daemon::split_host_port(text);
+    if (!split || split->port < 1) throw bad();
     ApiAddress out;
-    std::string port;
-    if (text.starts_with("[")) {
-        const auto close = text.find(']');
-        if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') throw bad();
-        out.host = text.substr(1, close - 1);
-        port = text.substr(close + 2);
-    } else {
-        const auto colon = text.find(':');
-        if (colon == std::string::npos || text.rfind(':') != colon) throw bad();
-        out.host = text.substr(0, colon);
-        port = text.substr(colon + 1);
-    }
-    if (out.host.empty() || port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        throw bad();
-    out.port = std::stoi(port);
-    if (out.port < 1 || out.port > 65535) throw bad();
+    out.host = split->host;
+    out.port = split->port;
     out.text = original;
     return out;
 }
