@@ -177,6 +177,7 @@ Transaction::~Transaction() {
 void Transaction::commit() {
     db_.exec("COMMIT");
     done_ = true;
+    db_.commits_.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace anvil::state

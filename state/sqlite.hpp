@@ -2,6 +2,7 @@
 // and errors that carry the database path and the statement that failed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -84,10 +85,15 @@ public:
     const std::filesystem::path& path() const { return path_; }
     // "state database PATH: WHAT: sqlite message", with advice for the common causes.
     [[noreturn]] void fail(const std::string& what) const;
+    // Transactions committed through Transaction on this connection. Read caches key on it: a
+    // value read while it did not change is still what the database holds.
+    std::uint64_t commits() const { return commits_.load(std::memory_order_acquire); }
 
 private:
+    friend class Transaction;
     sqlite3* db_ = nullptr;
     std::filesystem::path path_;
+    std::atomic<std::uint64_t> commits_{0};
 };
 
 // BEGIN IMMEDIATE … COMMIT, rolled back unless commit() ran.

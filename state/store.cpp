@@ -776,6 +776,8 @@ std::map<Id, Status> Store::statuses_from_ledger() const {
     return out;
 }
 
+std::uint64_t Store::write_generation() const { return impl_->writer ? impl_->writer->conn.commits() : 0; }
+
 std::string Store::integrity_check() const {
     auto r = impl_->reader();
     auto& s = r.prepare("PRAGMA integrity_check");

@@ -37,6 +37,9 @@ public:
 
     const std::filesystem::path& path() const { return path_; }
     bool writable() const { return write_error_.empty(); }
+    // Changes each time a write transaction of this store commits (the store is the database's one
+    // writer). A query result read while it stayed the same can be served again until it moves.
+    std::uint64_t write_generation() const;
     const std::string& write_error() const { return write_error_; }
     int schema_version() const;
 

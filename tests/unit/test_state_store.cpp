@@ -155,6 +155,21 @@ TEST_CASE("illegal transitions are refused naming the guard", "[state][lifecycle
     CHECK(store.status_of(r) == Status::qualifying);
 }
 
+TEST_CASE("the write generation moves with every committed write and only then", "[state]") {
+    TempDir tmp;
+    Store store(tmp / "state.db");
+    const auto start = store.write_generation();
+    Id r = store.ingest_revision(0, recipe_doc("r1")).revision_id;
+    const auto after_ingest = store.write_generation();
+    CHECK(after_ingest > start);
+    CHECK_THROWS(store.transition(move(r, Status::promoted)));  // refused: rolled back, nothing changed
+    CHECK(store.write_generation() == after_ingest);
+    (void)store.list_recipes({});  // reads never move it
+    CHECK(store.write_generation() == after_ingest);
+    store.transition(move(r, Status::qualifying));
+    CHECK(store.write_generation() == after_ingest + 1);
+}
+
 TEST_CASE("only local evidence for every hard gate validates or promotes", "[state][lifecycle]") {
     TempDir tmp;
     Store store(tmp / "state.db");
