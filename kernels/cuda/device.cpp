@@ -1,0 +1,173 @@
+#include "kernels/cuda/device.hpp"
+
+#include <charconv>
+
+#include "kernels/cuda/check.hpp"
+
+namespace anvil::kernels::cuda {
+
+namespace detail {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+    throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                    cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+    throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                    cublasGetStatusName(status) + ": " + cublasGetStatusString(status));
+}
+
+void* device_alloc(size_t bytes) {
+    void* pointer = nullptr;
+    if (bytes == 0) return nullptr;
+    ANVIL_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+    return pointer;
+}
+
+void device_free(void* pointer) noexcept {
+    // A failure here (a context already torn down at exit) has nowhere to go from a destructor.
+    if (pointer) (void)cudaFree(pointer);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+void set_device(int device) { ANVIL_CUDA_CHECK(cudaSetDevice(device)); }
+
+}  // namespace detail
+
+int parse_device(std::string_view text) {
+    const auto refuse = [&] {
+        return std::invalid_argument("device \"" + std::string(text) +
+                                     "\": expected cuda or cuda:N with N a device index (0, 1, ...)");
+    };
+    if (text == "cuda") return 0;
+    constexpr std::string_view prefix = "cuda:";
+    if (!text.starts_with(prefix)) throw refuse();
+    const std::string_view digits = text.substr(prefix.size());
+    if (digits.empty() || digits.size() > 4) throw refuse();
+    int index = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (error != std::errc() || end != digits.data() + digits.size() || index < 0) throw refuse();
+    return index;
+}
+
+DeviceProbe probe_devices() {
+    DeviceProbe probe;
+    const cudaError_t status = cudaGetDeviceCount(&probe.count);
+    if (status != cudaSuccess) {
+        (void)cudaGetLastError();  // clear it so that later calls start clean
+        probe.count = 0;
+        probe.reason = std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorName(status) + ": " +
+                       cudaGetErrorString(status);
+    } else if (probe.count == 0) {
+        probe.reason = "no CUDA device: the driver reports none";
+    }
+    return probe;
+}
+
+DeviceInfo device_info(int device) {
+    cudaDeviceProp properties{};
+    ANVIL_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    DeviceInfo info;
+    info.name = properties.name;
+    info.compute_major = properties.major;
+    info.compute_minor = properties.minor;
+    info.total_memory = properties.totalGlobalMem;
+    info.multiprocessors = properties.multiProcessorCount;
+    return info;
+}
+
+Context::Context(int device) : device_(device) {
+    const DeviceProbe probe = probe_devices();
+    if (device < 0 || device >= probe.count)
+        throw CudaError("cuda:" + std::to_string(device) + ": " +
+                        (probe.count == 0 ? probe.reason
+                                          : "there are " + std::to_string(probe.count) + " CUDA devices (cuda:0 to cuda:" +
+                                                std::to_string(probe.count - 1) + ")"));
+    activate();
+    cudaStream_t stream = nullptr;
+    ANVIL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_ = stream;
+    cublasHandle_t handle = nullptr;
+    try {
+        ANVIL_CUBLAS_CHECK(cublasCreate(&handle));
+        cublas_ = handle;
+        ANVIL_CUBLAS_CHECK(cublasSetStream(handle, stream));
+        // Products in full f32 (no TF32 shortcut) unless a caller chooses otherwise.
+        ANVIL_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    } catch (...) {
+        if (handle) (void)cublasDestroy(handle);
+        (void)cudaStreamDestroy(stream);
+        throw;
+    }
+}
+
+Context::~Context() {
+    (void)cudaSetDevice(device_);
+    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    detail::device_free(scratch_);
+    (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void Context::activate() const { ANVIL_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void Context::synchronize() const {
+    activate();
+    ANVIL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+}
+
+void* Context::scratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return scratch_;
+    synchronize();  // queued work may still read the old area
+    detail::device_free(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    activate();
+    scratch_ = detail::device_alloc(bytes);
+    scratch_bytes_ = bytes;
+    return scratch_;
+}
+
+StreamTimer::StreamTimer(const Context& context) : context_(context) {
+    context_.activate();
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ANVIL_CUDA_CHECK(cudaEventCreate(&start));
+    start_ = start;
+    const cudaError_t status = cudaEventCreate(&stop);
+    if (status != cudaSuccess) {
+        (void)cudaEventDestroy(start);
+        detail::throw_cuda_error(status, "cudaEventCreate(&stop)", __FILE__, __LINE__);
+    }
+    stop_ = stop;
+}
+
+StreamTimer::~StreamTimer() {
+    if (start_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+    if (stop_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+void StreamTimer::start() {
+    ANVIL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(start_), detail::stream_of(context_)));
+}
+
+double StreamTimer::stop_seconds() {
+    ANVIL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(stop_), detail::stream_of(context_)));
+    ANVIL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
+    float milliseconds = 0.0f;
+    ANVIL_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
+    return double(milliseconds) / 1000.0;
+}
+
+}  // namespace anvil::kernels::cuda
