@@ -9,7 +9,7 @@
 namespace anvil::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 __device__ __forceinline__ int slot_of(const KvBatch& batch, int token, int position, int block_size) {
@@ -39,9 +39,13 @@ __global__ void kv_write_kernel(KvType type, void* keys, void* values, const flo
     }
 }
 
-// One block per (head, token); warp w takes positions first + w, first + w + kWarps, ... with a
-// running (online) softmax, lane l holding elements l, l + 32, ... of the head; the warps' partial
-// results are merged at the end.
+// One block per (head, token). Warp w takes tiles of kTile consecutive positions: first + w *
+// kTile, then kWarps * kTile further on, and so on. A tile's keys are all loaded before any score is
+// reduced, and its values before any is used, so that each warp keeps kTile rows in flight (a
+// position at a time leaves the memory idle behind each reduction). Lane l holds elements l,
+// l + 32, ... of the head. A running (online) softmax per warp; the warps merge at the end.
+constexpr int kTile = 8;
+
 __global__ void __launch_bounds__(kWarps * 32)
     attention_kernel(const float* __restrict__ q, PagedKv kv, int n_heads, KvBatch batch, int sliding_window, float scale,
                      float* __restrict__ out) {
@@ -63,24 +67,48 @@ __global__ void __launch_bounds__(kWarps * 32)
         acc[e] = 0.0f;
     }
     float running_max = -INFINITY, total = 0.0f;
-    for (int j = first + warp; j <= position; j += kWarps) {
-        const size_t base = (size_t(slot_of(batch, token, j, kv.block_size)) * kv.kv_heads + kv_head) * hd;
-        float s = 0.0f;
+    for (int tile = first + warp * kTile; tile <= position; tile += kWarps * kTile) {
+        size_t base[kTile];
+        float s[kTile];
 #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) {
-            const int i = e * 32 + lane;
-            if (i < hd) s += qv[e] * load(kv.type, kv.keys, base + i);
+        for (int u = 0; u < kTile; ++u) {
+            const int j = tile + u;
+            base[u] = j <= position ? (size_t(slot_of(batch, token, j, kv.block_size)) * kv.kv_heads + kv_head) * hd : 0;
         }
-        for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
-        s *= scale;
-        const float new_max = fmaxf(running_max, s);
-        const float correction = expf(running_max - new_max);  // 0 on the first position
-        const float p = expf(s - new_max);
-        total = total * correction + p;
+#pragma unroll
+        for (int u = 0; u < kTile; ++u) {
+            s[u] = 0.0f;
+            if (tile + u > position) continue;
+#pragma unroll
+            for (int e = 0; e < kPerLane; ++e) {
+                const int i = e * 32 + lane;
+                if (i < hd) s[u] += qv[e] * load(kv.type, kv.keys, base[u] + i);
+            }
+        }
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < kTile; ++u) {
+            for (int offset = 16; offset > 0; offset >>= 1) s[u] += __shfl_xor_sync(0xffffffffu, s[u], offset);
+            s[u] *= scale;
+            if (tile + u <= position) tile_max = fmaxf(tile_max, s[u]);
+        }
+        const float new_max = fmaxf(running_max, tile_max);
+        const float correction = expf(running_max - new_max);  // 0 on the first tile
+        float p[kTile];
+#pragma unroll
+        for (int u = 0; u < kTile; ++u) {
+            p[u] = tile + u <= position ? expf(s[u] - new_max) : 0.0f;
+            total = (u == 0 ? total * correction : total) + p[u];
+        }
 #pragma unroll
         for (int e = 0; e < kPerLane; ++e) {
             const int i = e * 32 + lane;
-            if (i < hd) acc[e] = acc[e] * correction + p * load(kv.type, kv.values, base + i);
+            if (i >= hd) continue;
+            float sum = acc[e] * correction;
+#pragma unroll
+            for (int u = 0; u < kTile; ++u)
+                if (tile + u <= position) sum += p[u] * load(kv.type, kv.values, base[u] + i);
+            acc[e] = sum;
         }
         running_max = new_max;
     }

@@ -97,7 +97,9 @@ Context::Context(int device) : device_(device) {
                                                 std::to_string(probe.count - 1) + ")"));
     activate();
     cudaStream_t stream = nullptr;
-    ANVIL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // A blocking stream: it waits for the synchronous copies of DeviceArray (on the legacy default
+    // stream, whose host-to-device copies may still be in flight when cudaMemcpy returns).
+    ANVIL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
     stream_ = stream;
     cublasHandle_t handle = nullptr;
     try {
@@ -106,7 +108,12 @@ Context::Context(int device) : device_(device) {
         ANVIL_CUBLAS_CHECK(cublasSetStream(handle, stream));
         // Products in full f32 (no TF32 shortcut) unless a caller chooses otherwise.
         ANVIL_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        // A workspace of our own (after cublasSetStream, which resets it), so that cuBLAS never
+        // allocates while a CUDA graph is being captured.
+        workspace_ = detail::device_alloc(kCublasWorkspaceBytes);
+        ANVIL_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace_, kCublasWorkspaceBytes));
     } catch (...) {
+        detail::device_free(workspace_);
         if (handle) (void)cublasDestroy(handle);
         (void)cudaStreamDestroy(stream);
         throw;
@@ -118,6 +125,7 @@ Context::~Context() {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     detail::device_free(scratch_);
     (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+    detail::device_free(workspace_);
     (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -138,6 +146,52 @@ void* Context::scratch(size_t bytes) {
     scratch_ = detail::device_alloc(bytes);
     scratch_bytes_ = bytes;
     return scratch_;
+}
+
+void copy_async(Context& context, void* dst, const void* src, size_t bytes) {
+    context.activate();
+    if (bytes)
+        ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, detail::stream_of(context)));
+}
+
+void fill_bytes(Context& context, void* dst, int byte, size_t bytes) {
+    context.activate();
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, detail::stream_of(context)));
+}
+
+void Graph::begin_capture() {
+    context_.activate();
+    ANVIL_CUDA_CHECK(cudaStreamBeginCapture(detail::stream_of(context_), cudaStreamCaptureModeThreadLocal));
+}
+
+void Graph::end_capture() {
+    cudaGraph_t graph = nullptr;
+    ANVIL_CUDA_CHECK(cudaStreamEndCapture(detail::stream_of(context_), &graph));
+    graph_ = graph;
+    cudaGraphExec_t instance = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&instance, graph, 0);
+    if (status != cudaSuccess) {
+        (void)cudaGraphDestroy(graph);
+        graph_ = nullptr;
+        detail::throw_cuda_error(status, "cudaGraphInstantiate(&instance, graph, 0)", __FILE__, __LINE__);
+    }
+    instance_ = instance;
+}
+
+void Graph::abandon_capture() noexcept {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(detail::stream_of(context_), &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+}
+
+Graph::~Graph() {
+    if (instance_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(instance_));
+    if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void Graph::launch() {
+    context_.activate();
+    ANVIL_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(instance_), detail::stream_of(context_)));
 }
 
 StreamTimer::StreamTimer(const Context& context) : context_(context) {

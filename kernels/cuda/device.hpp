@@ -127,8 +127,45 @@ private:
     int device_;
     void* stream_ = nullptr;
     void* cublas_ = nullptr;
+    static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+    void* workspace_ = nullptr;
     void* scratch_ = nullptr;
     size_t scratch_bytes_ = 0;
+};
+
+// Queued on the context's stream (asynchronous to the host).
+void copy_async(Context& context, void* dst, const void* src, size_t bytes);  // device to device
+void fill_bytes(Context& context, void* dst, int byte, size_t bytes);
+
+// A CUDA graph: the kernels one call of `work` queues on the context's stream, recorded once and
+// replayed with one launch (at batch 1 the launches of a forward pass cost as much as its work).
+// `work` must not allocate (reserve the context's scratch first) nor synchronize.
+class Graph {
+public:
+    template <typename Work>
+    Graph(Context& context, Work&& work) : context_(context) {
+        begin_capture();
+        try {
+            work();
+        } catch (...) {
+            abandon_capture();
+            throw;
+        }
+        end_capture();
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    ~Graph();
+    void launch();  // queued on the context's stream
+
+private:
+    void begin_capture();
+    void end_capture();
+    void abandon_capture() noexcept;
+
+    Context& context_;
+    void* graph_ = nullptr;     // cudaGraph_t
+    void* instance_ = nullptr;  // cudaGraphExec_t
 };
 
 // Times work queued on a context's stream with CUDA events: the device's own clock.
