@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -92,6 +94,10 @@ HostMatrix make_matrix(WeightType type, int rows, int cols, uint32_t seed) {
     return m;
 }
 
+// "cuda-error <check> <worst error / its bound>" on stdout: tests/device/run.sh tabulates the
+// largest of each check (1 is the bound; a bitwise comparison reports its count of differences).
+void report(const std::string& check, double worst) { std::printf("cuda-error %s %.3g\n", check.c_str(), worst); }
+
 template <typename T>
 std::vector<T> download(const cuda::DeviceArray<T>& array) {
     return array.to_host();
@@ -170,6 +176,8 @@ TEST_CASE("cuda matmul matches the double-precision reference for every format, 
                             const double error = std::isfinite(got) ? std::fabs(got - exact) : INFINITY;
                             worst = std::max(worst, error / (relative * magnitude + 1e-30));
                         }
+                    report(std::string("matmul_") + anvil::kernels::weight_type_name(type) +
+                               (cublas ? "_cublas" : "_own"), worst);
                     CHECK(worst <= 1.0);
                 }
             }
@@ -210,6 +218,7 @@ TEST_CASE("cuda f32 to bf16 gives the CPU's bits: nearest even, NaN kept, subnor
     const auto out = download(dout);
     size_t differing = 0;
     for (size_t i = 0; i < in.size(); ++i) differing += out[i] != anvil::kernels::f32_to_bf16(in[i]);
+    report("f32_to_bf16_bits_differing", double(differing));
     CHECK(differing == 0);
 }
 
@@ -249,6 +258,8 @@ TEST_CASE("cuda rmsnorm matches the double-precision definition, in place and pe
             }
         }
         INFO("n " << n);
+        report("rmsnorm", worst);
+        report("rmsnorm_vs_cpu_kernel", worst_cpu);
         CHECK(worst <= 1.0);
         CHECK(worst_cpu <= 1.0);
     }
@@ -300,6 +311,7 @@ TEST_CASE("cuda rope rotates like the CPU kernel with the engine's tables, at ea
                 }
             }
             INFO("theta " << theta << ", head_dim " << hd);
+            report("rope", worst);
             CHECK(worst <= 1.0);
         }
     }
@@ -322,6 +334,7 @@ TEST_CASE("cuda silu_mul, add, add_bias and embedding match the CPU operations",
     double worst = 0;
     for (size_t i = 0; i < n; ++i)
         worst = std::max(worst, std::fabs(double(got[i]) - expected[i]) / (16 * kU * std::fabs(expected[i]) + 1e-37));
+    report("silu_mul", worst);
     CHECK(worst <= 1.0);
 
     // add and add_bias: one rounding each, the same on both sides.
@@ -463,6 +476,8 @@ TEST_CASE("cuda paged attention matches double-precision attention for prefill a
                 wrong_slots += cached != stored_k[size_t(t) * kv_dim + i];
             }
         }
+        report(std::string("kv_write_") + (c.type == KvType::F32 ? "f32" : "bf16") + "_slots_differing",
+               double(wrong_slots));
         CHECK(wrong_slots == 0);
 
         // Each token against kernels::attention_reference over its sequence's contiguous keys.
@@ -508,6 +523,7 @@ TEST_CASE("cuda paged attention matches double-precision attention for prefill a
                 }
             }
         }
+        report(std::string("attention_") + (c.type == KvType::F32 ? "f32" : "bf16"), worst);
         CHECK(worst <= 1.0);
     }
 }
