@@ -95,9 +95,17 @@ EvidenceVariable Inventory::idle_allocations() const {
 
 json Inventory::to_json() const {
     json list = json::array();
-    for (const auto& g : gpus)
-        list.push_back({{"uuid", g.uuid}, {"name", g.name}, {"total_bytes", g.total_bytes.to_json()}, {"idle_used_bytes", g.idle_used_bytes.to_json()}});
+    for (const auto& g : gpus) {
+        json gpu{{"uuid", g.uuid}, {"name", g.name}, {"total_bytes", g.total_bytes.to_json()}, {"idle_used_bytes", g.idle_used_bytes.to_json()}};
+        if (g.index) gpu["index"] = *g.index;
+        if (!g.compute_capability.empty()) gpu["compute_capability"] = g.compute_capability;
+        if (!g.pci_bus_id.empty()) gpu["pci_bus_id"] = g.pci_bus_id;
+        if (g.free_bytes) gpu["free_bytes"] = *g.free_bytes;
+        list.push_back(std::move(gpu));
+    }
     json out{{"source", source}, {"gpus", list}, {"collectives", std::string(registry::to_string(collectives))}};
+    if (!driver_version.empty()) out["driver_version"] = driver_version;
+    if (!cuda_driver_version.empty()) out["cuda_driver_version"] = cuda_driver_version;
     if (!collectives_notes.empty()) out["collectives_notes"] = collectives_notes;
     return out;
 }

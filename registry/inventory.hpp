@@ -3,6 +3,7 @@
 // them. The inventory is what the feasibility gates judge "here" against.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,11 +24,18 @@ struct Gpu {
     std::string name;
     EvidenceVariable total_bytes;
     EvidenceVariable idle_used_bytes;  // allocated before anything loads (driver, display)
+    // Measured by NVML (kernels/gpu); empty or absent when declared or read from nvidia-smi.
+    std::optional<int> index;               // NVML's device index
+    std::string compute_capability;         // "9.0"
+    std::string pci_bus_id;                 // "00000000:19:00.0"
+    std::optional<std::int64_t> free_bytes;  // free when measured
 };
 
 struct Inventory {
-    std::string source;  // "nvidia-smi" or "configuration <file>"
+    std::string source;  // "NVML …", "nvidia-smi" or "configuration <file>"
     std::vector<Gpu> gpus;
+    std::string driver_version;       // "580.95.05", when measured
+    std::string cuda_driver_version;  // the newest CUDA the driver supports: "13.0", when measured
     CollectivePath collectives = CollectivePath::unknown;
     std::string collectives_notes;
 

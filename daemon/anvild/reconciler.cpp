@@ -5,8 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/driver/command_runner.hpp"
 #include "engine/driver/readiness.hpp"
+#include "kernels/gpu/nvml_inventory.hpp"
 
 namespace anvil::daemon {
 
@@ -60,28 +60,20 @@ bool inside_window(const std::string& window) {
     return a <= b ? (t >= a && t < b) : (t >= a || t < b);
 }
 
+// The GPUs as NVML measures them (kernels/gpu). Without a driver, or when NVML fails, an empty
+// measured inventory whose source says why: GPU recipes are then rejected on paper, and the rest
+// of the daemon runs. (nvidia-smi is no fallback: it is itself a client of libnvidia-ml.)
 registry::Inventory measure_inventory(std::string& note) {
-    registry::Inventory none;
-    none.source = "nvidia-smi not found: no NVIDIA GPU is usable on this host";
-    driver::CommandResult r;
-    try {
-        r = driver::run_command({"nvidia-smi", "--query-gpu=uuid,name,memory.total,memory.used", "--format=csv,noheader,nounits"});
-    } catch (const std::exception&) {
-        note = none.source;
-        return none;
+    gpu::InventoryReading reading = gpu::read_inventory();
+    if (!reading.ok) {
+        note = reading.error + ": judging with no GPU";
+        spdlog::warn("GPU inventory: {}", note);
+        return reading.inventory;
     }
-    if (r.exit_code == 127 || (!r.ok() && r.out.empty())) {
-        note = r.exit_code == 127 ? none.source : "nvidia-smi failed (" + r.err + "): judging with no GPU";
-        return none;
-    }
-    std::string error;
-    auto inv = registry::parse_nvidia_smi(r.out, state::now_iso8601(), error);
-    if (!inv) {
-        note = "nvidia-smi output unreadable: " + error;
-        return none;
-    }
-    note = "measured by nvidia-smi: " + std::to_string(inv->gpus.size()) + " GPUs";
-    return *inv;
+    note = "measured by NVML: " + std::to_string(reading.inventory.gpus.size()) + " GPUs, driver " +
+           reading.inventory.driver_version + ", CUDA " + reading.inventory.cuda_driver_version;
+    spdlog::info("GPU inventory: {}", note);
+    return reading.inventory;
 }
 
 }  // namespace

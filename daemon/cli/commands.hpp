@@ -10,6 +10,8 @@ namespace anvil::cli {
 int registry_command(const std::vector<std::string>& args);
 int model_command(const std::vector<std::string>& args);
 int feasibility_command(const std::vector<std::string>& args);
+int gpus_command(const std::vector<std::string>& args);   // gpus_command.cpp
+int probe_command(const std::vector<std::string>& args);  // probe_command.cpp
 // status, recipes, recipe, history, default, engines, sync, qualify, pin, unpin, freeze, unfreeze:
 // requests to a running anvild's REST API (daemon_commands.cpp).
 bool is_daemon_command(const std::string& name);

@@ -23,6 +23,13 @@ commands:
   feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
       judge on paper what can run here: a feasibility input's candidates by interval maths, and
       recipes by GPU count and memory, context, pinning, licence and collective-path gates
+  gpus [--json]
+      this host's GPUs as NVML measures them: UUID, name, compute capability, total, free and
+      idle-used memory, PCI bus id, driver and CUDA versions (exit 2 without a driver)
+  probe collectives [--gpus UUID,UUID] [--deadline S] [--receipts DIR] [--max-bytes N] [--json]
+      an NCCL all-reduce (1 KiB to 256 MiB) over the GPUs (default: all), checked and timed in a
+      child killed at the deadline (default 30 s); writes a receipt (path and sha256 printed) under
+      --receipts (default <data-dir>/receipts/collectives). Exit 0 proven, 1 failed, 2 could not run
 
 talking to a running anvild (options: --api HOST:PORT, --token-file FILE for writes, --json):
   status                      the default, policy, conditions, last reconcile pass, engines
@@ -73,6 +80,8 @@ int main(int argc, char** argv) {
         if (command == "registry") return anvil::cli::registry_command(rest);
         if (command == "model") return anvil::cli::model_command(rest);
         if (command == "feasibility") return anvil::cli::feasibility_command(rest);
+        if (command == "gpus") return anvil::cli::gpus_command(rest);
+        if (command == "probe") return anvil::cli::probe_command(rest);
         if (anvil::cli::is_daemon_command(command)) return anvil::cli::daemon_command(command, rest);
         std::cerr << "anvil: unknown command '" << command << "'\n" << kUsage;
         return 2;
