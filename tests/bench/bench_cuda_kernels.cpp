@@ -100,25 +100,64 @@ void bench_matmul(cuda::Context& context, double copy, WeightType type, const ch
     const int max_tokens = 64;
     cuda::DeviceArray<float> x(size_t(max_tokens) * cols), y(size_t(max_tokens) * rows);
     cuda::fill_bytes(context, x.data(), 0x3c, x.bytes());
-    for (int tokens : {1, 8, 64}) {
-        for (int i = 0; i < copies; ++i) cuda::matmul(context, matrices[size_t(i)]->view, x.data(), tokens, y.data());
-        context.synchronize();
-        const int iterations = std::max(40, 2 * copies);
-        cuda::StreamTimer timer(context);
-        timer.start();
-        for (int i = 0; i < iterations; ++i)
-            cuda::matmul(context, matrices[size_t(i % copies)]->view, x.data(), tokens, y.data());
-        const double seconds = timer.stop_seconds() / iterations;
-        const double bytes = double(one) + 4.0 * tokens * (double(cols) + rows);
-        const double bandwidth = bytes / seconds;
-        const char* path = type != WeightType::Q8 && tokens >= cuda::kCublasFromTokens ? "cublas" : "own";
-        std::printf("  %-5s %-8s [%6d x %5d] x%-3d %-6s %8.1f us  %7.1f GB/s  %5.1f%% of copy  %8.2f TFLOP/s\n",
-                    anvil::kernels::weight_type_name(type), name, rows, cols, tokens, path, seconds * 1e6,
-                    bandwidth / kGB, 100.0 * bandwidth / copy, 2.0 * rows * cols * tokens / seconds / 1e12);
-        if (tokens == 1)
-            summary.add(std::string("matvec_") + anvil::kernels::weight_type_name(type) + "_" + name + "_pct_copy",
-                        100.0 * bandwidth / copy);
+    // Both paths where both apply, to see where cuBLAS starts to win (kCublasFromTokens).
+    for (int tokens : {1, 8, 16, 64}) {
+        for (cuda::MatmulPath path : {cuda::MatmulPath::Own, cuda::MatmulPath::Cublas}) {
+            if (path == cuda::MatmulPath::Cublas && (type == WeightType::Q8 || tokens == 1)) continue;
+            for (int i = 0; i < copies; ++i)
+                cuda::matmul(context, matrices[size_t(i)]->view, x.data(), tokens, y.data(), path);
+            context.synchronize();
+            const int iterations = std::max(40, 2 * copies);
+            cuda::StreamTimer timer(context);
+            timer.start();
+            for (int i = 0; i < iterations; ++i)
+                cuda::matmul(context, matrices[size_t(i % copies)]->view, x.data(), tokens, y.data(), path);
+            const double seconds = timer.stop_seconds() / iterations;
+            const double bytes = double(one) + 4.0 * tokens * (double(cols) + rows);
+            const double bandwidth = bytes / seconds;
+            std::printf("  %-5s %-8s [%6d x %5d] x%-3d %-6s %8.1f us  %7.1f GB/s  %5.1f%% of copy  %8.2f TFLOP/s\n",
+                        anvil::kernels::weight_type_name(type), name, rows, cols, tokens,
+                        path == cuda::MatmulPath::Own ? "own" : "cublas", seconds * 1e6, bandwidth / kGB,
+                        100.0 * bandwidth / copy, 2.0 * rows * cols * tokens / seconds / 1e12);
+            if (tokens == 1)
+                summary.add(std::string("matvec_") + anvil::kernels::weight_type_name(type) + "_" + name + "_pct_copy",
+                            100.0 * bandwidth / copy);
+        }
     }
+}
+
+// Paged attention alone: Llama-3-8B's heads (32 query, 8 KV, head_dim 128), a bf16 cache, every
+// sequence at position context - 1. Bytes: the keys and values each sequence reads once (the query
+// heads of a group read the same ones again, from L2).
+void bench_attention(cuda::Context& context, double copy, int batch, int context_length, Summary& summary) {
+    const int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16, kv_dim = kv_heads * head_dim;
+    const int max_blocks = (context_length + block_size - 1) / block_size;
+    const size_t blocks = size_t(batch) * max_blocks;
+    cuda::DeviceArray<uint16_t> keys(blocks * block_size * kv_dim), values(blocks * block_size * kv_dim);
+    cuda::fill_bytes(context, keys.data(), 0x3c, keys.bytes());
+    cuda::fill_bytes(context, values.data(), 0x3c, values.bytes());
+    cuda::DeviceArray<float> q(size_t(batch) * heads * head_dim), out(size_t(batch) * heads * head_dim);
+    cuda::fill_bytes(context, q.data(), 0x3c, q.bytes());
+    std::vector<int32_t> positions(static_cast<size_t>(batch), context_length - 1), sequence(static_cast<size_t>(batch)),
+        tables(blocks);
+    for (int s = 0; s < batch; ++s) sequence[size_t(s)] = s;
+    for (size_t b = 0; b < blocks; ++b) tables[b] = int32_t(b);
+    const cuda::DeviceArray<int32_t> dpositions(positions), dsequence(sequence), dtables(tables);
+    const cuda::KvBatch kv_batch{dpositions.data(), dsequence.data(), dtables.data(), max_blocks};
+    const anvil::kernels::PagedKv kv{KvType::BF16, keys.data(), values.data(), block_size, kv_heads, head_dim};
+    const float scale = 1.0f / std::sqrt(float(head_dim));
+    cuda::attention(context, q.data(), kv, batch, heads, kv_batch, 0, scale, out.data());
+    context.synchronize();
+    const int iterations = 20;
+    cuda::StreamTimer timer(context);
+    timer.start();
+    for (int i = 0; i < iterations; ++i) cuda::attention(context, q.data(), kv, batch, heads, kv_batch, 0, scale, out.data());
+    const double seconds = timer.stop_seconds() / iterations;
+    const double bytes = 2.0 * batch * context_length * kv_dim * 2;
+    std::printf("  attention batch %2d, context %5d: %8.1f us  %7.1f GB/s  %5.1f%% of copy\n", batch, context_length,
+                seconds * 1e6, bytes / seconds / kGB, 100.0 * bytes / seconds / copy);
+    summary.add("attention_b" + std::to_string(batch) + "_ctx" + std::to_string(context_length) + "_pct_copy",
+                100.0 * bytes / seconds / copy);
 }
 
 // A synthetic bf16 model with Llama-3-8B's shapes and `layers` layers, its KV cache, and one decode
@@ -319,6 +358,10 @@ int main(int argc, char** argv) {
                                 {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
         for (WeightType type : {WeightType::BF16, WeightType::Q8})
             for (const Shape& shape : shapes) bench_matmul(context, copy, type, shape.name, shape.rows, shape.cols, summary);
+
+        std::printf("paged attention (32 query heads, 8 KV heads, head_dim 128, bf16 cache):\n");
+        for (int batch : {1, 64})
+            for (int context_length : {1024, 8192}) bench_attention(context, copy, batch, context_length, summary);
 
         std::printf("decode, synthetic bf16 model (Llama-3-8B shapes, 8 layers), context 1024, one CUDA graph a step:\n");
         double batch1_tokens = 0;

@@ -124,6 +124,10 @@ elif [ -s "$summary" ]; then
       [ -n "$pct" ] && row "  matvec $type $shape x1" info "${pct}% of copy bandwidth"
     done
   done
+  for key in attention_b1_ctx1024 attention_b1_ctx8192 attention_b64_ctx1024 attention_b64_ctx8192; do
+    pct=$(value "${key}_pct_copy")
+    [ -n "$pct" ] && row "  $key" info "${pct}% of copy bandwidth (unique KV bytes)"
+  done
   b1=$(value decode_b1_pct_copy)
   if [ -n "$b1" ]; then
     verdict=$(awk -v p="$b1" 'BEGIN { print (p >= 80 ? "ok" : "BELOW") }')
