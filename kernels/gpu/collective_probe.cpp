@@ -141,7 +141,8 @@ ProbeOutcome run_collective_probe(const ProbeRequest& request) {
                                   std::to_string(request.min_bytes), "--max-bytes", std::to_string(request.max_bytes)};
     const auto env = probe_environment(request.gpus, &o.child_settings);
     spdlog::info("collective probe: {} over {} GPUs, deadline {} ms", request.probe.string(), request.gpus.size(), request.deadline.count());
-    const BoundedResult run = run_bounded(argv, env, request.deadline);
+    // NCCL's INFO log of a many-GPU init runs to hundreds of KiB; keep enough to hold the channel lines.
+    const BoundedResult run = run_bounded(argv, env, request.deadline, 16u << 20);
     o.exit_code = run.exit_code;
     o.timed_out = run.timed_out;
     o.seconds = run.seconds;

@@ -75,9 +75,6 @@ std::vector<std::string> split(const std::string& s) {
     return out;
 }
 
-// Rank r's element i: small integers, so every sum is exact in float32.
-float element(std::size_t i, int rank) { return static_cast<float>(i % 251 + static_cast<std::size_t>(rank)); }
-
 struct Rank {
     int device = -1;
     ncclComm_t comm = nullptr;
@@ -121,13 +118,13 @@ void run(json& out, const std::vector<std::string>& wanted, std::int64_t min_byt
     const int n = static_cast<int>(ranks.size());
     const std::size_t max_count = static_cast<std::size_t>(max_bytes) / sizeof(float);
     stage("allocating " + std::to_string(max_bytes >> 20) + " MiB buffers");
-    std::vector<float> host(max_count);
+    std::vector<float> host(max_count);  // rank r's element i is i mod 251 + r: every sum is exact in float32
     for (int r = 0; r < n; ++r) {
         cuda_ok(cudaSetDevice(ranks[r].device), "cudaSetDevice");
         cuda_ok(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking), "cudaStreamCreate");
         cuda_ok(cudaMalloc(&ranks[r].send, max_count * sizeof(float)), "cudaMalloc");
         cuda_ok(cudaMalloc(&ranks[r].recv, max_count * sizeof(float)), "cudaMalloc");
-        for (std::size_t i = 0; i < max_count; ++i) host[i] = element(i, r);
+        for (std::size_t i = 0, k = 0; i < max_count; ++i, k = k == 250 ? 0 : k + 1) host[i] = static_cast<float>(k + static_cast<std::size_t>(r));
         cuda_ok(cudaMemcpy(ranks[r].send, host.data(), max_count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
     }
 
@@ -174,8 +171,8 @@ void run(json& out, const std::vector<std::string>& wanted, std::int64_t min_byt
         json mismatch;
         for (int r = 0; r < n && verified; ++r) {
             cuda_ok(cudaMemcpy(host.data(), ranks[r].recv, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
-            for (std::size_t i = 0; i < elements; ++i) {
-                const float expected = static_cast<float>(n) * static_cast<float>(i % 251) + offset;
+            for (std::size_t i = 0, k = 0; i < elements; ++i, k = k == 250 ? 0 : k + 1) {  // k = i mod 251, without a division
+                const float expected = static_cast<float>(n) * static_cast<float>(k) + offset;
                 if (host[i] != expected) {
                     verified = false;
                     mismatch = {{"rank", r}, {"element", i}, {"expected", expected}, {"found", host[i]}};
