@@ -45,7 +45,9 @@ public:
     const std::string& ref() const { return ref_; }
     const std::filesystem::path& clone_dir() const { return clone_dir_; }
 
-    // Fetches from the source and returns the commit id the ref points at now.
+    // Fetches from the source and returns the commit id the ref points at now. A source given as a
+    // local path shares its object directory with the clone (objects/info/alternates, as `git clone
+    // --shared` does) and only its refs are copied; a URL, file:// included, is fetched.
     std::string fetch();
     // Resolves the ref in the local clone without fetching.
     std::string resolve() const;
@@ -60,11 +62,15 @@ public:
     bool has_commit(const std::string& commit) const;
 
 private:
+    std::string sync_local();
+    void share_objects_with(const std::string& objects_dir);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string url_;
     std::string ref_;
     std::filesystem::path clone_dir_;
+    std::string shared_objects_;  // the source object directory the open clone already reads
 };
 
 }  // namespace anvil::registry

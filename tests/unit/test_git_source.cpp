@@ -215,3 +215,32 @@ TEST_CASE("file:// URLs and bare repositories are sources too", "[git]") {
     catalog.sync(source);
     CHECK(catalog.size() == 3);
 }
+
+TEST_CASE("a source on this machine shares its objects with the clone instead of being fetched", "[git]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    const auto alternates = source.clone_dir() / "objects" / "info" / "alternates";
+    REQUIRE(std::filesystem::exists(alternates));
+    CHECK_THAT(anvil::test::read_file(alternates), Catch::Contains((f.upstream.dir() / ".git" / "objects").string()));
+    f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
+    const std::string second = f.upstream.commit("add c");
+    auto report = catalog.sync(source);
+    CHECK(report.commit == second);
+    CHECK(report.added == 1);
+    // Nothing was copied: the clone's own object directory holds no object and no pack.
+    std::size_t own_objects = 0;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(source.clone_dir() / "objects"))
+        if (entry.is_regular_file() && entry.path().parent_path().filename() != "info") ++own_objects;
+    CHECK(own_objects == 0);
+    // A branch deleted at the source is pruned from the clone, as a pruning fetch would.
+    f.upstream.git({"branch", "-q", "topic"});
+    source.fetch();
+    CHECK(source.has_commit(second));
+    f.upstream.git({"branch", "-q", "-D", "topic"});
+    source.fetch();
+    GitSource topic(f.upstream.dir().string(), "topic", f.data);
+    CHECK_THROWS_WITH(topic.fetch(), Catch::Contains("'topic' not found"));
+}
+
