@@ -59,23 +59,24 @@ bool is_valid_actor(std::string_view actor) {
 std::vector<std::string> default_hard_gates() { return {"identity", "smoke", "json", "determinism"}; }
 
 std::optional<std::string> refuse_transition(const TransitionFacts& f) {
-    const std::string move = std::string(f.from ? to_string(*f.from) : "(new)") + " → " + std::string(to_string(f.to));
+    // Built only for a refusal: an allowed move (the common case) costs no string.
+    auto move = [&f] { return std::string(f.from ? to_string(*f.from) : "(new)") + " → " + std::string(to_string(f.to)); };
     if (!is_valid_actor(f.actor))
         return "actor guard: '" + f.actor + "' is not reconciler, cli or api:<token id>";
-    if (f.reason.empty()) return "reason guard: every transition needs a reason (" + move + ")";
+    if (f.reason.empty()) return "reason guard: every transition needs a reason (" + move() + ")";
     if (!f.from) {
         if (f.to != Status::candidate) return "lifecycle guard: a new revision starts as candidate, not " + std::string(to_string(f.to));
         return std::nullopt;
     }
     const auto& allowed = edges().at(*f.from);
-    if (!allowed.count(f.to)) return "lifecycle guard: " + move + " is not a legal move";
+    if (!allowed.count(f.to)) return "lifecycle guard: " + move() + " is not a legal move";
 
     if (f.to == Status::validated || f.to == Status::promoted) {
         std::vector<std::string> missing;
         for (const auto& gate : f.required_hard_gates)
             if (!f.hard_gates_passed_locally.count(gate)) missing.push_back(gate);
         if (!missing.empty())
-            return "evidence guard: " + move + " needs a local pass for every hard gate; missing: " + join(missing);
+            return "evidence guard: " + move() + " needs a local pass for every hard gate; missing: " + join(missing);
     }
     if (f.to == Status::promoted && !f.pinned)
         return "pinning guard: an unpinned revision can never be promoted (" + join(f.unpinned_reasons) + ")";

@@ -43,6 +43,9 @@ public:
     Statement& bind(int index, const std::string& value) { return bind(index, std::string_view(value)); }
     Statement& bind(int index, const char* value) { return bind(index, std::string_view(value)); }
     Statement& bind(int index, const SqlValue& value);
+    // Binds text without copying it: the caller keeps `value` alive until the statement has run
+    // (or is rebound). For hot paths whose strings plainly outlive the step; never a temporary.
+    Statement& bind_static(int index, std::string_view value);
     Statement& bind_null(int index);
     template <typename T>
     Statement& bind(int index, const std::optional<T>& value) {
@@ -59,6 +62,8 @@ public:
     std::int64_t integer(int column) const;
     double real(int column) const;
     std::string text(int column) const;
+    // The column's text without a copy, valid until the next step or reset.
+    std::string_view text_view(int column) const;
     std::optional<std::string> optional_text(int column) const;
     SqlValue value(int column) const;
 

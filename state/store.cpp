@@ -17,7 +17,17 @@ using nlohmann::json;
 
 namespace {
 
-std::string ids_json(const std::vector<Id>& ids) { return ids.empty() ? "[]" : json(ids).dump(); }
+// The same text nlohmann writes ("[]", "[1,2,3]"), without building a json value per row.
+std::string ids_json(const std::vector<Id>& ids) {
+    if (ids.empty()) return "[]";
+    std::string out = "[";
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(ids[i]);
+    }
+    out += ']';
+    return out;
+}
 std::vector<Id> parse_ids(const std::string& text) { return json::parse(text).get<std::vector<Id>>(); }
 std::vector<std::string> parse_strings(const std::string& text) { return json::parse(text).get<std::vector<std::string>>(); }
 
@@ -124,26 +134,50 @@ struct Store::Impl {
 
     Statement& w(const std::string& sql) { return writer->prepare(sql); }
 
+    // The statements of a guarded transition, run thousands of times per batch: held by pointer
+    // (into the writer's cache, which never drops one) instead of looked up by their SQL text.
+    struct Hot {
+        Statement* select_revision = nullptr;
+        Statement* insert_transition = nullptr;
+        Statement* update_status = nullptr;
+        Statement* insert_status = nullptr;
+        Statement* update_summary = nullptr;
+    } hot;
+
+    Statement& hot_statement(Statement*& slot, const char* sql) {
+        if (!slot) return *(slot = &w(sql));  // prepare() leaves it reset
+        slot->reset();
+        return *slot;
+    }
+
     // ---- pieces of write transactions; the caller holds the transaction ----
 
     // The ledger row, the status cache and the recipe summary: three writes, one transaction (the
     // caller's). Every lookup goes through a primary key.
     Id insert_transition(Id revision_id, const std::string& recipe_id, const std::string& slot, std::optional<Status> from,
-                         const TransitionRequest& r) {
-        auto& insert = w("INSERT INTO transitions (revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, commit_id, actor, created_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                         const TransitionRequest& r, const std::string& now) {
+        // bind_static: every string bound here (request, caller's locals, status names, `now`,
+        // the id lists below) outlives the statement's run.
+        auto& insert = hot_statement(hot.insert_transition,
+                                     "INSERT INTO transitions (revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, "
+                                     "commit_id, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        const std::string evidence = ids_json(r.evidence_ids), verdicts = ids_json(r.verdict_ids);
+        const std::string_view to = to_string(r.to);
         insert.bind(1, revision_id);
-        if (from) insert.bind(2, to_string(*from));
+        if (from) insert.bind_static(2, to_string(*from));
         else insert.bind_null(2);
-        insert.bind(3, to_string(r.to)).bind(4, r.reason).bind(5, ids_json(r.evidence_ids)).bind(6, ids_json(r.verdict_ids));
-        insert.bind(7, r.commit_id).bind(8, r.actor).bind(9, now_iso8601());
+        insert.bind_static(3, to).bind_static(4, r.reason).bind_static(5, evidence).bind_static(6, verdicts);
+        if (r.commit_id) insert.bind_static(7, *r.commit_id);
+        else insert.bind_null(7);
+        insert.bind_static(8, r.actor).bind_static(9, now);
         insert.run();
         const Id transition_id = writer->conn.last_insert_id();
 
-        auto& status = from ? w("UPDATE revision_status SET status = ?2, last_transition_id = ?3 WHERE revision_id = ?1")
-                            : w("INSERT INTO revision_status (revision_id, status, last_transition_id, serving_slot) VALUES (?1, ?2, ?3, ?4)");
-        status.bind(1, revision_id).bind(2, to_string(r.to)).bind(3, transition_id);
-        if (!from) status.bind(4, slot);
+        auto& status = from ? hot_statement(hot.update_status, "UPDATE revision_status SET status = ?2, last_transition_id = ?3 WHERE revision_id = ?1")
+                            : hot_statement(hot.insert_status,
+                                            "INSERT INTO revision_status (revision_id, status, last_transition_id, serving_slot) VALUES (?1, ?2, ?3, ?4)");
+        status.bind(1, revision_id).bind_static(2, to).bind(3, transition_id);
+        if (!from) status.bind_static(4, slot);
         try {
             status.run();
         } catch (const StoreError& e) {
@@ -151,8 +185,8 @@ struct Store::Impl {
                 throw TransitionRefused("slot guard: serving slot '" + slot + "' already has a promoted revision; promote() retires it in the same transaction");
             throw;
         }
-        auto& summary = w("UPDATE recipes SET status = ?3 WHERE id = ?1 AND latest_revision_id = ?2");
-        summary.bind(1, recipe_id).bind(2, revision_id).bind(3, to_string(r.to));
+        auto& summary = hot_statement(hot.update_summary, "UPDATE recipes SET status = ?3 WHERE id = ?1 AND latest_revision_id = ?2");
+        summary.bind_static(1, recipe_id).bind(2, revision_id).bind_static(3, to);
         summary.run();
         return transition_id;
     }
@@ -178,26 +212,29 @@ struct Store::Impl {
         return passed;
     }
 
-    Id guarded_transition(const TransitionRequest& r) {
-        auto& rev = w("SELECT r.pinned, r.unpinned_reasons, s.status, r.recipe_id, r.serving_slot FROM recipe_revisions r "
-                      "LEFT JOIN revision_status s ON s.revision_id = r.id WHERE r.id = ?");
+    // `now` is the transaction's timestamp: every transition of one batch is written at one time.
+    Id guarded_transition(const TransitionRequest& r, const std::string& now) {
+        auto& rev = hot_statement(hot.select_revision,
+                                  "SELECT r.pinned, r.unpinned_reasons, s.status, r.recipe_id, r.serving_slot FROM recipe_revisions r "
+                                  "LEFT JOIN revision_status s ON s.revision_id = r.id WHERE r.id = ?");
         rev.bind(1, r.revision_id);
         if (!rev.step()) throw TransitionRefused("revision guard: revision " + std::to_string(r.revision_id) + " does not exist");
         TransitionFacts facts;
         facts.pinned = rev.integer(0) == 1;
-        const std::string reasons = rev.text(1);
-        if (reasons != "[]") facts.unpinned_reasons = parse_strings(reasons);
+        if (const std::string_view reasons = rev.text_view(1); reasons != "[]") facts.unpinned_reasons = parse_strings(std::string(reasons));
         if (!rev.is_null(2)) facts.from = status_from(rev.text(2));
         const std::string recipe_id = rev.text(3), slot = rev.text(4);
         rev.reset();
         facts.to = r.to;
         facts.reason = r.reason;
         facts.actor = r.actor;
-        facts.required_hard_gates = options.hard_gates;
-        if (r.to == Status::validated || r.to == Status::promoted) facts.hard_gates_passed_locally = gates_passed_locally(r.revision_id);
+        if (r.to == Status::validated || r.to == Status::promoted) {  // the only moves the evidence guard reads these for
+            facts.required_hard_gates = options.hard_gates;
+            facts.hard_gates_passed_locally = gates_passed_locally(r.revision_id);
+        }
         if (auto refusal = refuse_transition(facts))
             throw TransitionRefused("revision " + std::to_string(r.revision_id) + ": " + *refusal);
-        return insert_transition(r.revision_id, recipe_id, slot, facts.from, r);
+        return insert_transition(r.revision_id, recipe_id, slot, facts.from, r, now);
     }
 
     Store::Ingested ingest(Id source_id, const registry::Document& doc, const std::string& actor) {
@@ -252,7 +289,7 @@ struct Store::Impl {
         if (!doc.provenance.commit.empty()) first.commit_id = doc.provenance.commit;
         TransitionFacts facts{std::nullopt, Status::candidate, first.reason, actor, false, {}, {}, {}};
         if (auto refusal = refuse_transition(facts)) throw TransitionRefused(*refusal);
-        insert_transition(revision_id, recipe->id, slot, std::nullopt, first);
+        insert_transition(revision_id, recipe->id, slot, std::nullopt, first, now);
         return {revision_id, true};
     }
 
@@ -459,7 +496,8 @@ std::vector<Id> Store::transition_batch(const std::vector<TransitionRequest>& re
     Transaction tx(impl_->writer->conn);
     std::vector<Id> ids;
     ids.reserve(requests.size());
-    for (const auto& r : requests) ids.push_back(impl_->guarded_transition(r));
+    const std::string now = now_iso8601();
+    for (const auto& r : requests) ids.push_back(impl_->guarded_transition(r, now));
     tx.commit();
     return ids;
 }
@@ -470,6 +508,7 @@ Store::Promotion Store::promote(Id revision_id, const std::string& reason, const
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
     Promotion out;
+    const std::string now = now_iso8601();
     auto& current = impl_->w("SELECT s.revision_id FROM revision_status s JOIN recipe_revisions r ON r.id = ?1 "
                              "WHERE s.serving_slot = r.serving_slot AND s.status = 'promoted' AND s.revision_id != ?1");
     current.bind(1, revision_id);
@@ -478,9 +517,9 @@ Store::Promotion Store::promote(Id revision_id, const std::string& reason, const
     if (out.retired_revision) {
         TransitionRequest retire{*out.retired_revision, Status::retired,
                                  "superseded by revision " + std::to_string(revision_id) + ": " + reason, actor, evidence_ids, verdict_ids, std::nullopt};
-        out.retired_transition = impl_->guarded_transition(retire);
+        out.retired_transition = impl_->guarded_transition(retire, now);
     }
-    out.promoted_transition = impl_->guarded_transition({revision_id, Status::promoted, reason, actor, evidence_ids, verdict_ids, std::nullopt});
+    out.promoted_transition = impl_->guarded_transition({revision_id, Status::promoted, reason, actor, evidence_ids, verdict_ids, std::nullopt}, now);
     tx.commit();
     return out;
 }
