@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -241,6 +244,72 @@ WrittenReceipt write_probe_receipt(const std::filesystem::path& dir, const nlohm
         ::close(dfd);
     }
     return {path, sha256_hex(bytes)};
+}
+
+std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::optional<std::filesystem::path> newest;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with("collectives-") || !name.ends_with(".json")) continue;
+        if (!newest || name > newest->filename().string()) newest = entry.path();
+    }
+    if (!newest) return std::nullopt;
+    std::ifstream in(*newest, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    auto parsed = nlohmann::json::parse(bytes.str(), nullptr, false);
+    if (!in || !parsed.is_object()) {
+        spdlog::warn("collective probe receipt {} cannot be read as JSON: ignored", newest->string());
+        return std::nullopt;
+    }
+    return ReadReceipt{*newest, sha256_hex(bytes.str()), std::move(parsed)};
+}
+
+void apply_probe_receipt(registry::Inventory& inventory, const ReadReceipt& read) {
+    const nlohmann::json& r = read.receipt;
+    std::set<std::string> here, probed;
+    for (const auto& g : inventory.gpus) here.insert(g.uuid);
+    for (const auto& g : r.value("gpus", nlohmann::json::array()))
+        if (g.is_string()) probed.insert(g.get<std::string>());
+    const std::string outcome = r.value("outcome", std::string());
+    const std::string cite = " (" + read.path.filename().string() + " sha256 " + read.sha256.substr(0, 12) + ", " +
+                             r.value("written_at", std::string("?")) + ")";
+    const bool all_here = !probed.empty() && std::includes(here.begin(), here.end(), probed.begin(), probed.end());
+    if (!all_here) {
+        inventory.collectives_notes = "the last collective probe ran over GPUs not on this host: probe again" + cite;
+        return;
+    }
+    if (outcome == "failed") {
+        inventory.collectives = registry::CollectivePath::failed;
+        inventory.collectives_notes = "collective probe failed: " + r.value("error", std::string("?")) + cite;
+        return;
+    }
+    if (outcome != "proven") {
+        inventory.collectives_notes = "collective probe receipt has no outcome" + cite;
+        return;
+    }
+    if (probed != here) {
+        inventory.collectives_notes = "the last collective probe proved " + std::to_string(probed.size()) + " of " +
+                                      std::to_string(here.size()) + " GPUs: probe them all" + cite;
+        return;
+    }
+    std::string transports;
+    for (const auto& t : r.value("transports", nlohmann::json::array()))
+        if (t.is_string()) transports += (transports.empty() ? "" : ", ") + t.get<std::string>();
+    std::string busbw = "?";
+    const auto& results = r.value("results", nlohmann::json::array());
+    if (!results.empty() && results.back().is_object()) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f", results.back().value("busbw_gbps", 0.0));
+        busbw = buf;
+    }
+    inventory.collectives = registry::CollectivePath::proven;
+    inventory.collectives_notes = "NCCL " + r.value("nccl_version", std::string("?")) + " all-reduce over " +
+                                  std::to_string(probed.size()) + " GPUs via " + (transports.empty() ? "?" : transports) +
+                                  ", bus bandwidth " + busbw + " GB/s at " +
+                                  std::to_string((results.empty() ? 0 : results.back().value("bytes", std::int64_t{0})) >> 20) + " MiB" +
+                                  cite;
 }
 
 }  // namespace anvil::gpu

@@ -75,4 +75,18 @@ struct WrittenReceipt {
 // Throws std::runtime_error naming the path and the system's reason.
 WrittenReceipt write_probe_receipt(const std::filesystem::path& dir, const nlohmann::json& receipt);
 
+// The newest receipt under `dir` (names sort by their UTC time), parsed, with its path and sha256;
+// nullopt when there is none or it cannot be read as JSON.
+struct ReadReceipt {
+    std::filesystem::path path;
+    std::string sha256;
+    nlohmann::json receipt;
+};
+std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir);
+
+// What a receipt proves about `inventory`'s GPUs, set as its `collectives` and `collectives_notes`:
+// proven only when the probe passed over exactly the inventory's GPUs; failed when it failed over
+// GPUs all present here; otherwise (a subset proven, GPUs no longer here) unchanged, with a note.
+void apply_probe_receipt(registry::Inventory& inventory, const ReadReceipt& receipt);
+
 }  // namespace anvil::gpu

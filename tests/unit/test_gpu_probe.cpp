@@ -213,3 +213,51 @@ TEST_CASE("On a GPU host the probe proves the collective path within 10 s", "[gp
     CHECK(seconds < 10);
 }
 #endif
+
+TEST_CASE("The newest receipt decides the inventory's collective path, for exactly the GPUs it probed", "[gpu][probe][inventory]") {
+    TempDir tmp;
+    const auto receipts = tmp / "receipts";
+    const auto reading = anvil::gpu::read_inventory(ANVIL_FAKE_NVML);
+    REQUIRE(reading.ok);
+    CHECK_FALSE(anvil::gpu::latest_probe_receipt(receipts));
+    auto probe = [&](const char* mode, std::vector<std::string> gpus) {
+        ::setenv("FAKE_PROBE_MODE", mode, 1);
+        anvil::gpu::ProbeRequest request;
+        request.probe = ANVIL_FAKE_PROBE;
+        request.gpus = std::move(gpus);
+        request.max_bytes = 4096;
+        request.deadline = std::chrono::milliseconds(700);
+        const auto outcome = anvil::gpu::run_collective_probe(request);
+        ::unsetenv("FAKE_PROBE_MODE");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // receipt names are per second
+        return anvil::gpu::write_probe_receipt(receipts, anvil::gpu::probe_receipt(request, outcome, nullptr));
+    };
+    auto judged = [&] {
+        auto inventory = reading.inventory;
+        const auto latest = anvil::gpu::latest_probe_receipt(receipts);
+        REQUIRE(latest);
+        anvil::gpu::apply_probe_receipt(inventory, *latest);
+        return inventory;
+    };
+
+    const auto both = probe("pass", {kPro, kH200});
+    auto inv = judged();
+    CHECK(inv.collectives == anvil::registry::CollectivePath::proven);
+    CHECK_THAT(inv.collectives_notes, Catch::StartsWith("NCCL 2.28.9 all-reduce over 2 GPUs via P2P/CUMEM/read, bus bandwidth 0.4 GB/s at 0 MiB ("));
+    CHECK_THAT(inv.collectives_notes, Catch::Contains("sha256 " + both.sha256.substr(0, 12)));
+
+    probe("pass", {kH200});
+    inv = judged();
+    CHECK(inv.collectives == anvil::registry::CollectivePath::unknown);
+    CHECK_THAT(inv.collectives_notes, Catch::StartsWith("the last collective probe proved 1 of 2 GPUs: probe them all"));
+
+    probe("hang", {kH200, kPro});
+    inv = judged();
+    CHECK(inv.collectives == anvil::registry::CollectivePath::failed);
+    CHECK_THAT(inv.collectives_notes, Catch::StartsWith("collective probe failed: the collective probe did not finish within its 0.7 s deadline"));
+
+    probe("pass", {kH200, "GPU-gone"});
+    inv = judged();
+    CHECK(inv.collectives == anvil::registry::CollectivePath::unknown);
+    CHECK_THAT(inv.collectives_notes, Catch::StartsWith("the last collective probe ran over GPUs not on this host"));
+}
