@@ -207,6 +207,18 @@ void ApiServer::routes() {
               }
               f.limit = integer_param(req, "limit", 1, 500).value_or(50);
               f.offset = integer_param(req, "offset", 0, std::int64_t{1} << 40).value_or(0);
+              // The page is a function of these parameters and the ledger alone.
+              std::string key = std::to_string(f.limit) + "," + std::to_string(f.offset);
+              for (const char* name : {"status", "engine", "hardware", "verdict", "q", "pinned"}) {
+                  key += '\0';
+                  if (req.has_param(name)) key += "=" + req.get_param_value(name);
+              }
+              const auto generation = store_.write_generation();
+              if (auto body = recipe_pages_.find(key, generation)) {
+                  res.status = 200;
+                  res.set_content(*body, "application/json");
+                  return;
+              }
               const auto page = store_.list_recipes(f);
               json data = json::array();
               for (const auto& r : page.items)
@@ -219,8 +231,13 @@ void ApiServer::routes() {
                   return q;
               };
               const bool more = f.offset + static_cast<std::int64_t>(page.items.size()) < page.total;
-              send(res, 200, {{"data", data}, {"meta", {{"total", page.total}, {"limit", f.limit}, {"offset", f.offset}}},
-                              {"links", {{"self", link(f.offset)}, {"next", more ? json(link(f.offset + f.limit)) : json(nullptr)}}}});
+              std::string body = json{{"data", data},
+                                      {"meta", {{"total", page.total}, {"limit", f.limit}, {"offset", f.offset}}},
+                                      {"links", {{"self", link(f.offset)}, {"next", more ? json(link(f.offset + f.limit)) : json(nullptr)}}}}
+                                     .dump();
+              res.status = 200;
+              res.set_content(body, "application/json");
+              if (store_.write_generation() == generation) recipe_pages_.store(key, generation, std::move(body));
           }));
 
     h.Get(R"(/api/v1/recipes/([^/]+)/feasibility)", wrap("/api/v1/recipes/{id}/feasibility", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {

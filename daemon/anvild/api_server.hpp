@@ -11,6 +11,7 @@
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
 #include "daemon/anvild/reconciler.hpp"
+#include "daemon/anvild/response_cache.hpp"
 #include "state/store.hpp"
 
 namespace httplib {
@@ -42,6 +43,8 @@ private:
     DaemonMetrics& metrics_;
     std::string token_;
     std::unique_ptr<httplib::Server> http_;
+    // GET /api/v1/recipes pages by their query, while the ledger has not changed since.
+    ResponseCache recipe_pages_{512};
     std::thread thread_;
     int port_ = 0;
 };

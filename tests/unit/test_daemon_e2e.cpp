@@ -265,6 +265,10 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
                 (r && r->status == 200 ? ok : failed)++;
             }
         });
+    // The same list query before and after the switch: a page cached before it must not be served after.
+    const std::string promoted_query = "/api/v1/recipes?status=promoted&limit=10";
+    CHECK(d.get(promoted_query).second["data"][0]["id"] == "tiny-f32");
+    CHECK(d.get(promoted_query).second["data"][0]["id"] == "tiny-f32");  // the second answer is the cached page
     auto pinned = d.cli({"pin", "tiny-q8"});
     CHECK(pinned.exit_code == 0);
     REQUIRE(eventually([&] { return d.serving() == "tiny-q8"; }, 60s));
@@ -275,6 +279,8 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
     CHECK(ok > 0);
     CHECK(d.status_of("tiny-q8") == "promoted");
     CHECK(d.status_of("tiny-f32") == "retired");
+    CHECK(d.get(promoted_query).second["data"][0]["id"] == "tiny-q8");
+    CHECK(d.get(promoted_query).second["meta"]["total"] == 1);
     auto q8_history = d.get("/api/v1/recipes/tiny-q8/history").second["data"];
     CHECK_THAT(q8_history.back()["actor"].get<std::string>(), Catch::StartsWith("api:"));
     CHECK(d.cli({"unpin"}).exit_code == 0);
