@@ -29,6 +29,8 @@ failures=0
 row() { rows+=("$1|$2|$3"); }
 
 print_table() {
+  # A device machine's harness collects what is left under $OUT: the logs go there too.
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp -r "$logs" "$OUT/device-logs" 2>/dev/null || true; fi
   echo
   echo "== device run: $(( $(date +%s) - started )) s, logs in $logs"
   printf '%-34s %-9s %s\n' "step / check" "result" "detail"
