@@ -22,7 +22,7 @@ std::string advice(int code) {
 
 namespace {
 // Process-wide settings, before SQLite initialises (sqlite3_open_v2 does that): no memory
-// statistics, whose global mutex every allocation took (measured: ~8% of a guarded transition's
+// statistics, whose global mutex every allocation took (callgrind: ~8% of a guarded transition's
 // instructions went to that mutex and its counters). Nothing here reads sqlite3_memory_used, and
 // this library is the process's only user of SQLite; a refusal (already initialised) is harmless.
 void configure_sqlite_once() {
