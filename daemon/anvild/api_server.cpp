@@ -1,5 +1,7 @@
 #include "daemon/anvild/api_server.hpp"
 
+#include "kernels/gpu/inventory_report.hpp"
+
 #include <openssl/sha.h>
 
 #include <charconv>
@@ -187,6 +189,11 @@ void ApiServer::routes() {
           }));
 
     h.Get("/api/v1/status", wrap("/api/v1/status", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, reconciler_.status()); }));
+
+    // What NVML reads now, and what feasibility judges with (declared, measured at start, or none).
+    h.Get("/api/v1/inventory", wrap("/api/v1/inventory", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+              send(res, 200, {{"data", {{"measured_now", gpu::inventory_to_json(gpu::read_inventory())}, {"judging_with", reconciler_.inventory_json()}}}});
+          }));
 
     h.Get("/api/v1/recipes", wrap("/api/v1/recipes", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
               state::RecipeFilter f;

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/driver/readiness.hpp"
+#include "kernels/gpu/collective_probe.hpp"
 #include "kernels/gpu/nvml_inventory.hpp"
 
 namespace anvil::daemon {
@@ -102,9 +103,22 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint
     } else {
         inventory_note_ = "no inventory (configuration says none): GPU gates stay unknown";
     }
+    // A collective probe (`anvil probe collectives`) proves or disproves the GPUs' all-reduce path
+    // for the tensor-parallel gate; its newest receipt counts only over exactly these GPUs.
+    if (inventory_ && !inventory_->gpus.empty()) {
+        if (auto receipt = gpu::latest_probe_receipt(config.data_dir / "receipts" / "collectives")) {
+            gpu::apply_probe_receipt(*inventory_, *receipt);
+            inventory_note_ += "; collectives from probe receipt " + receipt->path.filename().string();
+        }
+    }
 }
 
 Reconciler::~Reconciler() { runner_.wait(); }
+
+json Reconciler::inventory_json() const {
+    std::lock_guard lock(mutex_);
+    return {{"source", inventory_note_}, {"inventory", inventory_ ? inventory_->to_json() : json(nullptr)}};
+}
 
 void Reconciler::start_up() {
     engines_.adopt();
@@ -175,13 +189,23 @@ void Reconciler::registry_step() {
 }
 
 void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::Id source_id) {
-    if (source_id > 0 && watch.is_git()) store_.record_sync(source_id, result.report);
+    // Each piece timed on its own: most of an incremental pass is spent here, in commits.
+    auto timed = [this](const char* name, auto&& work) {
+        const auto t = Clock::now();
+        work();
+        step_detail_[name] = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+    };
+    timed("ingest_record_sync_ms", [&] {
+        if (source_id > 0 && watch.is_git()) store_.record_sync(source_id, result.report);
+    });
     std::vector<state::Store::Ingested> ingested;
-    if (!result.changed_recipes.empty()) ingested = store_.ingest_revisions(source_id, result.changed_recipes);
+    timed("ingest_revisions_ms", [&] {
+        if (!result.changed_recipes.empty()) ingested = store_.ingest_revisions(source_id, result.changed_recipes);
+    });
     std::vector<std::pair<state::Id, const registry::Document*>> created;
     for (std::size_t i = 0; i < ingested.size(); ++i)
         if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
-    judge(created);
+    timed("ingest_judge_ms", [&] { judge(created); });
     // Recipes gone from the registry stop being considered; a removed default keeps serving until
     // another is promoted, since serving nothing would be worse.
     if (!result.removed_recipe_ids.empty()) {

@@ -59,6 +59,8 @@ public:
     bool ready() const;
     std::vector<std::string> not_ready_reasons() const;
     nlohmann::json status() const;
+    // The inventory feasibility judges with ({"source", "inventory"}; inventory null without one).
+    nlohmann::json inventory_json() const;
     nlohmann::json registry_status() const;
     nlohmann::json last_pass() const;  // when it finished, how long, and each step's milliseconds
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;

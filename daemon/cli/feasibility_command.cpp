@@ -14,6 +14,7 @@
 
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
+#include "kernels/gpu/nvml_inventory.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
@@ -34,27 +35,11 @@ std::string read_bytes(const std::string& path) {
     return bytes.str();
 }
 
-std::string utc_now() {
-    const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
+// NVML's reading (kernels/gpu), the same anvild and `anvil gpus` use.
 reg::Inventory measure_inventory() {
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((std::string(reg::kNvidiaSmiQuery) + " 2>/dev/null").c_str(), "r"), pclose);
-    if (!pipe) throw std::runtime_error("cannot run nvidia-smi");
-    std::string out;
-    char buf[4096];
-    while (std::size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-    if (pclose(pipe.release()) != 0)
-        throw std::runtime_error("nvidia-smi failed: no NVIDIA GPU here? Declare the inventory in a file with --inventory FILE");
-    std::string error;
-    auto inv = reg::parse_nvidia_smi(out, utc_now(), error);
-    if (!inv) throw std::runtime_error(error);
-    return *inv;
+    auto reading = anvil::gpu::read_inventory();
+    if (!reading.ok) throw std::runtime_error(reading.error + " (for this command: --inventory FILE)");
+    return reading.inventory;
 }
 
 reg::Inventory load_inventory(const std::string& path) {

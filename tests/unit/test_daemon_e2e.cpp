@@ -198,6 +198,15 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
     CHECK(rejected["data"][0]["id"] == "unpinned");
     CHECK(d.get("/api/v1/recipes?status=nonsense").first == 400);
 
+    // The GPU inventory: what NVML says now (here, plainly, that there is no driver, unless there
+    // is one), and what feasibility judges with.
+    auto [ic, inventory] = d.get("/api/v1/inventory");
+    REQUIRE(ic == 200);
+    const auto& now = inventory["data"]["measured_now"];
+    CHECK(now["available"].is_boolean());
+    if (!now["available"].get<bool>()) CHECK_THAT(now["error"].get<std::string>(), Catch::Contains("libnvidia-ml"));
+    CHECK(inventory["data"]["judging_with"]["source"].is_string());
+
     // Why it was rejected, with the commit every fact came from.
     auto [hc, history] = d.get("/api/v1/recipes/unpinned/history");
     REQUIRE(hc == 200);
