@@ -547,4 +547,42 @@ TEST_CASE("a cuda graph replays the kernels it captured", "[cuda]") {
     CHECK(download(dx) == expected);
 }
 
+TEST_CASE("a cuda graph of products replays what launching them gives, cuBLAS included", "[cuda]") {
+    auto context = device_or_skip();
+    if (!context) return;
+    const int rows = 300, cols = 512, tokens = 16;
+    const HostMatrix bf16 = make_matrix(WeightType::BF16, rows, cols, 51);
+    const HostMatrix q8 = make_matrix(WeightType::Q8, rows, cols, 52);
+    const cuda::DeviceWeights wb(bf16.view), wq(q8.view);
+    const auto x = random_vector(size_t(tokens) * cols, 53);
+    const cuda::DeviceArray<float> dx(x);
+    cuda::DeviceArray<float> direct_b(size_t(tokens) * rows), direct_q(size_t(tokens) * rows);
+    cuda::DeviceArray<float> replay_b(size_t(tokens) * rows), replay_q(size_t(tokens) * rows);
+    context->reserve_scratch(size_t(tokens) * cols * sizeof(uint16_t));  // nothing allocates while capturing
+    cuda::matmul(*context, wb.view(), dx.data(), tokens, direct_b.data(), cuda::MatmulPath::Cublas);
+    cuda::matmul(*context, wq.view(), dx.data(), tokens, direct_q.data(), cuda::MatmulPath::Own);
+    cuda::Graph graph(*context, [&] {
+        cuda::matmul(*context, wb.view(), dx.data(), tokens, replay_b.data(), cuda::MatmulPath::Cublas);
+        cuda::matmul(*context, wq.view(), dx.data(), tokens, replay_q.data(), cuda::MatmulPath::Own);
+    });
+    graph.launch();
+    context->synchronize();
+    // Our kernel sums in a fixed order: the same bits. cuBLAS may pick another algorithm inside a
+    // graph: within its rounding bound of the direct result (twice the bound of one product).
+    CHECK(download(replay_q) == download(direct_q));
+    const auto got = download(replay_b), want = download(direct_b);
+    double worst = 0;
+    for (int t = 0; t < tokens; ++t)
+        for (int r = 0; r < rows; ++r) {
+            double magnitude = 0;
+            for (int k = 0; k < cols; ++k)
+                magnitude += std::fabs(bf16.exact[size_t(r) * cols + k] * x[size_t(t) * cols + k]);
+            const size_t at = size_t(t) * rows + r;
+            const double bound = 2 * (1.0 / 256 + 2.0 * cols * kU) * magnitude + 1e-30;
+            worst = std::max(worst, std::isfinite(got[at]) ? std::fabs(double(got[at]) - want[at]) / bound : INFINITY);
+        }
+    report("graph_cublas_replay", worst);
+    CHECK(worst <= 1.0);
+}
+
 #endif  // ANVIL_HAVE_CUDA_KERNELS
