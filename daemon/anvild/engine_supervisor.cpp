@@ -98,7 +98,8 @@ std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& r
     return std::nullopt;
 }
 
-RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Recipe& recipe, const std::string& role) {
+RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Recipe& recipe, const std::string& role,
+                                      const std::atomic<bool>* cancelled) {
     if (auto why = startable(recipe)) throw driver::EngineError("recipe " + recipe.id + " cannot start: " + *why);
     std::set<int> taken;
     for (const auto& e : engines()) taken.insert(e.handle.port);
@@ -122,7 +123,7 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
         engines_.push_back(engine);
     }
     try {
-        driver::wait_ready(d, engine.handle, launch.ready_timeout);
+        driver::wait_ready(d, engine.handle, launch.ready_timeout, 20, cancelled);
     } catch (...) {
         stop(engine, std::chrono::seconds(2));
         throw;

@@ -4,6 +4,7 @@
 // waits until it is ready, records it in the ledger, and finds it again after a restart.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -38,7 +39,9 @@ public:
     std::optional<std::string> startable(const registry::Recipe& recipe) const;
 
     // Starts, waits until ready, records. Throws driver::EngineError / LaunchError with the reason.
-    RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, const std::string& role);
+    // `cancelled`: see driver::wait_ready; the engine is stopped and StartCancelled thrown.
+    RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, const std::string& role,
+                        const std::atomic<bool>* cancelled = nullptr);
     void stop(const RunningEngine& engine, std::chrono::milliseconds grace = std::chrono::seconds(10));
     // Probes every tracked engine; records and forgets those that exited. Returns the ones that exited.
     std::vector<RunningEngine> check();

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/driver/driver.hpp"
+#include "engine/driver/readiness.hpp"
 
 namespace anvil::daemon {
 
@@ -47,7 +48,10 @@ qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& confi
 QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines)
     : config_(config), store_(store), engines_(engines) {}
 
-QualificationRunner::~QualificationRunner() { wait(); }
+QualificationRunner::~QualificationRunner() {
+    cancel();
+    wait();
+}
 
 std::optional<state::Id> QualificationRunner::current() const {
     std::lock_guard lock(mutex_);
@@ -63,7 +67,7 @@ void QualificationRunner::wait() {
 }
 
 bool QualificationRunner::run(QualificationJob job, std::function<void()> done) {
-    if (busy_) return false;
+    if (busy_ || cancel_) return false;
     wait();
     busy_ = true;
     {
@@ -94,9 +98,17 @@ void QualificationRunner::execute(const QualificationJob& job) {
         store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " failed: " + reason);
     };
 
+    auto cut_short = [&](const std::string& what) {
+        spdlog::info("{}: left qualifying, to start again", what);
+        store_.append_event("qualification", job.recipe.id,
+                            "revision " + std::to_string(job.revision_id) + " cut short by anvild stopping; it is qualified again from the start");
+    };
     RunningEngine engine;
     try {
-        engine = engines_.start(job.revision_id, job.recipe, "qualification");
+        engine = engines_.start(job.revision_id, job.recipe, "qualification", &cancel_);
+    } catch (const driver::StartCancelled& e) {
+        cut_short(e.what());
+        return;
     } catch (const std::exception& e) {
         const state::Id v = store_.add_verdict({0, job.revision_id, "startup", state::GateResult::fail, std::nullopt, {e.what()}, {}, ""});
         fail(std::string("the engine did not start: ") + e.what(), {v});
@@ -123,8 +135,14 @@ void QualificationRunner::execute(const QualificationJob& job) {
     if (engine.handle.pid > 0) target.pid = engine.handle.pid;
 
     qualify::Report report;
+    qualify::Plan plan = plan_for(job.recipe, config_);
+    plan.cancelled = &cancel_;
     try {
-        report = qualify::qualify(target, plan_for(job.recipe, config_), config_.data_dir / "receipts", control_samples);
+        report = qualify::qualify(target, plan, config_.data_dir / "receipts", control_samples);
+    } catch (const qualify::Cancelled& e) {
+        engines_.stop(engine);
+        cut_short(e.what());
+        return;
     } catch (const std::exception& e) {
         engines_.stop(engine);
         fail(std::string("qualification could not record its receipt: ") + e.what());

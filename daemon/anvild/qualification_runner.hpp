@@ -30,7 +30,7 @@ struct QualificationJob {
 class QualificationRunner {
 public:
     QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines);
-    ~QualificationRunner();  // waits for the running job
+    ~QualificationRunner();  // cancels the running job and waits for it
 
     bool busy() const { return busy_; }
     std::optional<state::Id> current() const;
@@ -38,6 +38,10 @@ public:
     // on that thread when the outcome is recorded. False if a job is still running.
     bool run(QualificationJob job, std::function<void()> done);
     void wait();
+    // Cuts the running job short (anvild stopping or reloading): its engine start or its requests
+    // end within a poll, its engine is stopped, and nothing is recorded but an event: the revision
+    // stays `qualifying`, and the next anvild qualifies it again from the start.
+    void cancel() { cancel_ = true; }
 
     // Where a validated revision's quality samples are kept for later candidates to be compared with.
     std::filesystem::path samples_path(state::Id revision_id) const;
@@ -49,6 +53,7 @@ private:
     state::Store& store_;
     EngineSupervisor& engines_;
     std::atomic<bool> busy_{false};
+    std::atomic<bool> cancel_{false};
     mutable std::mutex mutex_;
     std::optional<state::Id> current_;
     std::thread worker_;

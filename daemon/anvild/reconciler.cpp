@@ -113,7 +113,10 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint
     }
 }
 
-Reconciler::~Reconciler() { runner_.wait(); }
+Reconciler::~Reconciler() {
+    runner_.cancel();
+    runner_.wait();
+}
 
 json Reconciler::inventory_json() const {
     std::lock_guard lock(mutex_);
@@ -128,6 +131,9 @@ void Reconciler::start_up() {
 }
 
 void Reconciler::shut_down(bool stop_engines) {
+    // A qualification can take minutes (a large model loading, then its requests): stopping or
+    // reloading does not wait for it; it is cut short and runs again from the start.
+    runner_.cancel();
     runner_.wait();
     if (stop_engines)
         for (const auto& e : engines_.engines()) engines_.stop(e);

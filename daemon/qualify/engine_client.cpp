@@ -100,8 +100,9 @@ json Journal::notes() const {
     return notes_;
 }
 
-EngineClient::EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal)
-    : host_(std::move(host)), port_(port), timeout_(timeout), journal_(journal) {}
+EngineClient::EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal,
+                           const std::atomic<bool>* cancelled)
+    : host_(std::move(host)), port_(port), timeout_(timeout), journal_(journal), cancelled_(cancelled) {}
 
 namespace {
 
@@ -129,6 +130,11 @@ bool carries_content(const std::string& payload) {
 Exchange EngineClient::get(const std::string& label, const std::string& path) const {
     Exchange x;
     x.label = label, x.method = "GET", x.path = path;
+    if (cancelled()) {
+        x.error = "cancelled";
+        journal_.record(x);
+        return x;
+    }
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
     x.started = journal_.elapsed();
@@ -148,6 +154,11 @@ Exchange EngineClient::post(const std::string& label, const std::string& path, c
     Exchange x;
     x.label = label, x.method = "POST", x.path = path, x.request = body;
     x.streamed = body.is_object() && body.value("stream", false);
+    if (cancelled()) {
+        x.error = "cancelled";
+        journal_.record(x);
+        return x;
+    }
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
 
@@ -160,6 +171,7 @@ Exchange EngineClient::post(const std::string& label, const std::string& path, c
     std::string pending;  // streamed bytes not yet split into events
     x.started = journal_.elapsed();
     req.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+        if (cancelled()) return false;  // drops the connection: a long generation ends now
         x.body.append(data, length);
         if (!x.streamed) return true;
         pending.append(data, length);
@@ -197,7 +209,7 @@ Exchange EngineClient::post(const std::string& label, const std::string& path, c
     const bool sent = client.send(req, res, error);
     x.seconds = journal_.elapsed() - x.started;
     if (!sent) {
-        x.error = httplib::to_string(error);
+        x.error = cancelled() ? "cancelled" : httplib::to_string(error);
     } else {
         x.status = res.status;
     }

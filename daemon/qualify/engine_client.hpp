@@ -4,6 +4,7 @@
 // an engine that is down fails gates, it does not abort a qualification.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -60,7 +61,10 @@ nlohmann::json shorten(const nlohmann::json& value, std::size_t limit = 512);
 
 class EngineClient {
 public:
-    EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal);
+    // Once `*cancelled` is true, requests fail at once with the error "cancelled" (still values,
+    // still journaled) and a stream in progress is dropped.
+    EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal,
+                 const std::atomic<bool>* cancelled = nullptr);
     Exchange get(const std::string& label, const std::string& path) const;
     // Streams (SSE) when body["stream"] is true; otherwise reads the whole body.
     Exchange post(const std::string& label, const std::string& path, const nlohmann::json& body) const;
@@ -70,6 +74,9 @@ private:
     int port_;
     std::chrono::milliseconds timeout_;
     Journal& journal_;
+    const std::atomic<bool>* cancelled_;
+
+    bool cancelled() const { return cancelled_ && cancelled_->load(); }
 };
 
 // Helpers over OpenAI-shaped replies (chat or text completion, whole or as chunks).

@@ -141,6 +141,8 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
         else journal.note("peak_memory", "not measured: /proc/" + std::to_string(*target.pid) + "/status is not readable");
     }
     report.finished_at = utc_timestamp();
+    if (plan.cancelled && plan.cancelled->load())
+        throw Cancelled("qualification of " + target.recipe_id + " revision " + std::to_string(target.revision_id) + " cut short");
 
     json measurements = json::array();
     for (const auto& m : report.measurements)

@@ -4,6 +4,9 @@
 // (requests, responses, timings, identities) whose sha256 travels with each evidence row it yields.
 #pragma once
 
+#include <atomic>
+#include <stdexcept>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -50,6 +53,14 @@ struct Plan {
     int task_max_tokens = 64;         // per warm e2e task (4 tasks)
     int decode_tokens = 64;           // per decode-speed stream
     int prefill_tokens = 1024;        // the long prompt's target length (capped at half the model's context)
+    // Set from another thread to cut the run short (anvild stopping): every request not yet sent
+    // fails at once as "cancelled", a stream in progress is dropped, and qualify() throws
+    // Cancelled instead of writing a receipt.
+    const std::atomic<bool>* cancelled = nullptr;
+};
+
+struct Cancelled : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 struct GateOutcome {

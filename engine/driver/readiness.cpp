@@ -38,13 +38,16 @@ bool models_list(const std::string& host, int port, const std::string& model, st
     return false;
 }
 
-void wait_ready(Driver& driver, const EngineHandle& engine, std::chrono::milliseconds timeout, std::size_t log_lines) {
+void wait_ready(Driver& driver, const EngineHandle& engine, std::chrono::milliseconds timeout, std::size_t log_lines,
+                const std::atomic<bool>* cancelled) {
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + timeout;
     const auto poll = std::chrono::milliseconds(1000);
     auto pause = std::chrono::milliseconds(2);
     std::string last = "no answer on /health yet";
     for (;;) {
+        if (cancelled && cancelled->load())
+            throw StartCancelled("engine " + engine.engine_id + " (recipe " + engine.recipe.recipe_id + "): start called off before it was ready");
         const Probe p = driver.probe(engine);
         if (p.state != RunState::running) {
             const std::string code = p.exit_code ? "exited with code " + std::to_string(*p.exit_code) : "is gone";

@@ -409,3 +409,36 @@ TEST_CASE("SIGHUP reloads the configuration; a broken one is refused and the run
 }
 
 #endif
+
+TEST_CASE("SIGTERM does not wait for a qualification: it is cut short, its engine stopped, and it stays qualifying", "[daemon][e2e]") {
+    Daemon d;
+    // An engine binary that never answers: the qualification waits on its readiness, for ten
+    // minutes if nothing calls it off.
+    const auto never_ready = d.dir / "never-ready.sh";
+    anvil::test::write_file(never_ready, "#!/bin/sh\nexec sleep 600\n");
+    fs::permissions(never_ready, fs::perms::owner_all);
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["engine_binary"] = never_ready.string();
+    config["engine_ready_timeout_seconds"] = 600;
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("one recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "qualifying"; }, 60s));
+    REQUIRE(eventually([&] { return !d.get("/api/v1/engines").second["data"].empty(); }, 30s));
+
+    const auto asked = std::chrono::steady_clock::now();
+    d.stop();  // SIGTERM, and exit code 0
+    CHECK(std::chrono::steady_clock::now() - asked < 20s);
+
+    check_ledger(d);  // whole, and the never-ready engine is recorded as stopped
+    anvil::state::Store store(d.dir / "data" / "anvil.db");
+    const auto latest = store.latest_revisions();
+    REQUIRE(latest.count("tiny-f32"));
+    CHECK(latest.at("tiny-f32").second == anvil::state::Status::qualifying);
+    bool cut_short = false;
+    for (const auto& item : store.feed_since({}, 1000))
+        cut_short = cut_short || (item.kind == "qualification" && item.message.find("cut short") != std::string::npos);
+    CHECK(cut_short);
+}
+
