@@ -357,8 +357,16 @@ void Reconciler::qualification_step() {
             wake();
         }
     }
+    if (resume_after_exclusive_) {
+        store_.append_event("qualification", resume_after_exclusive_->first,
+                            "exclusive qualification of " + resume_after_exclusive_->second + " over: the default serves again");
+        resume_after_exclusive_.reset();
+    }
     const auto now = Clock::now();
     std::optional<state::RevisionRow> next;
+    // The move to `qualifying`, made only once nothing (the exclusive window) holds the run back:
+    // a revision that waits for the window stays what it was.
+    std::optional<state::TransitionRequest> begin;
     // 1. A revision already `qualifying` (asked for through the API, or cut short by a restart).
     auto qualifying = store_.latest_revisions_with_status(Status::qualifying, 1);
     if (!qualifying.empty()) next = qualifying.front();
@@ -374,9 +382,8 @@ void Reconciler::qualification_step() {
                 b.next = now + delay;
             }
             if (now < b.next) continue;
-            store_.transition({r.id, Status::qualifying, "retrying after " + std::to_string(b.failures) + " failed qualification(s)", "reconciler", {}, {}, std::nullopt});
-            b = {};
-            r.status = Status::qualifying;
+            begin = state::TransitionRequest{r.id, Status::qualifying, "retrying after " + std::to_string(b.failures) + " failed qualification(s)",
+                                             "reconciler", {}, {}, std::nullopt};
             next = r;
             break;
         }
@@ -397,8 +404,8 @@ void Reconciler::qualification_step() {
             if (row && row->status == Status::candidate) best = std::make_pair(rank->second, std::move(*row));
         }
         if (best) {
-            store_.transition({best->second.id, Status::qualifying, "passed on paper; qualifying on this machine", "reconciler", {}, {},
-                               best->second.commit_id.empty() ? std::nullopt : std::optional(best->second.commit_id)});
+            begin = state::TransitionRequest{best->second.id, Status::qualifying, "passed on paper; qualifying on this machine", "reconciler", {}, {},
+                                             best->second.commit_id.empty() ? std::nullopt : std::optional(best->second.commit_id)};
             next = best->second;
         }
     }
@@ -426,6 +433,11 @@ void Reconciler::qualification_step() {
                                   window.value_or("(none configured)"));
                 return;
             }
+            store_.append_event("qualification", control->recipe_id,
+                                "paused inside the exclusive window " + *window + " to qualify " + next->recipe_id +
+                                    ": the two need " + std::to_string(job.recipe.hardware_count + control_doc->recipe()->hardware_count) +
+                                    " GPUs, the inventory has " + std::to_string(inventory_->gpus.size()));
+            resume_after_exclusive_ = std::make_pair(control->recipe_id, next->recipe_id);
             std::lock_guard lock(mutex_);
             exclusive_qualification_ = true;
             for (const auto& e : engines_.engines())
@@ -434,6 +446,11 @@ void Reconciler::qualification_step() {
                     engines_.stop(e);
                 }
         }
+    }
+    if (begin) {
+        store_.transition(*begin);
+        if (next->status == Status::failed) retry_backoff_.erase(next->id);
+        next->status = Status::qualifying;
     }
     set_condition("Qualification", true, "Running", "qualifying " + next->recipe_id);
     runner_.run(std::move(job), [this] { wake(); });

@@ -122,6 +122,7 @@ private:
     nlohmann::json step_detail_;  // finer timings of the running pass (reconcile thread only)
     bool first_pass_done_ = false;
     bool exclusive_qualification_ = false;  // the default's engine is paused for a qualification
+    std::optional<std::pair<std::string, std::string>> resume_after_exclusive_;  // (default, candidate): reconcile thread only
     std::map<state::Id, Backoff> serving_backoff_;
     std::map<state::Id, Backoff> retry_backoff_;
     std::map<std::string, std::string> last_notes_;

@@ -408,8 +408,6 @@ TEST_CASE("SIGHUP reloads the configuration; a broken one is refused and the run
     check_ledger(d);
 }
 
-#endif
-
 TEST_CASE("SIGTERM does not wait for a qualification: it is cut short, its engine stopped, and it stays qualifying", "[daemon][e2e]") {
     Daemon d;
     // An engine binary that never answers: the qualification waits on its readiness, for ten
@@ -442,3 +440,69 @@ TEST_CASE("SIGTERM does not wait for a qualification: it is cut short, its engin
     CHECK(cut_short);
 }
 
+// Local HH:MM, `minutes` from now: exclusive windows are in the machine's local time.
+std::string clock_in(int minutes) {
+    const std::time_t t = std::time(nullptr) + minutes * 60;
+    std::tm local{};
+    localtime_r(&t, &local);
+    char text[8];
+    std::snprintf(text, sizeof text, "%02d:%02d", local.tm_hour, local.tm_min);
+    return text;
+}
+
+TEST_CASE("two engines that cannot run together: qualification waits for the window, pauses the default inside it, restores it", "[daemon][e2e]") {
+    Daemon d;
+    // One GPU declared, recipes that each want one: the candidate and the default cannot run side
+    // by side (the embedded engine computes on the CPU whatever the recipe's hardware says).
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["inventory"] = {{"gpus", {{{"uuid", "GPU-00000000-0000-0000-0000-000000000001"}, {"name", "test GPU"}, {"memory_mib", 81920}, {"idle_used_mib", 0}}}}};
+    config["promotion"]["exclusive_window"] = clock_in(120) + "-" + clock_in(180);  // not now
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    auto on_gpu = [&](const std::string& id, const std::string& weights) {
+        json r = json::parse(embedded_recipe(id, weights, d.digest));
+        r["hardware_id"] = "test-gpu";
+        return r.dump(2);
+    };
+    d.repo.write("recipes/gpu-f32.json", on_gpu("gpu-f32", "f32"));
+    d.repo.commit("f32 on the GPU");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "gpu-f32"; }, 120s));
+
+    d.repo.write("recipes/gpu-q8.json", on_gpu("gpu-q8", "q8"));
+    d.repo.commit("q8 on the GPU");
+    d.post("/api/v1/registry/sync", "");
+    auto qualification = [&] {
+        const json status = d.get("/api/v1/status").second;
+        if (status.is_object())
+            for (const auto& c : status["conditions"])
+                if (c["type"] == "Qualification") return c;
+        return json::object();
+    };
+    REQUIRE(eventually([&] { return qualification().value("reason", "") == "OutsideExclusiveWindow"; }, 60s));
+    CHECK_THAT(qualification()["message"].get<std::string>(), Catch::Contains("gpu-q8") && Catch::Contains(clock_in(120)));
+    std::this_thread::sleep_for(2s);
+    CHECK(d.status_of("gpu-q8") == "candidate");
+    CHECK(d.serving() == "gpu-f32");
+
+    // The window opens (a reload with a window around now): the default is paused, the candidate
+    // qualified, and the default serves again whatever the outcome.
+    config["promotion"]["exclusive_window"] = clock_in(-60) + "-" + clock_in(60);
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    d.process->kill(SIGHUP);
+    REQUIRE(eventually([&] { auto s = d.status_of("gpu-q8"); return s == "validated" || s == "promoted" || s == "failed"; }, 120s));
+    REQUIRE(eventually([&] { return !d.serving().empty(); }, 60s));
+    CHECK(d.serving() == d.get("/api/v1/default").second["data"]["recipe_id"]);
+    auto said = [&](const std::string& what) {
+        const json events = d.get("/api/v1/events?limit=1000").second;
+        if (!events.is_object()) return false;
+        for (const auto& e : events["data"])
+            if (e["kind"] == "qualification" && e["message"].get<std::string>().find(what) != std::string::npos) return true;
+        return false;
+    };
+    CHECK(said("paused inside the exclusive window"));
+    REQUIRE(eventually([&] { return said("the default serves again"); }, 30s));
+    d.stop();
+    check_ledger(d);
+}
+
+#endif
