@@ -134,6 +134,9 @@ struct Store::Impl {
 
     Statement& w(const std::string& sql) { return writer->prepare(sql); }
 
+    // The source_commits row of one sync; the caller holds the transaction.
+    Id insert_sync(Id source_id, const registry::SyncReport& report);
+
     // The statements of a guarded transition, run thousands of times per batch: held by pointer
     // (into the writer's cache, which never drops one) instead of looked up by their SQL text.
     struct Hot {
@@ -411,15 +414,19 @@ Id Store::record_sync(Id source_id, const registry::SyncReport& report) {
     require_writable(write_error_);
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO source_commits (source_id, commit_id, mode, added, modified, deleted, renamed, seen_at) "
+    const Id id = impl_->insert_sync(source_id, report);
+    tx.commit();
+    return id;
+}
+
+Id Store::Impl::insert_sync(Id source_id, const registry::SyncReport& report) {
+    auto& insert = w("INSERT INTO source_commits (source_id, commit_id, mode, added, modified, deleted, renamed, seen_at) "
                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, source_id).bind(2, report.commit).bind(3, std::string(registry::to_string(report.mode)));
     insert.bind(4, static_cast<std::int64_t>(report.added)).bind(5, static_cast<std::int64_t>(report.modified));
     insert.bind(6, static_cast<std::int64_t>(report.deleted)).bind(7, static_cast<std::int64_t>(report.renamed)).bind(8, now_iso8601());
     insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    tx.commit();
-    return id;
+    return writer->conn.last_insert_id();
 }
 
 Store::Ingested Store::ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor) {
@@ -427,7 +434,7 @@ Store::Ingested Store::ingest_revision(Id source_id, const registry::Document& d
 }
 
 std::vector<Store::Ingested> Store::ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
-                                                     const std::string& actor) {
+                                                     const std::string& actor, const registry::SyncReport* sync) {
     require_writable(write_error_);
     for (const auto* doc : docs) {
         if (!doc->recipe() || !doc->valid())
@@ -435,6 +442,7 @@ std::vector<Store::Ingested> Store::ingest_revisions(Id source_id, const std::ve
     }
     std::lock_guard lock(impl_->write_mutex);
     Transaction tx(impl_->writer->conn);
+    if (sync) impl_->insert_sync(source_id, *sync);
     std::vector<Ingested> out;
     out.reserve(docs.size());
     for (const auto* doc : docs) out.push_back(impl_->ingest(source_id, *doc, actor));

@@ -54,9 +54,10 @@ public:
     // Records a valid recipe document as a revision (a new one starts as `candidate`; a new
     // revision of a promoted recipe does not inherit its status).
     Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
-    // Every document of one registry commit in one transaction: the commit lands whole or not at all.
+    // Every document of one registry commit in one transaction: the commit lands whole or not at all,
+    // with the sync that read it (`sync`, as record_sync) when given.
     std::vector<Ingested> ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
-                                           const std::string& actor = "reconciler");
+                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
     Id add_evidence(const EvidenceRow& row);
     Id add_verdict(const VerdictRow& row);
     // Many verdicts in one transaction (the feasibility of a whole registry commit).

@@ -201,12 +201,12 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
         work();
         step_detail_[name] = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
     };
-    timed("ingest_record_sync_ms", [&] {
-        if (source_id > 0 && watch.is_git()) store_.record_sync(source_id, result.report);
-    });
+    // The commit read and the revisions it brought: one transaction, one fsync.
     std::vector<state::Store::Ingested> ingested;
     timed("ingest_revisions_ms", [&] {
-        if (!result.changed_recipes.empty()) ingested = store_.ingest_revisions(source_id, result.changed_recipes);
+        const bool record = source_id > 0 && watch.is_git();
+        if (record || !result.changed_recipes.empty())
+            ingested = store_.ingest_revisions(source_id, result.changed_recipes, "reconciler", record ? &result.report : nullptr);
     });
     std::vector<std::pair<state::Id, const registry::Document*>> created;
     for (std::size_t i = 0; i < ingested.size(); ++i)

@@ -170,6 +170,29 @@ TEST_CASE("the write generation moves with every committed write and only then",
     CHECK(store.write_generation() == after_ingest + 1);
 }
 
+TEST_CASE("a registry commit's sync record and its revisions land in one transaction", "[state]") {
+    TempDir tmp;
+    Store store(tmp / "state.db");
+    const Id source = store.upsert_source("/srv/registry", "main");
+    registry::SyncReport report;
+    report.mode = registry::SyncReport::Mode::incremental;
+    report.commit = std::string(40, 'c');
+    report.added = 2;
+    const auto a = recipe_doc("r1"), b = recipe_doc("r2");
+    const auto before = store.write_generation();
+    const auto ingested = store.ingest_revisions(source, {&a, &b}, "reconciler", &report);
+    CHECK(store.write_generation() == before + 1);
+    CHECK(ingested.size() == 2);
+    Connection raw(tmp / "state.db", OpenMode::read_only);
+    Statement rows(raw, "SELECT commit_id, mode, added FROM source_commits WHERE source_id = ?");
+    rows.bind(1, source);
+    REQUIRE(rows.step());
+    CHECK(rows.text(0) == report.commit);
+    CHECK(rows.text(1) == "incremental");
+    CHECK(rows.integer(2) == 2);
+    CHECK_FALSE(rows.step());
+}
+
 TEST_CASE("only local evidence for every hard gate validates or promotes", "[state][lifecycle]") {
     TempDir tmp;
     Store store(tmp / "state.db");
