@@ -26,12 +26,16 @@
 #include "kernels/cuda/ops.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/weight_matrix.hpp"
+#include "kernel_matrices.hpp"
 
 namespace cuda = anvil::kernels::cuda;
 using anvil::kernels::KvType;
 using anvil::kernels::WeightMatrix;
 using anvil::kernels::WeightType;
 using anvil::kernels::kQ8Group;
+using anvil::test::make_matrix;
+using anvil::test::random_vector;
+using anvil::test::TestMatrix;
 
 namespace {
 
@@ -47,52 +51,6 @@ std::unique_ptr<cuda::Context> device_or_skip() {
     return std::make_unique<cuda::Context>(0);
 }
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float spread = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(-spread, spread);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
-
-// A host matrix of one format and the exact values its bytes stand for.
-struct HostMatrix {
-    WeightMatrix view;
-    std::vector<float> f32;
-    std::vector<uint16_t> bf16;
-    std::vector<int8_t> q8;
-    std::vector<float> scales;
-    std::vector<double> exact;  // [rows][cols]
-};
-
-HostMatrix make_matrix(WeightType type, int rows, int cols, uint32_t seed) {
-    HostMatrix m;
-    const auto values = random_vector(size_t(rows) * cols, seed);
-    m.view = {type, rows, cols, nullptr, nullptr};
-    if (type == WeightType::F32) {
-        m.f32 = values;
-        m.view.data = m.f32.data();
-    } else if (type == WeightType::BF16) {
-        m.bf16.resize(values.size());
-        anvil::kernels::detail::f32_to_bf16_scalar(values.data(), m.bf16.data(), values.size());
-        m.view.data = m.bf16.data();
-    } else {
-        m.q8.resize(values.size());
-        m.scales.resize(values.size() / kQ8Group);
-        for (int r = 0; r < rows; ++r)
-            anvil::kernels::quantize_q8_row(&values[size_t(r) * cols], cols, &m.q8[size_t(r) * cols],
-                                            &m.scales[size_t(r) * cols / kQ8Group]);
-        m.view.data = m.q8.data();
-        m.view.scales = m.scales.data();
-    }
-    m.exact.resize(values.size());
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int r = 0; r < rows; ++r) {
-        anvil::kernels::dequantize_row(m.view, r, row.data());
-        std::copy(row.begin(), row.end(), m.exact.begin() + ptrdiff_t(size_t(r) * cols));
-    }
-    return m;
-}
 
 // "cuda-error <check> <worst error / its bound>" on stdout: tests/device/run.sh tabulates the
 // largest of each check (1 is the bound; a bitwise comparison reports its count of differences).
@@ -137,7 +95,7 @@ TEST_CASE("cuda matmul matches the double-precision reference for every format, 
     const std::vector<Shape> shapes = {{1, 32}, {37, 96}, {256, 1024}, {515, 2080}, {64, 4096}};
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
         for (const Shape& shape : shapes) {
-            const HostMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
+            const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
             const cuda::DeviceWeights w(m.view);
             for (int tokens : {1, 2, 3, 5, 8, 13, 64}) {
                 const auto x = random_vector(size_t(tokens) * shape.cols, uint32_t(tokens * 7 + shape.cols));
@@ -188,11 +146,11 @@ TEST_CASE("cuda matmul matches the double-precision reference for every format, 
 TEST_CASE("cuda matmul refuses shapes and pointers its loads cannot take", "[cuda]") {
     auto context = device_or_skip();
     if (!context) return;
-    const HostMatrix m = make_matrix(WeightType::BF16, 4, 12, 1);  // 12 is not a multiple of 8
+    const TestMatrix m = make_matrix(WeightType::BF16, 4, 12, 1);  // 12 is not a multiple of 8
     const cuda::DeviceWeights w(m.view);
     cuda::DeviceArray<float> x(64), y(64);
     CHECK_THROWS_AS(cuda::matmul(*context, w.view(), x.data(), 1, y.data()), std::invalid_argument);
-    const HostMatrix q = make_matrix(WeightType::Q8, 4, 64, 2);
+    const TestMatrix q = make_matrix(WeightType::Q8, 4, 64, 2);
     const cuda::DeviceWeights wq(q.view);
     CHECK_THROWS_AS(cuda::matmul(*context, wq.view(), x.data(), 1, y.data(), cuda::MatmulPath::Cublas),
                     std::invalid_argument);
@@ -359,7 +317,7 @@ TEST_CASE("cuda silu_mul, add, add_bias and embedding match the CPU operations",
     const std::vector<int32_t> tokens = {0, 5, 999, 5, 512, 1};
     const cuda::DeviceArray<int32_t> dtokens(tokens);
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
-        const HostMatrix table = make_matrix(type, 1000, 96, 26);
+        const TestMatrix table = make_matrix(type, 1000, 96, 26);
         const cuda::DeviceWeights dtable(table.view);
         cuda::DeviceArray<float> dout(tokens.size() * 96);
         cuda::embedding(*context, dtable.view(), dtokens.data(), int(tokens.size()), dout.data());
@@ -551,8 +509,8 @@ TEST_CASE("a cuda graph of products replays what launching them gives, cuBLAS in
     auto context = device_or_skip();
     if (!context) return;
     const int rows = 300, cols = 512, tokens = 16;
-    const HostMatrix bf16 = make_matrix(WeightType::BF16, rows, cols, 51);
-    const HostMatrix q8 = make_matrix(WeightType::Q8, rows, cols, 52);
+    const TestMatrix bf16 = make_matrix(WeightType::BF16, rows, cols, 51);
+    const TestMatrix q8 = make_matrix(WeightType::Q8, rows, cols, 52);
     const cuda::DeviceWeights wb(bf16.view), wq(q8.view);
     const auto x = random_vector(size_t(tokens) * cols, 53);
     const cuda::DeviceArray<float> dx(x);

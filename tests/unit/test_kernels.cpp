@@ -13,8 +13,12 @@
 #include "kernels/cpu_features.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/ops.hpp"
+#include "kernel_matrices.hpp"
 
 using namespace anvil::kernels;
+using anvil::test::make_matrix;
+using anvil::test::random_vector;
+using anvil::test::TestMatrix;
 
 namespace {
 
@@ -25,55 +29,6 @@ std::vector<Isa> available_isas() {
     return isas;
 }
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float spread = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(-spread, spread);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
-
-// A matrix of one type with its exact values as doubles, for the reference product.
-struct TestMatrix {
-    WeightMatrix view;
-    std::vector<float> f32;
-    std::vector<uint16_t> bf16;
-    std::vector<int8_t> q8;
-    std::vector<float> scales;
-    std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
-};
-
-TestMatrix make_matrix(WeightType type, int rows, int cols, uint32_t seed) {
-    TestMatrix m;
-    const auto values = random_vector(size_t(rows) * cols, seed);
-    m.exact.resize(values.size());
-    m.view = {type, rows, cols, nullptr, nullptr};
-    switch (type) {
-        case WeightType::F32:
-            m.f32 = values;
-            m.view.data = m.f32.data();
-            break;
-        case WeightType::BF16:
-            m.bf16.resize(values.size());
-            detail::f32_to_bf16_scalar(values.data(), m.bf16.data(), values.size());
-            m.view.data = m.bf16.data();
-            break;
-        case WeightType::Q8:
-            m.q8.resize(values.size());
-            m.scales.resize(values.size() / kQ8Group);
-            for (int r = 0; r < rows; ++r)
-                quantize_q8_row(&values[size_t(r) * cols], cols, &m.q8[size_t(r) * cols], &m.scales[size_t(r) * cols / kQ8Group]);
-            m.view.data = m.q8.data();
-            m.view.scales = m.scales.data();
-            break;
-    }
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int r = 0; r < rows; ++r) {
-        dequantize_row(m.view, r, row.data());
-        for (int k = 0; k < cols; ++k) m.exact[size_t(r) * cols + k] = row[size_t(k)];
-    }
-    return m;
-}
 
 }  // namespace
 

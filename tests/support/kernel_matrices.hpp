@@ -1,0 +1,67 @@
+// Random inputs for kernel checks: vectors, and weight matrices of every format together with the
+// exact values their bytes stand for (what a kernel must multiply with), shared by the CPU and the
+// CUDA kernel tests so both are checked against the same construction.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/convert.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/weight_matrix.hpp"
+
+namespace anvil::test {
+
+inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float spread = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-spread, spread);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    return v;
+}
+
+// A matrix of one type that owns its bytes; `view` points into them.
+struct TestMatrix {
+    kernels::WeightMatrix view;
+    std::vector<float> f32;
+    std::vector<std::uint16_t> bf16;
+    std::vector<std::int8_t> q8;
+    std::vector<float> scales;
+    std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
+};
+
+inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std::uint32_t seed) {
+    using namespace kernels;
+    TestMatrix m;
+    const auto values = random_vector(std::size_t(rows) * cols, seed);
+    m.exact.resize(values.size());
+    m.view = {type, rows, cols, nullptr, nullptr};
+    switch (type) {
+        case WeightType::F32:
+            m.f32 = values;
+            m.view.data = m.f32.data();
+            break;
+        case WeightType::BF16:
+            m.bf16.resize(values.size());
+            detail::f32_to_bf16_scalar(values.data(), m.bf16.data(), values.size());
+            m.view.data = m.bf16.data();
+            break;
+        case WeightType::Q8:
+            m.q8.resize(values.size());
+            m.scales.resize(values.size() / kQ8Group);
+            for (int r = 0; r < rows; ++r)
+                quantize_q8_row(&values[std::size_t(r) * cols], cols, &m.q8[std::size_t(r) * cols], &m.scales[std::size_t(r) * cols / kQ8Group]);
+            m.view.data = m.q8.data();
+            m.view.scales = m.scales.data();
+            break;
+    }
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+        dequantize_row(m.view, r, row.data());
+        for (int k = 0; k < cols; ++k) m.exact[std::size_t(r) * cols + k] = row[std::size_t(k)];
+    }
+    return m;
+}
+
+}  // namespace anvil::test
