@@ -2,9 +2,13 @@
 // for two fixed GPUs, so the loading and mapping code runs for real on a host without a driver.
 // FAKE_NVML_INIT_ERROR=1 makes nvmlInit_v2 fail as without a kernel module; FAKE_NVML_NO_CC=1
 // makes the compute capability unsupported. Buffers shorter than NVML's documented minimum are
-// refused as NVML refuses them (NVML_ERROR_INSUFFICIENT_SIZE).
+// refused as NVML refuses them (NVML_ERROR_INSUFFICIENT_SIZE). It is declared with the loader's
+// own ABI types: under UBSan's function check a call through a pointer of another signature is an
+// error even where the bytes agree (the real libnvidia-ml, plain C, carries no such check).
 #include <cstdlib>
 #include <cstring>
+
+#include "kernels/gpu/nvml_abi.hpp"
 
 namespace {
 
@@ -32,9 +36,9 @@ bool flag(const char* name) {
     return v && std::strcmp(v, "1") == 0;
 }
 
-const FakeGpu* gpu_of(void* device) {
+const FakeGpu* gpu_of(nvmlDevice_t device) {
     for (const auto& g : kGpus)
-        if (device == &g) return &g;
+        if (reinterpret_cast<const void*>(device) == &g) return &g;
     return nullptr;
 }
 
@@ -43,15 +47,6 @@ int copy(char* out, unsigned int length, unsigned int minimum, const char* text)
     std::strcpy(out, text);
     return kSuccess;
 }
-
-struct Memory {
-    unsigned long long total, free, used;
-};
-struct PciInfo {
-    char busIdLegacy[16];
-    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-    char busId[32];
-};
 
 }  // namespace
 
@@ -99,24 +94,24 @@ int nvmlDeviceGetCount_v2(unsigned int* count) {
     return kSuccess;
 }
 
-int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
     if (sessions == 0) return kUninitialized;
     if (!device || index >= sizeof kGpus / sizeof kGpus[0]) return kInvalidArgument;
-    *device = const_cast<FakeGpu*>(&kGpus[index]);
+    *device = reinterpret_cast<nvmlDevice_t>(const_cast<FakeGpu*>(&kGpus[index]));
     return kSuccess;
 }
 
-int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int length) {
+int nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
     const FakeGpu* g = gpu_of(device);
     return g ? copy(uuid, length, 80, g->uuid) : kInvalidArgument;
 }
 
-int nvmlDeviceGetName(void* device, char* name, unsigned int length) {
+int nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
     const FakeGpu* g = gpu_of(device);
     return g ? copy(name, length, 64, g->name) : kInvalidArgument;
 }
 
-int nvmlDeviceGetCudaComputeCapability(void* device, int* major, int* minor) {
+int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
     const FakeGpu* g = gpu_of(device);
     if (!g || !major || !minor) return kInvalidArgument;
     if (flag("FAKE_NVML_NO_CC")) return kNotSupported;
@@ -125,7 +120,7 @@ int nvmlDeviceGetCudaComputeCapability(void* device, int* major, int* minor) {
     return kSuccess;
 }
 
-int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
     const FakeGpu* g = gpu_of(device);
     if (!g || !memory) return kInvalidArgument;
     memory->total = g->total;
@@ -134,7 +129,7 @@ int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
     return kSuccess;
 }
 
-int nvmlDeviceGetPciInfo_v3(void* device, PciInfo* pci) {
+int nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
     const FakeGpu* g = gpu_of(device);
     if (!g || !pci) return kInvalidArgument;
     std::memset(pci, 0, sizeof *pci);
