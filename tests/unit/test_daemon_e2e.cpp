@@ -456,7 +456,8 @@ TEST_CASE("two engines that cannot run together: qualification waits for the win
     // by side (the embedded engine computes on the CPU whatever the recipe's hardware says).
     json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
     config["inventory"] = {{"gpus", {{{"uuid", "GPU-00000000-0000-0000-0000-000000000001"}, {"name", "test GPU"}, {"memory_mib", 81920}, {"idle_used_mib", 0}}}}};
-    config["promotion"]["exclusive_window"] = clock_in(120) + "-" + clock_in(180);  // not now
+    const std::string later = clock_in(120) + "-" + clock_in(180);  // not now
+    config["promotion"]["exclusive_window"] = later;
     anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
     auto on_gpu = [&](const std::string& id, const std::string& weights) {
         json r = json::parse(embedded_recipe(id, weights, d.digest));
@@ -479,7 +480,7 @@ TEST_CASE("two engines that cannot run together: qualification waits for the win
         return json::object();
     };
     REQUIRE(eventually([&] { return qualification().value("reason", "") == "OutsideExclusiveWindow"; }, 60s));
-    CHECK_THAT(qualification()["message"].get<std::string>(), Catch::Contains("gpu-q8") && Catch::Contains(clock_in(120)));
+    CHECK_THAT(qualification()["message"].get<std::string>(), Catch::Contains("gpu-q8") && Catch::Contains(later));
     std::this_thread::sleep_for(2s);
     CHECK(d.status_of("gpu-q8") == "candidate");
     CHECK(d.serving() == "gpu-f32");
