@@ -186,6 +186,17 @@ Document parse_document(std::string_view bytes, Provenance provenance) {
         if (auto colon = what.rfind(": "); colon != std::string::npos) what = what.substr(colon + 2);
         doc.errors.push_back({"", "a JSON document", "invalid JSON at " + position_of(bytes, e.byte) + " (" + what + ")"});
         return doc;
+    } catch (const json::out_of_range& e) {
+        // A number beyond double's range (1e400) is well-formed JSON that no reader can hold; the
+        // exception carries no byte offset, so the number it quotes is looked up to say where.
+        std::string what = e.what();
+        if (auto bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
+        std::string where;
+        if (auto open = what.find('\''), close = what.rfind('\''); open != std::string::npos && close > open + 1)
+            if (auto at = bytes.find(what.substr(open + 1, close - open - 1)); at != std::string_view::npos)
+                where = " at " + position_of(bytes, at);
+        doc.errors.push_back({"", "a JSON document whose numbers fit a double", "invalid JSON" + where + " (" + what + ")"});
+        return doc;
     }
     if (!doc.raw.is_object()) {
         doc.errors.push_back({"", "a JSON object", render_short(doc.raw)});

@@ -22,7 +22,7 @@ echo "== fuzz the document parsers (${ANVIL_FUZZ_SECONDS:=30} s)"
 corpus=build/asan/fuzz-corpus
 mkdir -p "$corpus"
 cp ../shared/seeds/* "$corpus"/ 2>/dev/null || true
-find ../shared/corpus examples -name '*.json' ! -name '*.schema.json' -exec cp {} "$corpus"/ \; 2>/dev/null || true
+find ../shared/corpus examples tests/fuzz/regressions -name '*.json' ! -name '*.schema.json' -exec cp {} "$corpus"/ \; 2>/dev/null || true
 build/asan/tests/fuzz/fuzz_documents -max_total_time="$ANVIL_FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=0 \
   "$corpus" 2>build/asan/fuzz.log || { tail -50 build/asan/fuzz.log; echo "fuzzing found a crash: see build/asan/fuzz.log"; exit 1; }
 grep -E "^#[0-9]+.*DONE" build/asan/fuzz.log | tail -1 || true

@@ -296,7 +296,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     json root;
     try {
         root = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         throw ConfigError(name + ": not valid JSON: " + e.what());
     }
     if (!root.is_object()) throw ConfigError(name + ": /: expected a JSON object, found " + registry::render_short(root));

@@ -174,7 +174,7 @@ Answer call(const Options& options, const std::string& method, const std::string
     answer.raw = result->body;
     try {
         answer.body = answer.raw.empty() ? json() : json::parse(answer.raw);
-    } catch (const json::parse_error&) {
+    } catch (const json::exception&) {
         if (answer.status < 400)
             throw CommandFailure{2, "anvild at " + options.api.text + " answered " + path + " with something that is not JSON (is --api the REST API, not the serving endpoint?)"};
     }

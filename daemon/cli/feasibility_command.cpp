@@ -46,7 +46,7 @@ reg::Inventory load_inventory(const std::string& path) {
     reg::json doc;
     try {
         doc = reg::json::parse(read_bytes(path));
-    } catch (const reg::json::parse_error& e) {
+    } catch (const reg::json::exception& e) {
         throw std::runtime_error(path + ": not JSON: " + e.what());
     }
     reg::FieldErrors errors;

@@ -148,6 +148,17 @@ TEST_CASE("malformed JSON names the file and the line and column", "[documents][
     CHECK_THAT(line, Catch::StartsWith("recipe/broken.json: ") && Catch::Contains("line 3"));
 }
 
+TEST_CASE("a number beyond a double's range is an error naming where it is, not an exception", "[documents][errors]") {
+    // Found by the fuzzer: well-formed JSON whose number overflows made the parser throw out_of_range.
+    auto doc = parse("{\n  \"schema_version\": \"local-ai-registry/v1\",\n  \"x\": 0.02401641e383556018\n}",
+                     "recipe/overflow.json");
+    REQUIRE(doc.errors.size() == 1);
+    CHECK_FALSE(doc.valid());
+    auto line = doc.error_lines()[0];
+    CHECK_THAT(line, Catch::StartsWith("recipe/overflow.json: ") && Catch::Contains("line 3, column 8") &&
+                         Catch::Contains("number overflow"));
+}
+
 TEST_CASE("an unknown schema or schema_version is one error at that pointer", "[documents][errors]") {
     auto j = seed_json("000_");
     j["schema"] = "anvil-serving.external-priors/v9";
