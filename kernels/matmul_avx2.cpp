@@ -1,11 +1,11 @@
 // AVX2/FMA products, the baseline: 8 lanes, the same tiling as the AVX-512 file.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/matmul.hpp"
+#include "kernels/matmul_tiling.hpp"
 
 // The accumulators must live in registers: fully unroll the loops over the tile's rows and
 // tokens (GCC at -O2 kept them on the stack, a store-to-load chain through every FMA).
@@ -15,9 +15,6 @@ namespace anvil::kernels::detail {
 namespace {
 
 constexpr int kLanes = 8;
-constexpr int kTokenChunk = 64;
-constexpr int kMaxMatrices = kMaxMatmulGroup;
-constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thread does it all
 
 template <WeightType T>
 inline __m256 load_weights(const void* row, int k) {
@@ -59,16 +56,6 @@ inline float horizontal_sum(__m256 v) {
     __m128 sum = _mm_add_ps(low, high);
     high = _mm_movehl_ps(high, sum);
     return _mm_cvtss_f32(_mm_add_ss(sum, high));
-}
-
-inline const void* row_pointer(const WeightMatrix& w, int r) {
-    const size_t offset = size_t(r) * w.cols;
-    switch (w.type) {
-        case WeightType::F32: return static_cast<const float*>(w.data) + offset;
-        case WeightType::BF16: return static_cast<const uint16_t*>(w.data) + offset;
-        case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
-    }
-    return nullptr;
 }
 
 template <WeightType T, int RT, int TT>
@@ -149,57 +136,22 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
 }
 
-// Row tile `rt` of w for tokens c0..c1.
+// The shape run_tiles() asks for.
 template <WeightType T, int RT, int TT>
-void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInput* qx, int c0, int c1, float* y) {
-    const int r0 = rt * RT;
-    if (r0 + RT <= w.rows) {
-        int t = c0;
-        for (; t + TT <= c1; t += TT) tile<T, RT, TT>(w, r0, x, qx, t, y);
-        for (; t < c1; ++t) tile<T, RT, 1>(w, r0, x, qx, t, y);
-    } else {
-        for (int r = r0; r < w.rows; ++r) {
-            int t = c0;
-            for (; t + TT <= c1; t += TT) tile<T, 1, TT>(w, r, x, qx, t, y);
-            for (; t < c1; ++t) tile<T, 1, 1>(w, r, x, qx, t, y);
-        }
+struct Tile {
+    static void run(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* qx, int t0, float* y) {
+        tile<T, RT, TT>(w, r0, x, qx, t0, y);
     }
-}
-
-// Several matrices of one format and width applied to the same input share one parallel region:
-// on a busy machine every region's end waits for its slowest thread.
-template <WeightType T, int RT, int TT>
-void run(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx, int n_tokens) {
-    int first_tile[kMaxMatrices + 1] = {0};
-    double work = 0;
-    for (int m = 0; m < count; ++m) {
-        first_tile[m + 1] = first_tile[m] + (ws[m].rows + RT - 1) / RT;
-        work += double(ws[m].rows) * ws[m].cols * n_tokens;
-    }
-    const int tiles = first_tile[count];
-    // Small products are not worth waking the other threads for.
-#pragma omp parallel if (work >= kParallelWork)
-    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
-        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
-        // Dynamic: a thread the OS preempts does not hold the others up. Chunks are independent,
-        // so no barrier between them.
-#pragma omp for schedule(dynamic, 8) nowait
-        for (int item = 0; item < tiles; ++item) {
-            int m = 0;
-            while (item >= first_tile[m + 1]) ++m;
-            row_tile<T, RT, TT>(ws[m], item - first_tile[m], x, qx, c0, c1, ys[m]);
-        }
-    }
-}
+};
 
 }  // namespace
 
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                  int n_tokens) {
     switch (ws[0].type) {
-        case WeightType::F32: return run<WeightType::F32, 4, 2>(ws, ys, count, x, qx, n_tokens);
-        case WeightType::BF16: return run<WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
-        case WeightType::Q8: return run<WeightType::Q8, 2, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::F32: return run_tiles<Tile, WeightType::F32, 4, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::BF16: return run_tiles<Tile, WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 2, 2>(ws, ys, count, x, qx, n_tokens);
     }
 }
 

@@ -1,0 +1,79 @@
+// The part of the vector products that does not depend on the instruction set: where a row
+// starts, how a row tile walks the tokens, and how the tiles of up to kMaxMatmulGroup matrices are
+// shared out among the OpenMP threads. matmul_avx2.cpp and matmul_avx512.cpp each supply their
+// `Tile<T, RT, TT>::run` and instantiate `run_tiles` with it.
+//
+// Everything here has internal linkage on purpose: each including file is compiled with its own
+// instruction-set flags, and one shared (inline, external) copy chosen by the linker could carry
+// AVX-512 instructions into the AVX2 path.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.hpp"
+
+namespace anvil::kernels::detail {
+namespace {
+
+constexpr int kTokenChunk = 64;            // tokens whose activations stay in L2 while the rows stream by
+constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thread does it all
+
+inline const void* row_pointer(const WeightMatrix& w, int r) {
+    const size_t offset = size_t(r) * w.cols;
+    switch (w.type) {
+        case WeightType::F32: return static_cast<const float*>(w.data) + offset;
+        case WeightType::BF16: return static_cast<const uint16_t*>(w.data) + offset;
+        case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
+    }
+    return nullptr;
+}
+
+// Row tile `rt` of w for tokens c0..c1: whole RT x TT tiles, then the leftover tokens and rows
+// one at a time.
+template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT>
+void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInput* qx, int c0, int c1, float* y) {
+    const int r0 = rt * RT;
+    if (r0 + RT <= w.rows) {
+        int t = c0;
+        for (; t + TT <= c1; t += TT) Tile<T, RT, TT>::run(w, r0, x, qx, t, y);
+        for (; t < c1; ++t) Tile<T, RT, 1>::run(w, r0, x, qx, t, y);
+    } else {
+        for (int r = r0; r < w.rows; ++r) {
+            int t = c0;
+            for (; t + TT <= c1; t += TT) Tile<T, 1, TT>::run(w, r, x, qx, t, y);
+            for (; t < c1; ++t) Tile<T, 1, 1>::run(w, r, x, qx, t, y);
+        }
+    }
+}
+
+// Several matrices of one format and width applied to the same input share one parallel region:
+// on a busy machine every region's end waits for its slowest thread.
+template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT>
+void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+               int n_tokens) {
+    int first_tile[kMaxMatmulGroup + 1] = {0};
+    double work = 0;
+    for (int m = 0; m < count; ++m) {
+        first_tile[m + 1] = first_tile[m] + (ws[m].rows + RT - 1) / RT;
+        work += double(ws[m].rows) * ws[m].cols * n_tokens;
+    }
+    const int tiles = first_tile[count];
+    // Small products are not worth waking the other threads for.
+#pragma omp parallel if (work >= kParallelWork)
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+        // Dynamic: a thread the OS preempts does not hold the others up. Chunks are independent,
+        // so no barrier between them.
+#pragma omp for schedule(dynamic, 8) nowait
+        for (int item = 0; item < tiles; ++item) {
+            int m = 0;
+            while (item >= first_tile[m + 1]) ++m;
+            row_tile<Tile, T, RT, TT>(ws[m], item - first_tile[m], x, qx, c0, c1, ys[m]);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace anvil::kernels::detail
