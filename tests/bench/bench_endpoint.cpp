@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "bench_support.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "test_support.hpp"
 
@@ -118,13 +119,6 @@ std::string cpu_list(const cpu_set_t& set) {
     return out;
 }
 
-std::string load_average() {
-    std::ifstream in("/proc/loadavg");
-    std::string a, b, c;
-    in >> a >> b >> c;
-    return a + " " + b + " " + c;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,7 +174,7 @@ int main(int argc, char** argv) {
     std::printf("bench_endpoint: small model, %d clients, engine batch of %d, %.1f s per phase, %d rounds, Accept-Encoding %s, "
                 "load average before: %s\n",
                 clients, sequences, seconds, rounds, g_accept_encoding.empty() ? "(httplib default)" : g_accept_encoding.c_str(),
-                load_average().c_str());
+                anvil::bench::load_average().c_str());
     if (placed)
         std::printf("  engine on CPUs %s; clients and endpoint on CPUs %s\n", cpu_list(engine_cpus).c_str(), cpu_list(bench_cpus).c_str());
     else
@@ -221,7 +215,7 @@ int main(int argc, char** argv) {
     const auto per_request_us = [](const Phase& p) { return 1e6 * p.cpu_seconds / double(std::max<std::size_t>(p.latencies_ms.size(), 1)); };
     std::printf("  endpoint CPU per request %.1f us (this process per request: %.1f us direct, %.1f us through the endpoint)\n",
                 per_request_us(thr_endpoint) - per_request_us(thr_direct), per_request_us(thr_direct), per_request_us(thr_endpoint));
-    std::printf("  load average after: %s\n", load_average().c_str());
+    std::printf("  load average after: %s\n", anvil::bench::load_average().c_str());
     endpoint.stop();
     engine.kill(SIGTERM);
     engine.wait();

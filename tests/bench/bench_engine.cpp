@@ -24,6 +24,8 @@
 #include "engine/make_model.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/server.hpp"
+#include "bench_bandwidth.hpp"
+#include "bench_support.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/thread_policy.hpp"
 #include "test_support.hpp"
@@ -34,37 +36,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// The 1-minute load average: on a shared machine, the context every figure needs.
-std::string load_average() {
-    std::FILE* f = std::fopen("/proc/loadavg", "r");
-    char text[64] = "?";
-    if (f) {
-        if (!std::fgets(text, sizeof text, f)) text[0] = '?';
-        std::fclose(f);
-    }
-    return std::string(text).substr(0, std::string(text).find(' '));
-}
-
-// Best of several passes summing 1 GiB with every thread: bytes read per second.
-double read_bandwidth() {
-    const size_t words = (size_t(1) << 30) / sizeof(uint64_t);
-    std::vector<uint64_t> buffer(words);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < words; ++i) buffer[i] = i;
-    double best = 0;
-    volatile uint64_t sink = 0;
-    for (int pass = 0; pass < 5; ++pass) {
-        const auto start = Clock::now();
-        uint64_t sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-        for (size_t i = 0; i < words; ++i) sum += buffer[i];
-        const double s = seconds_since(start);
-        sink = sink + sum;
-        best = std::max(best, double(words * sizeof(uint64_t)) / s);
-    }
-    return best;
-}
 
 struct DecodeResult {
     double tokens_per_second;
@@ -204,8 +175,8 @@ int main(int argc, char** argv) {
 
     std::printf("bench_engine: %s kernels, %d threads, load average %s, bench model %d layers x dim %d (ffn %d, vocab %d)\n",
                 anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
-                load_average().c_str(), config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
-    const double bandwidth = read_bandwidth();
+                anvil::bench::load_average().c_str(), config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
+    const double bandwidth = anvil::bench::read_bandwidth();
     std::printf("baseline  memory read bandwidth            %8.2f GB/s\n", bandwidth / 1e9);
 
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
@@ -223,6 +194,6 @@ int main(int argc, char** argv) {
         const double t = served_throughput(model, "bf16", clients, tokens);
         std::printf("served    bf16 %2d concurrent  %7.2f tok/s aggregate (HTTP, continuous batching)\n", clients, t);
     }
-    std::printf("load average at the end %s\n", load_average().c_str());
+    std::printf("load average at the end %s\n", anvil::bench::load_average().c_str());
     return 0;
 }

@@ -12,30 +12,13 @@
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/thread_policy.hpp"
+#include "bench_bandwidth.hpp"
 #include "kernels/matmul.hpp"
 
 using namespace anvil::kernels;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double read_bandwidth() {
-    const size_t words = (size_t(1) << 30) / sizeof(uint64_t);
-    std::vector<uint64_t> buffer(words);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < words; ++i) buffer[i] = i;
-    double best = 0;
-    volatile uint64_t sink = 0;
-    for (int pass = 0; pass < 5; ++pass) {
-        const auto start = Clock::now();
-        uint64_t sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-        for (size_t i = 0; i < words; ++i) sum += buffer[i];
-        sink = sink + sum;
-        best = std::max(best, double(words * 8) / std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    return best;
-}
 
 struct Matrices {
     std::vector<float> f32;
@@ -83,7 +66,7 @@ int main(int, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     const int rows = 2816, cols = 1024;
     std::printf("bench_engine_kernels: %d threads, matrices %d x %d\n", omp_get_max_threads(), rows, cols);
-    const double bandwidth = read_bandwidth();
+    const double bandwidth = anvil::bench::read_bandwidth();
     std::printf("baseline  memory read bandwidth                  %7.2f GB/s\n", bandwidth / 1e9);
     std::vector<Isa> isas = {Isa::Avx2};
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
