@@ -1,13 +1,13 @@
 #include "engine/tokenizer.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <queue>
 #include <stdexcept>
 
 #include "engine/unicode.hpp"
+#include "engine/unicode_nfc.hpp"
 
 namespace anvil::engine {
 
@@ -149,9 +149,18 @@ Tokenizer::Tokenizer(const json& doc, const json& config, const std::string& lab
     }
 
     if (doc.contains("normalizer") && !doc["normalizer"].is_null()) {
-        const json& n = doc["normalizer"];
-        if (n.value("type", std::string()) == "NFC") nfc_ = true;
-        else throw fail("normalizer " + n.value("type", std::string("?")) + " is not supported (NFC is)");
+        // NFC alone, or a Sequence of NFCs (an empty Sequence normalises nothing).
+        std::function<void(const json&)> normalizer = [&](const json& n) {
+            const std::string type = n.is_object() ? n.value("type", std::string("?")) : std::string("?");
+            if (type == "NFC") {
+                nfc_ = true;
+            } else if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
+                for (const auto& inner : n["normalizers"]) normalizer(inner);
+            } else {
+                throw fail("normalizer " + type + " is not supported (NFC is, alone or in a Sequence)");
+            }
+        };
+        normalizer(doc["normalizer"]);
     }
 
     const json pre = doc.value("pre_tokenizer", json());
@@ -282,15 +291,11 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
     if (text.empty()) return;
-    if (nfc_)
-        for (const auto& cp : decode_utf8(text))
-            if (!is_nfc_inert(cp.value))
-                throw std::runtime_error("the text holds characters (U+" + [&] {
-                    char hex[16];
-                    std::snprintf(hex, sizeof hex, "%04X", cp.value);
-                    return std::string(hex);
-                }() + ") that this tokenizer's NFC normalizer would change, which anvil-engine does not do: "
-                      "send NFC-normalised text");
+    std::string normalized;
+    if (nfc_ && !nfc_inert(text)) {
+        normalized = nfc_normalize(text);
+        text = normalized;
+    }
     std::string prefixed;
     if (add_prefix_space_ && text.front() != ' ') {
         prefixed = " " + std::string(text);
