@@ -15,6 +15,7 @@ struct Engine::Active {
     StreamDecoder decoder;
     std::string pending;  // decoded text not yet sent: it may be the start of a stop string
     int generated = 0;
+    int index = 0;  // the request's choice this sequence samples
 };
 
 namespace {
@@ -99,34 +100,49 @@ Engine::~Engine() {
     if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, SamplingParams params) {
+std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, SamplingParams params, int n) {
     if (prompt.empty()) throw InvalidRequest("the prompt is empty");
-    const int n = int(prompt.size());
-    if (n >= options_.max_context)
-        throw InvalidRequest("the prompt has " + std::to_string(n) + " tokens; this server's context is " +
+    const int length = int(prompt.size());
+    if (length >= options_.max_context)
+        throw InvalidRequest("the prompt has " + std::to_string(length) + " tokens; this server's context is " +
                              std::to_string(options_.max_context) + " tokens, leaving no room to generate. Shorten the prompt");
-    if (!scheduler_.fits_ever(n))
+    if (!scheduler_.fits_ever(length))
         throw InvalidRequest("the prompt needs more KV-cache blocks than this server has (" +
                              std::to_string(blocks_.total()) + " of " + std::to_string(blocks_.block_size()) + " tokens)");
     for (int32_t t : prompt)
         if (t < 0 || t >= config_.vocab_size) throw InvalidRequest("token id " + std::to_string(t) + " is outside the vocabulary");
     if (params.max_tokens <= 0) throw InvalidRequest("max_tokens must be at least 1");
+    if (n < 1 || n > options_.max_seqs)
+        throw InvalidRequest("n must be between 1 and " + std::to_string(options_.max_seqs) +
+                             ": this server runs at most that many sequences at once (--max-seqs)");
     auto stream = std::make_shared<RequestStream>([this] {
         cancel_pending_ = true;
         wake_.notify_all();
     });
-    auto active = std::make_unique<Active>(Active{Sequence{}, std::move(params), Rng(0), stream, StreamDecoder(tokenizer_), {}, 0});
-    active->sequence.tokens = std::move(prompt);
-    active->sequence.prompt_tokens = n;
-    // Reserved whole, so that decoding never grows them.
-    active->sequence.tokens.reserve(size_t(options_.max_context));
-    active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1)));
+    // The n sequences of one request, built before the lock and queued together.
+    std::vector<std::unique_ptr<Active>> choices;
+    for (int i = 0; i < n; ++i) {
+        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i});
+        active->sequence.tokens = i + 1 < n ? prompt : std::move(prompt);
+        active->sequence.prompt_tokens = length;
+        // Reserved whole, so that decoding never grows them.
+        active->sequence.tokens.reserve(size_t(options_.max_context));
+        active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1)));
+        choices.push_back(std::move(active));
+    }
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        active->sequence.id = ++next_id_;
-        active->rng = Rng(active->params.seed != 0 ? active->params.seed : options_.seed * 1000003u + next_id_);
-        incoming_.push_back(std::move(active));
-        metrics_.waiting += 1;
+        for (auto& active : choices) {
+            active->sequence.id = ++next_id_;
+            // A client's seed gives choice i its own stream (an odd multiplier, so that no two
+            // choices' splitmix64 seedings overlap); without one each sequence takes the next.
+            const uint64_t seed = active->params.seed != 0
+                                      ? active->params.seed + uint64_t(active->index) * 0xD1B54A32D192ED03ull
+                                      : options_.seed * 1000003u + next_id_;
+            active->rng = Rng(seed);
+            incoming_.push_back(std::move(active));
+            metrics_.waiting += 1;
+        }
     }
     wake_.notify_all();
     return stream;
@@ -147,6 +163,7 @@ void Engine::loop() {
             spdlog::error("engine step failed: {}", e.what());
             for (auto& [id, active] : active_) {
                 StreamEvent event;
+                event.index = active->index;
                 event.done = true;
                 event.finish_reason = "abort";
                 event.error = std::string("the engine failed: ") + e.what();
@@ -158,6 +175,7 @@ void Engine::loop() {
     }
     for (auto& [id, active] : active_) {
         StreamEvent event;
+        event.index = active->index;
         event.done = true;
         event.finish_reason = "abort";
         event.error = "the engine is shutting down";
@@ -193,6 +211,7 @@ void Engine::accept_new() {
 
 void Engine::finish(Active& active, const std::string& reason) {
     StreamEvent event;
+    event.index = active.index;
     event.text = active.pending + active.decoder.finish();
     active.pending.clear();
     event.done = true;
@@ -208,6 +227,7 @@ void Engine::finish(Active& active, const std::string& reason) {
 void Engine::emit_token(Active& active, int32_t token, const float* logits) {
     Sequence& s = active.sequence;
     StreamEvent event;
+    event.index = active.index;
     GeneratedToken generated{token, 0.0f, {}};
     if (active.params.logprobs >= 0) {
         generated.logprob = token_logprob(logits, config_.vocab_size, token);
@@ -244,6 +264,7 @@ void Engine::emit_token(Active& active, int32_t token, const float* logits) {
     }
     // The last token travels with the final event.
     StreamEvent last;
+    last.index = active.index;
     last.tokens = std::move(event.tokens);
     active.stream->push(std::move(last));
     const uint64_t id = s.id;

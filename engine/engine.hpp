@@ -52,9 +52,13 @@ public:
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
-    // Queues a request. Throws InvalidRequest for an empty prompt, a prompt that does not leave
-    // room for one token in the context, or one the KV cache could never hold.
-    std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt, SamplingParams params);
+    // Queues a request for `n` choices: n sequences of the same prompt, sampled independently,
+    // writing into one stream (events carry the choice's index). Choice i's generator is seeded
+    // from the request's seed and i, so a seeded choice is reproducible; choice 0 is what n = 1
+    // gives. Each sequence computes the prompt itself: there is no prefix sharing between them.
+    // Throws InvalidRequest for an empty prompt, a prompt that does not leave room for one token
+    // in the context, one the KV cache could never hold, or n outside 1..max_seqs.
+    std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt, SamplingParams params, int n = 1);
 
     const ModelConfig& config() const { return config_; }
     const Tokenizer& tokenizer() const { return tokenizer_; }

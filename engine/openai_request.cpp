@@ -43,7 +43,7 @@ void common(const json& body, ParsedRequest& r) {
     if (auto k = integer(body, "top_k", -1, 1 << 30)) r.params.top_k = int(std::max<long long>(*k, 0));
     if (auto seed = integer(body, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()))
         r.params.seed = uint64_t(*seed) | (uint64_t(1) << 63);  // any client seed, 0 included, differs from "none"
-    if (auto n = integer(body, "n", 1, 1 << 30); n && *n != 1) bad("n", "must be 1: this server returns one choice");
+    if (auto n = integer(body, "n", 1, 128)) r.n = int(*n);
     r.stream = boolean(body, "stream");
     r.params.ignore_eos = boolean(body, "ignore_eos");
     if (body.contains("stream_options") && body["stream_options"].is_object())
@@ -72,7 +72,10 @@ ParsedRequest parse_completion_request(const json& body) {
     common(body, r);
     if (auto m = integer(body, "max_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
     if (auto l = integer(body, "logprobs", 0, 20)) r.params.logprobs = int(*l);
-    if (boolean(body, "echo")) bad("echo", "is not supported");
+    r.echo = boolean(body, "echo");
+    if (r.echo && r.params.logprobs >= 0)
+        bad("echo", "together with logprobs is not supported: anvil-engine does not compute the prompt tokens' "
+                    "logprobs. Ask for echo or for logprobs, not both");
     if (!body.contains("prompt")) bad("prompt", "is required");
     const json& prompt = body["prompt"];
     if (prompt.is_string()) {

@@ -18,6 +18,8 @@ struct ParsedRequest {
     bool max_tokens_given = false;
     bool stream = false;
     bool include_usage = false;
+    int n = 1;                           // choices to generate; the engine bounds it by its max_seqs
+    bool echo = false;                   // completions: the prompt goes before each choice's text
     std::string model;                   // as the client named it; empty when absent
     std::optional<std::string> prompt;   // completions: text
     std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text

@@ -1,5 +1,7 @@
 // The channel between one HTTP request and the engine thread: the engine pushes what each step
 // produced, the HTTP thread pops it; either side can end it (finish, or cancel on disconnect).
+// A request for n choices has n sequences writing into one stream, each event tagged with its
+// choice's index; each choice ends with its own done event.
 #pragma once
 
 #include <atomic>
@@ -24,6 +26,7 @@ struct GeneratedToken {
 };
 
 struct StreamEvent {
+    int index = 0;                       // which of the request's n choices it belongs to
     std::string text;                    // new text, complete UTF-8, stop strings held back
     std::vector<GeneratedToken> tokens;  // the tokens this event covers
     bool done = false;

@@ -46,26 +46,44 @@ json token_bytes_json(const std::string& bytes) {
 
 enum class Api { Completions, Chat };
 
-// Accumulates a request's events into OpenAI's shapes, for one body or for SSE chunks.
+// Accumulates a request's events into OpenAI's shapes, for one body or for SSE chunks; one
+// Choice per sequence of the request (n of them), each with its own text and logprobs.
 struct Reply {
-    Reply(Api api_, const Engine& engine_, std::string id_, std::string model_, int64_t created_, bool want_logprobs_)
-        : api(api_), engine(engine_), id(std::move(id_)), model(std::move(model_)), created(created_), want_logprobs(want_logprobs_) {}
+    Reply(Api api_, const Engine& engine_, std::string id_, std::string model_, int64_t created_, bool want_logprobs_,
+          int n, std::string echo_)
+        : api(api_), engine(engine_), id(std::move(id_)), model(std::move(model_)), created(created_),
+          want_logprobs(want_logprobs_), echo(std::move(echo_)), choices(size_t(n)) {}
+
+    struct Choice {
+        std::string text;
+        std::string finish_reason;
+        int completion_tokens = 0;
+        bool done = false;
+        bool first = true;  // no chunk of it sent yet: the chat role and the echoed prompt go first
+        json chat_logprobs = json::array();
+        json completion_logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                    {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        size_t text_offset = 0;
+    };
 
     Api api;
     const Engine& engine;
     std::string id, model;
     int64_t created;
     bool want_logprobs;
-    std::string text;
-    std::string finish_reason;
-    int prompt_tokens = 0, completion_tokens = 0;
-    json chat_logprobs = json::array();
-    json completion_logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                                {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-    size_t text_offset = 0;
+    std::string echo;  // completions with echo: the prompt, put before each choice's text
+    std::vector<Choice> choices;
+    int prompt_tokens = 0;
+    size_t done = 0;
+
+    bool all_done() const { return done == choices.size(); }
+    Choice& choice_of(const StreamEvent& e) {
+        if (e.index < 0 || size_t(e.index) >= choices.size()) throw std::logic_error("an event for a choice not asked for");
+        return choices[size_t(e.index)];
+    }
 
     // The logprobs of an event's tokens in the API's shape.
-    json logprobs_of(const StreamEvent& e) {
+    json logprobs_of(const StreamEvent& e, Choice& c) {
         const Tokenizer& tok = engine.tokenizer();
         if (api == Api::Chat) {
             json content = json::array();
@@ -91,70 +109,94 @@ struct Reply {
             json top = json::object();
             for (const auto& alt : t.top) top[sanitize_utf8(tok.token_bytes(alt.token))] = alt.logprob;
             out["top_logprobs"].push_back(top);
-            out["text_offset"].push_back(text_offset);
-            text_offset += piece.size();
+            out["text_offset"].push_back(c.text_offset);
+            c.text_offset += piece.size();
         }
         return out;
     }
 
-    void absorb(const StreamEvent& e) {
-        text += e.text;
+    // Records the event; returns its logprobs (null when none) for a stream chunk.
+    json absorb(const StreamEvent& e) {
+        Choice& c = choice_of(e);
+        c.text += e.text;
+        json l;
         if (want_logprobs && !e.tokens.empty()) {
-            json l = logprobs_of(e);
+            l = logprobs_of(e, c);
             if (api == Api::Chat) {
-                for (auto& c : l["content"]) chat_logprobs.push_back(c);
+                for (auto& x : l["content"]) c.chat_logprobs.push_back(x);
             } else {
                 for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-                    for (auto& v : l[key]) completion_logprobs[key].push_back(v);
+                    for (auto& v : l[key]) c.completion_logprobs[key].push_back(v);
             }
         }
-        if (e.done) {
-            finish_reason = e.finish_reason;
+        if (e.done && !c.done) {
+            c.done = true;
+            ++done;
+            c.finish_reason = e.finish_reason;
+            c.completion_tokens = e.completion_tokens;
             prompt_tokens = e.prompt_tokens;
-            completion_tokens = e.completion_tokens;
         }
+        return l;
     }
 
     json usage() const {
-        return {{"prompt_tokens", prompt_tokens},
-                {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}};
+        int completion = 0;
+        for (const auto& c : choices) completion += c.completion_tokens;
+        return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens + completion}};
     }
 
     json body() const {
-        json choice = {{"index", 0}, {"finish_reason", finish_reason}};
-        if (api == Api::Chat) {
-            choice["message"] = {{"role", "assistant"}, {"content", text}};
-            choice["logprobs"] = want_logprobs ? json{{"content", chat_logprobs}} : json();
-        } else {
-            choice["text"] = text;
-            choice["logprobs"] = want_logprobs ? completion_logprobs : json();
+        json list = json::array();
+        for (size_t i = 0; i < choices.size(); ++i) {
+            const Choice& c = choices[i];
+            json choice = {{"index", i}, {"finish_reason", c.finish_reason}};
+            if (api == Api::Chat) {
+                choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+                choice["logprobs"] = want_logprobs ? json{{"content", c.chat_logprobs}} : json();
+            } else {
+                choice["text"] = echo + c.text;
+                choice["logprobs"] = want_logprobs ? c.completion_logprobs : json();
+            }
+            list.push_back(std::move(choice));
         }
         return {{"id", id},
                 {"object", api == Api::Chat ? "chat.completion" : "text_completion"},
                 {"created", created},
                 {"model", model},
-                {"choices", json::array({choice})},
+                {"choices", list},
                 {"usage", usage()}};
     }
 
-    // One SSE chunk for an event (the first chat chunk also carries the role).
-    json chunk(const StreamEvent& e, bool first) {
-        json choice = {{"index", 0}, {"finish_reason", e.done ? json(e.finish_reason) : json()}};
+    // One SSE chunk for an absorbed event (a choice's first chat chunk also carries the role,
+    // its first completion chunk the echoed prompt).
+    json chunk(const StreamEvent& e, json logprobs) {
+        Choice& c = choice_of(e);
+        json choice = {{"index", e.index}, {"finish_reason", e.done ? json(e.finish_reason) : json()}};
         if (api == Api::Chat) {
             json delta = json::object();
-            if (first) delta["role"] = "assistant";
-            if (!e.text.empty() || !first) delta["content"] = e.text;
+            if (c.first) delta["role"] = "assistant";
+            if (!e.text.empty() || !c.first) delta["content"] = e.text;
             choice["delta"] = delta;
         } else {
-            choice["text"] = e.text;
+            choice["text"] = c.first ? echo + e.text : e.text;
         }
-        choice["logprobs"] = want_logprobs && !e.tokens.empty() ? logprobs_of(e) : json();
+        c.first = false;
+        choice["logprobs"] = std::move(logprobs);
         return {{"id", id},
                 {"object", api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array({choice})}};
+    }
+
+    // The last chunk when the client asked for usage: no choices.
+    json usage_chunk() const {
+        return {{"id", id},
+                {"object", api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array()},
+                {"usage", usage()}};
     }
 };
 
@@ -292,10 +334,16 @@ void Server::routes() {
             }
             const int room = engine.options().max_context - int(prompt.size());
             if (!parsed.max_tokens_given && api == Api::Chat) parsed.params.max_tokens = std::max(room, 1);
-            auto stream = engine.submit(std::move(prompt), parsed.params);
+            // echo: the prompt as the client wrote it, or its tokens' text.
+            std::string echo;
+            if (parsed.echo)
+                echo = parsed.prompt ? *parsed.prompt : sanitize_utf8(engine.tokenizer().decode(prompt, false));
+            const bool want_logprobs = parsed.params.logprobs >= 0;
+            auto stream = engine.submit(std::move(prompt), parsed.params, parsed.n);
 
             auto state = std::make_shared<Reply>(api, engine, request_id(api == Api::Chat ? "chatcmpl" : "cmpl"),
-                                                 options_.served_model_name, now_seconds(), parsed.params.logprobs >= 0);
+                                                 options_.served_model_name, now_seconds(), want_logprobs, parsed.n,
+                                                 std::move(echo));
             Metrics* metrics = &engine.metrics();
             auto finished = std::make_shared<bool>(false);
             auto on_release = [stream, finished, metrics](bool) {
@@ -303,11 +351,10 @@ void Server::routes() {
                 else metrics->requests_ok += 1;
             };
             if (parsed.stream) {
-                auto first = std::make_shared<bool>(true);
                 const bool include_usage = parsed.include_usage;
                 res.set_chunked_content_provider(
                     "text/event-stream",
-                    [stream, state, first, finished, include_usage](size_t, httplib::DataSink& sink) {
+                    [stream, state, finished, include_usage](size_t, httplib::DataSink& sink) {
                         auto event = stream->pop(kPoll);
                         if (!event) return sink.is_writable();
                         if (!event->error.empty()) {
@@ -317,19 +364,18 @@ void Server::routes() {
                             sink.done();
                             return true;
                         }
-                        state->absorb(*event);
-                        if (event->text.empty() && !event->done && !state->want_logprobs) return true;
-                        std::string data = "data: " + state->chunk(*event, *first).dump() + "\n\n";
-                        *first = false;
-                        if (event->done) {
-                            if (include_usage)
-                                data += "data: " + json{{"id", state->id}, {"object", "chat.completion.chunk"},
-                                                        {"created", state->created}, {"model", state->model},
-                                                        {"choices", json::array()}, {"usage", state->usage()}}.dump() + "\n\n";
+                        json logprobs = state->absorb(*event);
+                        if (event->text.empty() && !event->done && logprobs.is_null() &&
+                            !(state->choices[size_t(event->index)].first && !state->echo.empty()))
+                            return true;
+                        std::string data = "data: " + state->chunk(*event, std::move(logprobs)).dump() + "\n\n";
+                        const bool last = state->all_done();
+                        if (last) {
+                            if (include_usage) data += "data: " + state->usage_chunk().dump() + "\n\n";
                             data += "data: [DONE]\n\n";
                         }
                         if (!sink.write(data.data(), data.size())) return false;
-                        if (event->done) {
+                        if (last) {
                             *finished = true;
                             sink.done();
                         }
@@ -348,7 +394,7 @@ void Server::routes() {
                                 data = json{{"error", {{"message", event->error}, {"type", "server_error"}}}}.dump();
                             } else {
                                 state->absorb(*event);
-                                if (event->done) data = state->body().dump();
+                                if (state->all_done()) data = state->body().dump();
                             }
                             if (!data.empty()) {
                                 if (!sink.write(data.data(), data.size())) return false;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -284,8 +285,8 @@ TEST_CASE("bad requests get OpenAI-shaped errors and long prompts are refused, n
                Catch::Contains("messages"));
     CHECK_THAT(served.post("/v1/completions", {{"prompt", "hi"}, {"temperature", 5}}, 400)["error"]["message"].get<std::string>(),
                Catch::Contains("temperature"));
-    CHECK_THAT(served.post("/v1/completions", {{"prompt", "hi"}, {"n", 2}}, 400)["error"]["message"].get<std::string>(),
-               Catch::Contains("n must be 1"));
+    CHECK_THAT(served.post("/v1/completions", {{"prompt", "hi"}, {"n", 5}}, 400)["error"]["message"].get<std::string>(),
+               Catch::Contains("n must be between 1 and 4"));
     CHECK_THAT(served.post("/v1/completions", {{"prompt", "hi"}, {"model", "other"}}, 404)["error"]["message"].get<std::string>(),
                Catch::Contains("does not exist"));
     std::string long_prompt;
@@ -293,6 +294,123 @@ TEST_CASE("bad requests get OpenAI-shaped errors and long prompts are refused, n
     const json refused = served.post("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 1}}, 400);
     CHECK_THAT(refused["error"]["message"].get<std::string>(), Catch::Contains("context is 256 tokens"));
     CHECK(served.metrics_values()["anvil_engine_requests_total.rejected"] == 6);
+}
+
+// Each choice's text by index, from a whole response's choices or a stream's chunks.
+static std::map<int, std::string> texts_by_index(const json& choices) {
+    std::map<int, std::string> out;
+    for (const auto& c : choices) {
+        const int i = c["index"];
+        if (c.contains("message")) out[i] += c["message"]["content"].get<std::string>();
+        else if (c.contains("delta")) out[i] += c["delta"].value("content", "");
+        else out[i] += c["text"].get<std::string>();
+    }
+    return out;
+}
+
+TEST_CASE("n choices: indexed, identical when greedy, each reproducible with a seed, usage counts them all", "[server]") {
+    ServedModel served;
+    const json one = served.post("/v1/completions", {{"prompt", "The quick brown"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}});
+    const json three = served.post("/v1/completions", {{"prompt", "The quick brown"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}, {"n", 3}});
+    REQUIRE(three["choices"].size() == 3);
+    for (int i = 0; i < 3; ++i) {
+        CHECK(three["choices"][i]["index"] == i);
+        CHECK(three["choices"][i]["text"] == text_of(one));
+        CHECK(three["choices"][i]["finish_reason"] == "length");
+    }
+    CHECK(three["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]);
+    CHECK(three["usage"]["completion_tokens"] == 18);
+    CHECK(three["usage"]["total_tokens"] == one["usage"]["prompt_tokens"].get<int>() + 18);
+
+    json sampled = {{"prompt", "Hello"}, {"max_tokens", 16}, {"temperature", 1.0}, {"seed", 7}, {"ignore_eos", true}};
+    const std::string alone = text_of(served.post("/v1/completions", sampled));
+    sampled["n"] = 3;
+    const auto first = texts_by_index(served.post("/v1/completions", sampled)["choices"]);
+    const auto again = texts_by_index(served.post("/v1/completions", sampled)["choices"]);
+    REQUIRE(first.size() == 3);
+    CHECK(first == again);          // every choice repeats with the seed
+    CHECK(first.at(0) == alone);    // choice 0 is what n = 1 gives
+    CHECK(first.at(0) != first.at(1));  // the others are sampled independently
+    CHECK(first.at(1) != first.at(2));
+
+    const json chats = served.post("/v1/chat/completions", chat("Hi", 5, {{"ignore_eos", true}, {"n", 2}, {"logprobs", true}}));
+    REQUIRE(chats["choices"].size() == 2);
+    CHECK(chats["choices"][0]["message"] == chats["choices"][1]["message"]);
+    CHECK(chats["choices"][1]["logprobs"]["content"].size() == 5);
+    CHECK(chats["usage"]["completion_tokens"] == 10);
+    CHECK_THAT(served.post("/v1/completions", {{"prompt", "hi"}, {"n", 0}}, 400)["error"]["message"].get<std::string>(),
+               Catch::Contains("n must be between 1 and 128"));
+}
+
+TEST_CASE("n choices stream as chunks tagged with their index, then usage for all and [DONE]", "[server]") {
+    ServedModel served;
+    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+        INFO(path);
+        const bool is_chat = std::string(path) == "/v1/chat/completions";
+        json body = is_chat ? chat("Tell me about the sea", 8, {{"ignore_eos", true}, {"n", 3}, {"temperature", 0.8}, {"seed", 11}})
+                            : json{{"prompt", "Tell me about the sea"}, {"max_tokens", 8}, {"ignore_eos", true}, {"n", 3},
+                                   {"temperature", 0.8}, {"seed", 11}};
+        const json whole = served.post(path, body);
+        body["stream"] = true;
+        body["stream_options"] = {{"include_usage", true}};
+        auto res = served.client().Post(path, body.dump(), "application/json");
+        REQUIRE(res);
+        REQUIRE(res->status == 200);
+        const auto events = sse_events(res->body);
+        REQUIRE(events.size() >= 5);
+        CHECK(events.back() == "[DONE]");
+        json chunks = json::array();
+        std::map<int, int> finishes, roles;
+        for (size_t i = 0; i + 2 < events.size(); ++i) {
+            const json chunk = json::parse(events[i]);
+            REQUIRE(chunk["choices"].size() == 1);
+            const json& c = chunk["choices"][0];
+            const int index = c["index"];
+            if (is_chat && c["delta"].contains("role")) roles[index] += 1;
+            if (!c["finish_reason"].is_null()) finishes[index] += 1;
+            chunks.push_back(c);
+        }
+        CHECK(finishes == std::map<int, int>{{0, 1}, {1, 1}, {2, 1}});
+        if (is_chat) CHECK(roles == std::map<int, int>{{0, 1}, {1, 1}, {2, 1}});
+        CHECK(texts_by_index(chunks) == texts_by_index(whole["choices"]));
+        const json usage = json::parse(events[events.size() - 2]);
+        CHECK(usage["choices"].empty());
+        CHECK(usage["usage"] == whole["usage"]);
+        CHECK(usage["usage"]["completion_tokens"] == 24);
+    }
+}
+
+TEST_CASE("echo puts the prompt before the completion, whole and streamed; echo with logprobs is refused", "[server]") {
+    ServedModel served;
+    const json plain = {{"prompt", "The quick brown"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}};
+    const std::string completion = text_of(served.post("/v1/completions", plain));
+    json echoed = plain;
+    echoed["echo"] = true;
+    const json reply = served.post("/v1/completions", echoed);
+    CHECK(text_of(reply) == "The quick brown" + completion);
+    CHECK(reply["usage"]["completion_tokens"] == 5);
+
+    // Token ids are echoed as their text.
+    const json ids = served.post("/tokenize", {{"prompt", "The quick brown"}, {"add_special_tokens", false}});
+    echoed["prompt"] = ids["tokens"];
+    CHECK(text_of(served.post("/v1/completions", echoed)) == "The quick brown" + text_of(served.post("/v1/completions", {{"prompt", ids["tokens"]}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}})));
+
+    echoed["prompt"] = "The quick brown";
+    echoed["n"] = 2;
+    for (const auto& c : served.post("/v1/completions", echoed)["choices"]) CHECK(c["text"] == "The quick brown" + completion);
+
+    echoed["stream"] = true;
+    auto res = served.client().Post("/v1/completions", echoed.dump(), "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    const auto events = sse_events(res->body);
+    REQUIRE(events.size() >= 3);
+    json chunks = json::array();
+    for (size_t i = 0; i + 1 < events.size(); ++i) chunks.push_back(json::parse(events[i])["choices"][0]);
+    CHECK(texts_by_index(chunks) == std::map<int, std::string>{{0, "The quick brown" + completion}, {1, "The quick brown" + completion}});
+
+    const json refused = served.post("/v1/completions", {{"prompt", "hi"}, {"echo", true}, {"logprobs", 1}}, 400);
+    CHECK_THAT(refused["error"]["message"].get<std::string>(), Catch::Contains("echo together with logprobs is not supported"));
 }
 
 TEST_CASE("a client that disconnects frees its sequence and KV blocks", "[server]") {
