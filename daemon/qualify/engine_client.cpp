@@ -127,14 +127,17 @@ bool carries_content(const std::string& payload) {
 
 }  // namespace
 
+bool EngineClient::called_off(Exchange& x) const {
+    if (!cancelled()) return false;
+    x.error = "cancelled";
+    journal_.record(x);
+    return true;
+}
+
 Exchange EngineClient::get(const std::string& label, const std::string& path) const {
     Exchange x;
     x.label = label, x.method = "GET", x.path = path;
-    if (cancelled()) {
-        x.error = "cancelled";
-        journal_.record(x);
-        return x;
-    }
+    if (called_off(x)) return x;
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
     x.started = journal_.elapsed();
@@ -154,11 +157,7 @@ Exchange EngineClient::post(const std::string& label, const std::string& path, c
     Exchange x;
     x.label = label, x.method = "POST", x.path = path, x.request = body;
     x.streamed = body.is_object() && body.value("stream", false);
-    if (cancelled()) {
-        x.error = "cancelled";
-        journal_.record(x);
-        return x;
-    }
+    if (called_off(x)) return x;
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
 

@@ -77,6 +77,8 @@ private:
     const std::atomic<bool>* cancelled_;
 
     bool cancelled() const { return cancelled_ && cancelled_->load(); }
+    // True (and the exchange recorded as "cancelled", never sent) when the caller is stopping.
+    bool called_off(Exchange& x) const;
 };
 
 // Helpers over OpenAI-shaped replies (chat or text completion, whole or as chunks).
