@@ -40,6 +40,15 @@ build/asan/tests/fuzz/fuzz_documents "${fuzz_budget[@]}" -rss_limit_mb=2048 -pri
   "$corpus" 2>build/asan/fuzz.log || { tail -50 build/asan/fuzz.log; echo "fuzzing found a crash: see build/asan/fuzz.log"; exit 1; }
 grep -E "^#[0-9]+.*DONE" build/asan/fuzz.log | tail -1 || true
 
+echo "== fuzz the safetensors header check"
+corpus=build/asan/fuzz-corpus-safetensors
+rm -rf "$corpus"
+mkdir -p "$corpus"
+cp tests/fuzz/seeds/*.safetensors "$corpus"/
+cp tests/fuzz/regressions/*.safetensors "$corpus"/ 2>/dev/null || true
+build/asan/tests/fuzz/fuzz_safetensors "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 \
+  "$corpus" 2>build/asan/fuzz-safetensors.log || { tail -50 build/asan/fuzz-safetensors.log; echo "fuzzing found a crash: see build/asan/fuzz-safetensors.log"; exit 1; }
+
 echo "== tests (clang, sanitizers)"
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
