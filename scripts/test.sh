@@ -46,7 +46,7 @@ rm -rf "$corpus"
 mkdir -p "$corpus"
 cp tests/fuzz/seeds/*.safetensors "$corpus"/
 cp tests/fuzz/regressions/*.safetensors "$corpus"/ 2>/dev/null || true
-build/asan/tests/fuzz/fuzz_safetensors "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 \
+build/asan/engine/fuzz_safetensors "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 \
   "$corpus" 2>build/asan/fuzz-safetensors.log || { tail -50 build/asan/fuzz-safetensors.log; echo "fuzzing found a crash: see build/asan/fuzz-safetensors.log"; exit 1; }
 
 echo "== tests (clang, sanitizers)"
