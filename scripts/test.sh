@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: installs the Debian packages, builds with gcc and runs the suite,
 # builds with clang + AddressSanitizer + UBSan (+ libFuzzer targets) and runs the suite again,
-# then a short fuzz run over the document parsers. Exit status is non-zero if anything fails.
+# then short, reproducible fuzz runs (registry documents, safetensors headers, NFC). Exit status is
+# non-zero if anything fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,34 +21,35 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=cl
   -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DANVIL_BENCH=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
 
-# By default a reproducible run: a fixed seed and a fixed number of inputs, so the same tree always
-# gives the same verdict (a time limit with a random seed made CI fail on whatever a run happened to
-# find). ANVIL_FUZZ_SECONDS=N explores for N seconds with a random seed instead; keep every crash it
-# finds, once fixed, in tests/fuzz/regressions, which seeds the corpus of every run.
+# Each fuzz target gets a fresh corpus of its seed files and runs, by default, reproducibly: a fixed
+# seed and a fixed number of inputs, so the same tree always gives the same verdict (a time limit
+# with a random seed made CI fail on whatever a run happened to find). ANVIL_FUZZ_SECONDS=N explores
+# for N seconds per target with a random seed instead; keep every crash it finds, once fixed, in
+# tests/fuzz/regressions, which seeds every run.
 if [[ -n "${ANVIL_FUZZ_SECONDS:-}" ]]; then
   fuzz_budget=(-max_total_time="$ANVIL_FUZZ_SECONDS")
-  echo "== fuzz the document parsers ($ANVIL_FUZZ_SECONDS s, random seed)"
+  fuzz_how="$ANVIL_FUZZ_SECONDS s each, random seed"
 else
   fuzz_budget=(-seed="${ANVIL_FUZZ_SEED:-1}" -runs="${ANVIL_FUZZ_RUNS:-15000}" -max_total_time=600)
-  echo "== fuzz the document parsers (${ANVIL_FUZZ_RUNS:-15000} inputs, seed ${ANVIL_FUZZ_SEED:-1})"
+  fuzz_how="${ANVIL_FUZZ_RUNS:-15000} inputs each, seed ${ANVIL_FUZZ_SEED:-1}"
 fi
-corpus=build/asan/fuzz-corpus
-rm -rf "$corpus"
-mkdir -p "$corpus"
-cp ../shared/seeds/* "$corpus"/ 2>/dev/null || true
-find ../shared/corpus examples tests/fuzz/regressions -name '*.json' ! -name '*.schema.json' -exec cp {} "$corpus"/ \; 2>/dev/null || true
-build/asan/tests/fuzz/fuzz_documents "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 \
-  "$corpus" 2>build/asan/fuzz.log || { tail -50 build/asan/fuzz.log; echo "fuzzing found a crash: see build/asan/fuzz.log"; exit 1; }
-grep -E "^#[0-9]+.*DONE" build/asan/fuzz.log | tail -1 || true
-
-echo "== fuzz the safetensors header check"
-corpus=build/asan/fuzz-corpus-safetensors
-rm -rf "$corpus"
-mkdir -p "$corpus"
-cp tests/fuzz/seeds/*.safetensors "$corpus"/
-cp tests/fuzz/regressions/*.safetensors "$corpus"/ 2>/dev/null || true
-build/asan/engine/fuzz_safetensors "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 \
-  "$corpus" 2>build/asan/fuzz-safetensors.log || { tail -50 build/asan/fuzz-safetensors.log; echo "fuzzing found a crash: see build/asan/fuzz-safetensors.log"; exit 1; }
+# fuzz NAME BINARY SEED-FILE...: runs BINARY over a corpus of the seed files.
+fuzz() {
+  local name=$1 binary=$2 corpus=build/asan/fuzz-corpus-$1
+  shift 2
+  rm -rf "$corpus"
+  mkdir -p "$corpus"
+  [[ $# -gt 0 ]] && cp "$@" "$corpus"/
+  "$binary" "${fuzz_budget[@]}" -rss_limit_mb=2048 -print_final_stats=0 "$corpus" 2>"build/asan/fuzz-$name.log" ||
+    { tail -50 "build/asan/fuzz-$name.log"; echo "fuzzing $name found a crash: see build/asan/fuzz-$name.log"; exit 1; }
+  echo "   $name: $(grep -Ec '^#[0-9]+.*NEW' "build/asan/fuzz-$name.log") new inputs kept, no crash"
+}
+echo "== fuzz ($fuzz_how): documents, safetensors headers, NFC"
+mapfile -t document_seeds < <(find ../shared/seeds ../shared/corpus examples tests/fuzz/regressions -type f \
+  \( -path '../shared/seeds/*' -o -name '*.json' \) ! -name '*.schema.json' 2>/dev/null)
+fuzz documents build/asan/tests/fuzz/fuzz_documents "${document_seeds[@]}"
+fuzz safetensors build/asan/engine/fuzz_safetensors tests/fuzz/seeds/*.safetensors $(compgen -G 'tests/fuzz/regressions/*.safetensors' || true)
+fuzz nfc build/asan/tests/fuzz/fuzz_nfc tests/fuzz/seeds/*.nfc.txt $(compgen -G 'tests/fuzz/regressions/*.nfc.txt' || true)
 
 echo "== tests (clang, sanitizers)"
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
