@@ -84,13 +84,34 @@ uint8_t canonical_combining_class(uint32_t cp) {
 }
 
 bool nfc_inert(std::string_view text) {
-    // Lead bytes below 0xCC start characters below U+0300, which NFC never touches.
-    size_t i = 0;
-    while (i < text.size() && uint8_t(text[i]) < 0xCC) ++i;
-    if (i == text.size()) return true;
-    // text[i] starts a character (continuation bytes are below 0xCC) or is an invalid byte.
-    for (const Codepoint& cp : decode_utf8(text.substr(i)))
-        if (!is_nfc_inert(cp.value)) return false;
+    // Lead bytes below 0xCC start characters below U+0300, which NFC never touches; from the
+    // first other byte on, each character is decoded in place (an invalid byte stays as it is).
+    for (size_t i = 0; i < text.size();) {
+        const uint8_t lead = uint8_t(text[i]);
+        if (lead < 0xCC) {
+            ++i;
+            continue;
+        }
+        const size_t length = lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF5 ? 4 : 0;
+        if (length == 0 || i + length > text.size()) {
+            ++i;
+            continue;
+        }
+        uint32_t cp = lead & (0x7F >> length);
+        bool valid = true;
+        for (size_t k = 1; k < length; ++k) {
+            const uint8_t b = uint8_t(text[i + k]);
+            valid = valid && (b & 0xC0) == 0x80;
+            cp = (cp << 6) | (b & 0x3F);
+        }
+        if (!valid) {
+            ++i;
+            continue;
+        }
+        // Overlong or surrogate forms are invalid bytes too, and inert; real characters are checked.
+        if (!is_nfc_inert(cp)) return false;
+        i += length;
+    }
     return true;
 }
 
