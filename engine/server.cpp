@@ -330,7 +330,7 @@ void Server::routes() {
             } catch (const std::invalid_argument& e) {
                 throw InvalidRequest(e.what());
             } catch (const std::runtime_error& e) {
-                throw InvalidRequest(e.what());  // e.g. text the tokenizer's normaliser refuses
+                throw InvalidRequest(e.what());  // what the chat template or tokenizer refuses
             }
             const int room = engine.options().max_context - int(prompt.size());
             if (!parsed.max_tokens_given && api == Api::Chat) parsed.params.max_tokens = std::max(room, 1);
