@@ -205,6 +205,14 @@ void read_launch(const Node& root, JsonReader& reader, Recipe& r, bool anvil_sch
     l.ipc = reader.string(launch, "ipc", Presence::optional);
     l.shm_size = reader.string(launch, "shm_size", Presence::optional);
     l.accelerator_backend = reader.string(launch, "accelerator_backend", Presence::optional);
+    if (launch.child("ready_timeout_seconds").present()) {
+        constexpr std::int64_t kDay = 24 * 3600;
+        const Node n = launch.child("ready_timeout_seconds");
+        if (n.value->is_number_integer() && n.value->get<std::int64_t>() >= 1 && n.value->get<std::int64_t>() <= kDay)
+            l.ready_timeout_seconds = n.value->get<std::int64_t>();
+        else if (!n.value->is_null())
+            reader.fail(n, "a whole number of seconds from 1 to 86400");
+    }
     read_container(launch, reader, l);
     read_mounts(launch, reader, l);
     read_model(launch, reader, l, l.kind == "embedded");

@@ -61,6 +61,9 @@ struct Launch {
     std::optional<std::string> ipc;
     std::optional<std::string> shm_size;
     std::optional<std::string> accelerator_backend;
+    // anvil.recipe/v1: how long this engine may take to become ready (a large model loading); the
+    // daemon's engine_ready_timeout_seconds when unset.
+    std::optional<std::int64_t> ready_timeout_seconds;
 
     bool runs_container() const { return kind == "docker" || kind == "docker-compose"; }
 };

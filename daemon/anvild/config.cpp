@@ -277,6 +277,24 @@ void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
                     std::to_string(p.retry_backoff_max.count() / 1000.0) + " s, below the minimum");
 }
 
+// "/run/podman/podman.sock" or "unix:///run/podman/podman.sock"; null keeps the CLI. A socket's path
+// does not depend on where the configuration file lies, so a relative one is an error, not resolved.
+void read_container_api_socket(const Node& top, JsonReader& reader, DaemonConfig& config) {
+    const Node n = top.child("container_api_socket");
+    if (n.is_null()) return;
+    std::string text = n.value->is_string() ? n.value->get<std::string>() : "";
+    if (text.starts_with("unix://")) text = text.substr(7);
+    if (text.empty() || text.front() != '/') {
+        reader.fail(n, "the absolute path of the container Engine API's unix socket (\"/run/podman/podman.sock\", "
+                       "\"unix:///var/run/docker.sock\"), or null for the CLI");
+        return;
+    }
+    config.container_api_socket = fs::path(text).lexically_normal();
+    if (!config.container_runtime_arguments.empty())
+        reader.fail(top.child("container_runtime_arguments"), "no command-line arguments when container_api_socket is set (the API takes none)",
+                    registry::render_short(*top.child("container_runtime_arguments").value));
+}
+
 }  // namespace
 
 ConfigError::ConfigError(std::vector<std::string> lines) : std::runtime_error(join_lines(lines)), problems(std::move(lines)) {}
@@ -309,7 +327,8 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     const Node top{&root, ""};
     reject_unknown_keys(top,
                         {"sources", "data_dir", "requirements", "inventory", "commercial", "model_root", "cache_root",
-                         "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "engine_binary",
+                         "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "container_api_socket",
+                         "engine_binary",
                          "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
                          "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit"},
                         reader);
@@ -341,6 +360,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     }
     if (auto s = cr.non_empty_string(top, "container_runtime")) config.container_runtime = *s;
     config.container_runtime_arguments = reader.string_array(top, "container_runtime_arguments", Presence::optional);
+    read_container_api_socket(top, reader, config);
     if (auto p = cr.path(top, "engine_binary")) config.engine_binary = *p;
 
     if (auto hp = cr.host_port(top, "listen")) config.listen = *hp;

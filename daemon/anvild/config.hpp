@@ -78,6 +78,9 @@ struct DaemonConfig {
     std::vector<std::filesystem::path> allowed_mount_roots;  // model_root and cache_root are always allowed
     std::string container_runtime = "podman";
     std::vector<std::string> container_runtime_arguments;
+    // When set, containers are run through the Docker-compatible Engine API on this unix socket
+    // (dockerd's /var/run/docker.sock, `podman system service`'s /run/podman/podman.sock), not the CLI.
+    std::filesystem::path container_api_socket;
     std::filesystem::path engine_binary;  // anvil-engine; empty: the one installed beside anvild
 
     HostPort listen{"127.0.0.1", 7700};  // REST API
@@ -89,7 +92,8 @@ struct DaemonConfig {
 
     PromotionConfig promotion;
     std::chrono::milliseconds reconcile_interval{std::chrono::seconds(10)};
-    std::chrono::milliseconds engine_ready_timeout{std::chrono::seconds(300)};
+    // How long an engine may take to become ready when its recipe names no launch.ready_timeout_seconds.
+    std::chrono::milliseconds engine_ready_timeout{std::chrono::seconds(600)};
     bool stop_engines_on_exit = false;  // SIGTERM leaves engines running unless this is set
 };
 

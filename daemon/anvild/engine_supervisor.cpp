@@ -57,6 +57,7 @@ EngineSupervisor::EngineSupervisor(const DaemonConfig& config, state::Store& sto
     driver::ContainerDriverOptions c;
     c.runtime = config.container_runtime;
     c.global_arguments = config.container_runtime_arguments;
+    c.api_socket = config.container_api_socket;
     c.state_dir = config.data_dir / "containers";
     drivers_["container"] = std::make_unique<driver::ContainerDriver>(c);
 }

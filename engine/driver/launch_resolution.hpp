@@ -29,7 +29,7 @@ struct LaunchConfig {
     int port_first = 20000;  // inclusive range engines' ports are allocated from
     int port_last = 20999;
     std::vector<std::string> gpu_uuids;  // the GPUs this engine gets, by UUID
-    std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
+    std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};  // unless the recipe's launch.ready_timeout_seconds says
 };
 
 struct ResolvedMount {

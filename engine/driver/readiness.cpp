@@ -60,7 +60,7 @@ void wait_ready(Driver& driver, const EngineHandle& engine, std::chrono::millise
         }
         if (clock::now() >= deadline)
             throw EngineError("engine " + engine.engine_id + " (recipe " + engine.recipe.recipe_id + ") not ready after " +
-                              std::to_string(timeout.count()) + " ms: " + last + "; raise the recipe's readiness timeout or read " +
+                              std::to_string(timeout.count()) + " ms: " + last + "; raise the recipe's launch.ready_timeout_seconds (or anvild's engine_ready_timeout_seconds) or read " +
                               engine.log_path.string());
         std::this_thread::sleep_for(pause);
         // Start fast (a tiny model loads in milliseconds), back off for engines that take minutes.

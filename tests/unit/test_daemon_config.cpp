@@ -111,6 +111,9 @@ TEST_CASE("an empty object is the documented defaults", "[config]") {
     CHECK(c.promotion.needle_depths == std::vector<double>{0.25, 0.5, 0.75});
     CHECK_FALSE(c.promotion.exclusive_window);
     CHECK(c.reconcile_interval == std::chrono::seconds(10));
+    CHECK(c.engine_ready_timeout == std::chrono::seconds(600));
+    CHECK(c.container_runtime == "podman");
+    CHECK(c.container_api_socket.empty());  // the CLI
     CHECK_FALSE(c.stop_engines_on_exit);
     CHECK(anvil::daemon::token_path(c) == "/var/lib/anvil/api-token");
 }
@@ -300,4 +303,23 @@ TEST_CASE("ensure_token creates a private random token once and refuses one othe
 
     fs::create_symlink(file, tmp / "link");
     CHECK_THROWS_WITH(anvil::daemon::ensure_token(tmp / "link"), Catch::Contains("symbolic link"));
+}
+
+TEST_CASE("container_api_socket chooses the Engine API backend: an absolute socket path, unix:// allowed", "[config]") {
+    CHECK(parse_config(R"({"container_api_socket": "/run/podman/podman.sock"})", "/etc/anvil/anvild.json").container_api_socket ==
+          "/run/podman/podman.sock");
+    CHECK(parse_config(R"({"container_api_socket": "unix:///var/run/docker.sock"})", "/etc/anvil/anvild.json").container_api_socket ==
+          "/var/run/docker.sock");
+    CHECK(parse_config(R"({"container_api_socket": null})", "/etc/anvil/anvild.json").container_api_socket.empty());
+    const std::string f = "/etc/anvil/anvild.json: ";
+    for (const char* bad : {R"("podman.sock")", R"("")", R"("tcp://127.0.0.1:2375")", "true"}) {
+        const auto problems = problems_of(std::string(R"({"container_api_socket": )") + bad + "}");
+        INFO(bad);
+        REQUIRE(problems.size() == 1);
+        CHECK_THAT(problems[0], Catch::StartsWith(f + "/container_api_socket: expected the absolute path of the container Engine API's unix socket") &&
+                                    Catch::EndsWith(std::string("found ") + bad));
+    }
+    const auto both = problems_of(R"({"container_api_socket": "/run/podman/podman.sock", "container_runtime_arguments": ["--log-level", "warn"]})");
+    REQUIRE(both.size() == 1);
+    CHECK_THAT(both[0], Catch::StartsWith(f + "/container_runtime_arguments: expected no command-line arguments when container_api_socket is set"));
 }

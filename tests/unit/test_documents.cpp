@@ -331,3 +331,21 @@ TEST_CASE("the example embedded recipes pin exactly what make-model writes", "[d
         CHECK(j["launch"]["model"]["digest"] == computed);
     }
 }
+
+TEST_CASE("an anvil recipe may give its engine its own readiness timeout", "[documents][embedded]") {
+    auto j = json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
+    REQUIRE_FALSE(parse(j.dump(), "recipes/a.json").recipe()->launch.ready_timeout_seconds);  // unset: the daemon's
+    j["launch"]["ready_timeout_seconds"] = 1800;
+    const Document slow = parse(j.dump(), "recipes/a.json");
+    INFO(all_errors(slow));
+    REQUIRE(slow.valid());
+    CHECK(slow.recipe()->launch.ready_timeout_seconds == 1800);
+    for (const json& bad : {json("600"), json(0), json(1.5), json(86401)}) {
+        j["launch"]["ready_timeout_seconds"] = bad;
+        const Document doc = parse(j.dump(), "recipes/a.json");
+        INFO(bad.dump() << ": " << all_errors(doc));
+        CHECK_FALSE(doc.valid());
+        CHECK(has_error_at(doc, "/launch/ready_timeout_seconds"));
+        CHECK(all_errors(doc).find("a whole number of seconds from 1 to 86400") != std::string::npos);
+    }
+}

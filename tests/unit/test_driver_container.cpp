@@ -1,11 +1,16 @@
 // The container driver with a real podman: an image built in the test (a rootfs holding this build's
 // anvil-engine and its libraries, `podman import`), pinned by its digest, run, probed, adopted and
-// stopped. Skips with a message only where no container runtime can start a container.
+// stopped — through podman's CLI, through the Engine API of `podman system service`, and through the
+// docker CLI pointed at that service. Skips with a message only where podman cannot start a container
+// (or, for the docker CLI, where docker is not installed).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "engine/driver/command_runner.hpp"
 #include "engine/driver/container_driver.hpp"
@@ -89,66 +94,192 @@ std::string build_engine_image(const anvil::test::TempDir& dir, const ContainerD
     return pinned;
 }
 
-}  // namespace
-
-TEST_CASE("the container driver runs a digest-pinned image, adopts it by label, and stops and removes it", "[driver][container]") {
-    anvil::test::TempDir dir;
-    std::mt19937_64 rng{std::random_device{}()};
-    const std::string tag = std::to_string(rng() % 1000000000);
-    const auto options = podman_options(dir, "anvil-test-" + tag);
-    std::string why;
-    const std::string name = "localhost/anvil-driver-test-" + tag;
-    const std::string image = build_engine_image(dir, options, name, why);
-    if (image.empty()) {
-        WARN("skipping the container driver test: " << why);
-        return;
+// `podman system service` on a socket in `dir`, with the same configuration as the CLI, for as long
+// as the object lives.
+class PodmanService {
+public:
+    PodmanService(const anvil::test::TempDir& dir, const ContainerDriverOptions& o) : socket_(dir / "podman.sock") {
+        std::vector<std::string> argv = {"env"};
+        for (const auto& [k, v] : o.runtime_env) argv.push_back(k + "=" + v);
+        for (const auto& a : podman(o, {"system", "service", "--time=0", "unix://" + socket_.string()})) argv.push_back(a);
+        child_.emplace(argv);
+        for (int i = 0; i < 200 && !fs::exists(socket_); ++i) std::this_thread::sleep_for(50ms);
     }
-    REQUIRE(anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "models/tiny").string(), "--preset", "tiny"}).exit_code == 0);
+    ~PodmanService() {
+        if (!child_) return;
+        child_->kill(SIGTERM);
+        child_->wait();
+    }
+    bool up() const { return fs::exists(socket_); }
+    const fs::path& socket() const { return socket_; }
 
+private:
+    fs::path socket_;
+    std::optional<anvil::test::ChildProcess> child_;
+};
+
+anvil::registry::Recipe tiny_container_recipe(const std::string& image) {
     anvil::registry::Recipe r;
     r.id = "tiny-container";
     r.launch.kind = "docker";
-    r.launch.image = name + ":test";
+    r.launch.image = image;
     r.launch.mounts = {{"${MODEL_ROOT}", "/models", true, {}}};
     r.launch.arguments = {"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-c", "--host",
                           "127.0.0.1", "--port", "${PORT}", "--max-context", "64", "--max-seqs", "1", "--threads", "1"};
     r.launch.environment = {{"ANVIL_LOG", "info"}};
     r.launch.shm_size = "64m";
     r.serving.served_model_name = "tiny-c";
+    return r;
+}
+
+// The promise every backend keeps: an unpinned image is refused; the pinned one runs, becomes ready
+// and healthy; a fresh driver (a restarted supervisor) adopts it by its labels — and so does one on
+// `other_backend` when given, since labels are shared; it stops within the grace and is removed
+// with its logs kept.
+void run_scenario(const anvil::test::TempDir& dir, const ContainerDriverOptions& options, const std::string& tagged,
+                  const std::string& pinned, int port_first, const ContainerDriverOptions* other_backend = nullptr) {
+    if (!fs::exists(dir / "models/tiny"))
+        REQUIRE(anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "models/tiny").string(), "--preset", "tiny"}).exit_code == 0);
+    auto r = tiny_container_recipe(tagged);
     LaunchConfig config;
     config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
     config.allowed_roots = {dir / "models"};
-    config.port_first = 23800;
-    config.port_last = 23899;
+    config.port_first = port_first;
+    config.port_last = port_first + 99;
 
     ContainerDriver driver(options);
     CHECK_THROWS_WITH(driver.start({r.id, "rev"}, resolve_launch(r, config)), Catch::Contains("not pinned by digest"));
 
-    r.launch.image = image;
+    r.launch.image = pinned;
     const auto launch = resolve_launch(r, config);
-    EngineHandle sample;
-    sample.engine_id = "e1";
-    sample.recipe = {r.id, "rev"};
-    const auto args = container_run_arguments(options, sample, launch);
-    CHECK(std::find(args.begin(), args.end(), "anvil.engine=e1") != args.end());
-    CHECK(std::find(args.begin(), args.end(), (fs::canonical(dir / "models")).string() + ":/models:ro") != args.end());
-
     const auto e = driver.start({r.id, "rev"}, launch);
     wait_ready(driver, e, 60s);
     CHECK(driver.probe(e).healthy);
     CHECK(driver.logs(e, 20).find("listening on http://127.0.0.1:" + std::to_string(launch.port)) != std::string::npos);
 
-    // A second driver (a restarted supervisor) finds the same container by its labels.
+    if (other_backend) {
+        const auto seen = ContainerDriver(*other_backend).adopt();
+        REQUIRE(seen.size() == 1);
+        CHECK(seen[0].container_id == e.container_id);
+    }
     ContainerDriver again(options);
     const auto adopted = again.adopt();
     REQUIRE(adopted.size() == 1);
     CHECK(adopted[0].container_id == e.container_id);
     CHECK(adopted[0].engine_id == e.engine_id);
     CHECK(adopted[0].port == launch.port);
+    CHECK(adopted[0].served_model_name == "tiny-c");
 
+    const auto before = std::chrono::steady_clock::now();
     again.stop(adopted[0], 5s);
-    CHECK(again.inspect(e.container_id).is_null());  // removed
+    CHECK(std::chrono::steady_clock::now() - before < 5s + 10s);  // the grace, plus removal
+    CHECK_FALSE(again.inspect(e.container_id).has_value());  // removed
     CHECK(anvil::test::read_file(e.log_path).find("listening on") != std::string::npos);  // its logs kept
+    CHECK(again.logs(e, 5).find("listening on") != std::string::npos);  // from the saved log once it is gone
     CHECK(again.adopt().empty());
-    run_podman(options, {"rmi", "--force", name + ":test"});
+}
+
+// The test's image, built with podman's CLI (owner anvil-test-<tag>); on destruction the image and
+// any container of that owner are removed, also when a check failed half-way.
+struct PodmanImage {
+    explicit PodmanImage(const anvil::test::TempDir& dir) {
+        std::mt19937_64 rng{std::random_device{}()};
+        const std::string tag = std::to_string(rng() % 1000000000);
+        options = podman_options(dir, "anvil-test-" + tag);
+        name = "localhost/anvil-driver-test-" + tag;
+        pinned = build_engine_image(dir, options, name, why_not);
+    }
+    ~PodmanImage() {
+        if (pinned.empty()) return;
+        const auto left = run_podman(options, {"ps", "--all", "--quiet", "--filter", "label=anvil.owner=" + options.owner});
+        std::istringstream ids(left.out);
+        for (std::string id; ids >> id;) run_podman(options, {"rm", "--force", id});
+        run_podman(options, {"rmi", "--force", name + ":test"});
+    }
+    PodmanImage(const PodmanImage&) = delete;
+    PodmanImage& operator=(const PodmanImage&) = delete;
+
+    std::string name;
+    ContainerDriverOptions options;  // podman's CLI
+    std::string pinned;              // "" with why_not when podman cannot run containers here
+    std::string why_not;
+};
+
+}  // namespace
+
+TEST_CASE("the container driver runs a digest-pinned image, adopts it by label, and stops and removes it", "[driver][container]") {
+    anvil::test::TempDir dir;
+    const PodmanImage image(dir);
+    if (image.pinned.empty()) {
+        WARN("skipping the container driver test: " << image.why_not);
+        return;
+    }
+    EngineHandle sample;
+    sample.engine_id = "e1";
+    sample.recipe = {"tiny-container", "rev"};
+    LaunchConfig config;
+    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
+    config.allowed_roots = {dir / "models"};
+    fs::create_directories(dir / "models");
+    const auto args = container_run_arguments(image.options, sample, resolve_launch(tiny_container_recipe(image.pinned), config));
+    CHECK(std::find(args.begin(), args.end(), "anvil.engine=e1") != args.end());
+    CHECK(std::find(args.begin(), args.end(), (fs::canonical(dir / "models")).string() + ":/models:ro") != args.end());
+
+    run_scenario(dir, image.options, image.name + ":test", image.pinned, 23800);
+}
+
+TEST_CASE("the container driver runs, adopts and stops a pinned image through the Engine API socket", "[driver][container][container-api]") {
+    anvil::test::TempDir dir;
+    const PodmanImage image(dir);
+    if (image.pinned.empty()) {
+        WARN("skipping the Engine API test: " << image.why_not);
+        return;
+    }
+    PodmanService service(dir, image.options);
+    if (!service.up()) {
+        WARN("skipping the Engine API test: podman system service did not create " << service.socket());
+        return;
+    }
+    auto api = image.options;
+    api.api_socket = service.socket();
+    run_scenario(dir, api, image.name + ":test", image.pinned, 23900, &image.options);
+
+    // A socket nobody serves: one line naming it and what to check.
+    auto missing = api;
+    missing.api_socket = dir / "nobody.sock";
+    CHECK_THROWS_WITH(ContainerDriver(missing).adopt(),
+                      Catch::Contains("container API at unix socket " + missing.api_socket.string()) && Catch::Contains("podman system service"));
+    // The API's own message, e.g. for an image that is not there.
+    auto r = tiny_container_recipe("localhost/anvil-no-such-image@sha256:" + std::string(64, 'a'));
+    LaunchConfig config;
+    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
+    config.allowed_roots = {dir / "models"};
+    config.port_first = 23950;
+    config.port_last = 23999;
+    CHECK_THROWS_WITH(ContainerDriver(api).start({r.id, "rev"}, resolve_launch(r, config)),
+                      Catch::Contains("POST /containers/create: HTTP 404"));
+}
+
+TEST_CASE("the container driver runs, adopts and stops a pinned image with the docker CLI", "[driver][container][docker]") {
+    if (!find_executable("docker", std::getenv("PATH") ? std::getenv("PATH") : "")) {
+        WARN("skipping the docker CLI test: docker is not installed");
+        return;
+    }
+    anvil::test::TempDir dir;
+    const PodmanImage image(dir);
+    if (image.pinned.empty()) {
+        WARN("skipping the docker CLI test: " << image.why_not);
+        return;
+    }
+    PodmanService service(dir, image.options);
+    if (!service.up()) {
+        WARN("skipping the docker CLI test: podman system service did not create " << service.socket());
+        return;
+    }
+    // The docker CLI has no dockerd here: it talks to podman's service, as it would to dockerd.
+    ContainerDriverOptions docker = image.options;
+    docker.runtime = "docker";
+    docker.global_arguments = {};
+    docker.runtime_env = {{"DOCKER_HOST", "unix://" + service.socket().string()}, {"DOCKER_CONFIG", (dir / "docker-config").string()}};
+    run_scenario(dir, docker, image.name + ":test", image.pinned, 24000, &image.options);
 }

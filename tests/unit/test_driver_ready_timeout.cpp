@@ -1,0 +1,58 @@
+// How long an engine may take to become ready: its recipe's launch.ready_timeout_seconds when the
+// recipe gives one (a large model loading), else the daemon's engine_ready_timeout_seconds, 600 s
+// by default — and the supervisor really waits that long, not longer.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "daemon/anvild/config.hpp"
+#include "daemon/anvild/engine_supervisor.hpp"
+#include "engine/driver/launch_resolution.hpp"
+#include "registry/document.hpp"
+#include "state/store.hpp"
+#include "test_support.hpp"
+
+using namespace anvil;
+using namespace std::chrono_literals;
+
+TEST_CASE("a recipe's ready timeout wins over the daemon's, which is 600 s unless configured", "[driver][ready-timeout]") {
+    CHECK(daemon::DaemonConfig{}.engine_ready_timeout == 600s);
+    CHECK(driver::LaunchConfig{}.ready_timeout == 600s);
+    registry::Recipe r;
+    r.id = "slow";
+    r.launch.kind = "native";
+    r.launch.arguments = {"sleep", "30"};
+    driver::LaunchConfig config;
+    config.port_first = 24100;
+    config.port_last = 24199;
+    config.ready_timeout = 120s;  // the daemon's
+    CHECK(driver::resolve_launch(r, config).ready_timeout == 120s);
+    r.launch.ready_timeout_seconds = 1800;
+    CHECK(driver::resolve_launch(r, config).ready_timeout == 1800s);
+}
+
+TEST_CASE("the supervisor gives up on an engine after its recipe's ready timeout, not the daemon's", "[driver][daemon][ready-timeout]") {
+    test::TempDir tmp;
+    auto j = nlohmann::json::parse(test::read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
+    j["id"] = "never-ready";
+    // An engine that runs but never answers /health.
+    j["launch"] = {{"kind", "native"}, {"arguments", {"sleep", "60"}}, {"environment", nlohmann::json::object()}, {"ready_timeout_seconds", 1}};
+    const auto doc = registry::parse_document(j.dump(), {"test", "", "recipes/never-ready.json", "", ""});
+    REQUIRE(doc.valid());
+    REQUIRE(doc.recipe());
+    REQUIRE(doc.recipe()->launch.ready_timeout_seconds == 1);
+
+    state::Store store(tmp / "state.db");
+    const auto revision = store.ingest_revision(0, doc).revision_id;
+    daemon::DaemonConfig config;
+    config.data_dir = tmp / "data";
+    config.engine_ready_timeout = 600s;
+    config.port_first = 24200;
+    config.port_last = 24299;
+    daemon::EngineSupervisor supervisor(config, store);
+    const auto before = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(supervisor.start(revision, *doc.recipe(), "qualification"), Catch::Contains("not ready after 1000 ms"));
+    CHECK(std::chrono::steady_clock::now() - before < 20s);
+    CHECK(supervisor.engines().empty());
+}
