@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/driver/command_runner.hpp"
 #include "engine/driver/container_driver.hpp"
 #include "engine/driver/process_spawn.hpp"
@@ -137,7 +139,8 @@ anvil::registry::Recipe tiny_container_recipe(const std::string& image) {
 // `other_backend` when given, since labels are shared; it stops within the grace and is removed
 // with its logs kept.
 void run_scenario(const anvil::test::TempDir& dir, const ContainerDriverOptions& options, const std::string& tagged,
-                  const std::string& pinned, int port_first, const ContainerDriverOptions* other_backend = nullptr) {
+                  const std::string& pinned, int port_first, const ContainerDriverOptions& podman_cli,
+                  const ContainerDriverOptions* other_backend = nullptr) {
     if (!fs::exists(dir / "models/tiny"))
         REQUIRE(anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "models/tiny").string(), "--preset", "tiny"}).exit_code == 0);
     auto r = tiny_container_recipe(tagged);
@@ -156,6 +159,23 @@ void run_scenario(const anvil::test::TempDir& dir, const ContainerDriverOptions&
     wait_ready(driver, e, 60s);
     CHECK(driver.probe(e).healthy);
     CHECK(driver.logs(e, 20).find("listening on http://127.0.0.1:" + std::to_string(launch.port)) != std::string::npos);
+
+    // What runs is exactly what was resolved, whichever backend created it (podman's own inspect).
+    const auto inspected = nlohmann::json::parse(run_podman(podman_cli, {"container", "inspect", e.container_id}).out, nullptr, false);
+    REQUIRE(inspected.is_array());
+    REQUIRE(inspected.size() == 1);
+    const auto& c = inspected[0];
+    CHECK(c["Config"]["Cmd"] == nlohmann::json(launch.arguments));
+    const auto env = c["Config"]["Env"].get<std::vector<std::string>>();
+    CHECK(std::find(env.begin(), env.end(), "ANVIL_LOG=info") != env.end());
+    CHECK(c["Config"]["Labels"]["anvil.engine"] == e.engine_id);
+    CHECK(c["Config"]["Labels"]["anvil.owner"] == options.owner);
+    CHECK(c["HostConfig"]["NetworkMode"] == "host");
+    CHECK(c["HostConfig"]["ShmSize"] == 64 << 20);
+    bool model_mount = false;
+    for (const auto& m : c["Mounts"])
+        if (m["Destination"] == "/models") model_mount = m["RW"] == false && m["Source"] == fs::canonical(dir / "models").string();
+    CHECK(model_mount);
 
     if (other_backend) {
         const auto seen = ContainerDriver(*other_backend).adopt();
@@ -225,7 +245,7 @@ TEST_CASE("the container driver runs a digest-pinned image, adopts it by label, 
     CHECK(std::find(args.begin(), args.end(), "anvil.engine=e1") != args.end());
     CHECK(std::find(args.begin(), args.end(), (fs::canonical(dir / "models")).string() + ":/models:ro") != args.end());
 
-    run_scenario(dir, image.options, image.name + ":test", image.pinned, 23800);
+    run_scenario(dir, image.options, image.name + ":test", image.pinned, 23800, image.options);
 }
 
 TEST_CASE("the container driver runs, adopts and stops a pinned image through the Engine API socket", "[driver][container][container-api]") {
@@ -242,7 +262,7 @@ TEST_CASE("the container driver runs, adopts and stops a pinned image through th
     }
     auto api = image.options;
     api.api_socket = service.socket();
-    run_scenario(dir, api, image.name + ":test", image.pinned, 23900, &image.options);
+    run_scenario(dir, api, image.name + ":test", image.pinned, 23900, image.options, &image.options);
 
     // A socket nobody serves: one line naming it and what to check.
     auto missing = api;
@@ -281,5 +301,25 @@ TEST_CASE("the container driver runs, adopts and stops a pinned image with the d
     docker.runtime = "docker";
     docker.global_arguments = {};
     docker.runtime_env = {{"DOCKER_HOST", "unix://" + service.socket().string()}, {"DOCKER_CONFIG", (dir / "docker-config").string()}};
-    run_scenario(dir, docker, image.name + ":test", image.pinned, 24000, &image.options);
+    run_scenario(dir, docker, image.name + ":test", image.pinned, 24000, image.options, &image.options);
+}
+
+TEST_CASE("Engine API helpers: docker's size units, and logs demultiplexed from their frames", "[driver][container-api]") {
+    CHECK(parse_byte_size("64m") == 64 << 20);
+    CHECK(parse_byte_size("32g") == std::int64_t(32) << 30);
+    CHECK(parse_byte_size("1.5GiB") == std::int64_t(3) << 29);
+    CHECK(parse_byte_size("512kb") == 512 << 10);
+    CHECK(parse_byte_size("1048576") == 1048576);
+    CHECK_FALSE(parse_byte_size("lots"));
+    CHECK_FALSE(parse_byte_size("12q"));
+    CHECK_FALSE(parse_byte_size(""));
+
+    auto frame = [](char stream, const std::string& text) {
+        std::string h = {stream, 0, 0, 0, char(text.size() >> 24), char(text.size() >> 16), char(text.size() >> 8), char(text.size())};
+        return h + text;
+    };
+    CHECK(demultiplex_stream(frame(1, "out line\n") + frame(2, "err line\n") + frame(1, "more\n")) == "out line\nerr line\nmore\n");
+    CHECK(demultiplex_stream(frame(1, std::string(300, 'x'))) == std::string(300, 'x'));  // a size past one byte
+    CHECK(demultiplex_stream("plain text from a TTY\n") == "plain text from a TTY\n");
+    CHECK(demultiplex_stream("") == "");
 }
