@@ -203,7 +203,7 @@ private:
                                       : client.Post(path.c_str(), body, "application/json");
         if (!r)
             throw ApiError(where(method, path) + ": " + httplib::to_string(r.error()) +
-                           "; check that the service listens there (podman system service, dockerd) and anvild may use the socket");
+                           "; check that a service listens there (podman system service, dockerd) and that anvild may open the socket");
         for (int ok : accept)
             if (r->status == ok) {
                 *answer = r->body;
