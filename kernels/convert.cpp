@@ -66,7 +66,7 @@ void detail::f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n) {
 }
 
 void f32_to_bf16_array(const float* in, uint16_t* out, size_t n) {
-    if (cpu_features().avx512_bf16 && active_isa() == Isa::Avx512) return detail::f32_to_bf16_avx512bf16(in, out, n);
+    if (cpu_features().avx512_bf16 && int(active_isa()) >= int(Isa::Avx512)) return detail::f32_to_bf16_avx512bf16(in, out, n);
     detail::f32_to_bf16_scalar(in, out, n);
 }
 

@@ -21,15 +21,16 @@ const CpuFeatures& cpu_features() {
 Isa active_isa() {
     static const Isa isa = [] {
         const auto& f = cpu_features();
-        Isa best = f.avx512 ? Isa::Avx512 : f.avx2_fma ? Isa::Avx2 : Isa::Reference;
+        Isa best = f.avx512_bf16 ? Isa::Avx512Bf16 : f.avx512 ? Isa::Avx512 : f.avx2_fma ? Isa::Avx2 : Isa::Reference;
         const char* forced = std::getenv("ANVIL_KERNELS");
         if (!forced || !*forced) return best;
         std::string want = forced;
         Isa asked = want == "reference" ? Isa::Reference
                     : want == "avx2"    ? Isa::Avx2
                     : want == "avx512"  ? Isa::Avx512
+                    : want == "avx512bf16" ? Isa::Avx512Bf16
                                         : throw std::runtime_error("ANVIL_KERNELS=" + want +
-                                                                   ": expected reference, avx2 or avx512");
+                                                                   ": expected reference, avx2, avx512 or avx512bf16");
         if (int(asked) > int(best))
             throw std::runtime_error("ANVIL_KERNELS=" + want + ": this processor offers at most " + isa_name(best));
         return asked;
@@ -42,6 +43,7 @@ std::string isa_name(Isa isa) {
         case Isa::Reference: return "reference";
         case Isa::Avx2: return "avx2";
         case Isa::Avx512: return "avx512";
+        case Isa::Avx512Bf16: return "avx512bf16";
     }
     return "?";
 }

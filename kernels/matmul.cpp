@@ -59,6 +59,9 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         case Isa::Avx512:
             if (!cpu_features().avx512) throw std::runtime_error("this processor lacks AVX-512");
             return detail::matmul_avx512(ws, ys, count, x, &qx, n_tokens);
+        case Isa::Avx512Bf16:
+            if (!cpu_features().avx512_bf16) throw std::runtime_error("this processor lacks AVX-512 BF16");
+            return detail::matmul_avx512bf16(ws, ys, count, x, &qx, n_tokens);
     }
 }
 

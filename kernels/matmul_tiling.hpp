@@ -1,7 +1,7 @@
 // The part of the vector products that does not depend on the instruction set: where a row
 // starts, how a row tile walks the tokens, and how the tiles of up to kMaxMatmulGroup matrices are
-// shared out among the OpenMP threads. matmul_avx2.cpp and matmul_avx512.cpp each supply their
-// `Tile<T, RT, TT>::run` and instantiate `run_tiles` with it.
+// shared out among the OpenMP threads. matmul_avx2.cpp, matmul_avx512.cpp and
+// matmul_avx512bf16.cpp each supply their `Tile<T, RT, TT>::run` and instantiate `run_tiles` with it.
 //
 // Everything here has internal linkage on purpose: each including file is compiled with its own
 // instruction-set flags, and one shared (inline, external) copy chosen by the linker could carry
@@ -31,9 +31,9 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
 }
 
 // Row tile `rt` of w for tokens c0..c1: whole RT x TT tiles, then the leftover tokens and rows
-// one at a time.
-template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT>
-void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInput* qx, int c0, int c1, float* y) {
+// one at a time. `Input` is what the tiles read the activations as (f32, or bf16 bits).
+template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT, typename Input>
+void row_tile(const WeightMatrix& w, int rt, const Input* x, const QuantizedInput* qx, int c0, int c1, float* y) {
     const int r0 = rt * RT;
     if (r0 + RT <= w.rows) {
         int t = c0;
@@ -50,8 +50,8 @@ void row_tile(const WeightMatrix& w, int rt, const float* x, const QuantizedInpu
 
 // Several matrices of one format and width applied to the same input share one parallel region:
 // on a busy machine every region's end waits for its slowest thread.
-template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT>
-void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT, typename Input>
+void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const Input* x, const QuantizedInput* qx,
                int n_tokens) {
     int first_tile[kMaxMatmulGroup + 1] = {0};
     double work = 0;

@@ -4,8 +4,10 @@
 every position of each token sequence in float64, the way Hugging Face's Llama, Qwen2, Qwen3 and
 Mistral modelling code does.
 
-usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FILE
+usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FILE [--bf16-inputs]
 FILE receives, for each sequence in order, [len][vocab] little-endian float32 logits.
+--bf16-inputs rounds the input of every product with a weight stored as bf16 to bf16 first (float32,
+then round to nearest even), as an engine multiplying bf16 pairs in hardware does.
 """
 import argparse
 import json
@@ -14,6 +16,9 @@ import os
 import struct
 
 import numpy as np
+
+
+BF16_STORED = set()  # names of the tensors the files hold as bf16
 
 
 def read_safetensors(path):
@@ -35,6 +40,7 @@ def read_safetensors(path):
             array = np.frombuffer(raw, dtype="<f2")
         elif dtype == "BF16":
             array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            BF16_STORED.add(name)
         else:
             raise SystemExit(f"{path}: {name} has dtype {dtype}, which the reference does not read")
         tensors[name] = array.astype(np.float64).reshape(entry["shape"])
@@ -92,7 +98,20 @@ def rotate(x, cos, sin):
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def forward(config, w, tokens):
+def round_to_bf16(x):
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def product(x, w, name, bf16_inputs):
+    """x @ w[name].T, with x rounded to bf16 first where the weight is stored as bf16 and asked."""
+    if bf16_inputs and name in BF16_STORED:
+        x = round_to_bf16(x)
+    return x @ w[name].T
+
+
+def forward(config, w, tokens, bf16_inputs=False):
     arch = config["architectures"][0]
     dim = config["hidden_size"]
     n_heads = config["num_attention_heads"]
@@ -113,9 +132,9 @@ def forward(config, w, tokens):
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = h @ w[p + "self_attn.q_proj.weight"].T
-        k = h @ w[p + "self_attn.k_proj.weight"].T
-        v = h @ w[p + "self_attn.v_proj.weight"].T
+        q = product(h, w, p + "self_attn.q_proj.weight", bf16_inputs)
+        k = product(h, w, p + "self_attn.k_proj.weight", bf16_inputs)
+        v = product(h, w, p + "self_attn.v_proj.weight", bf16_inputs)
         if p + "self_attn.q_proj.bias" in w:
             q = q + w[p + "self_attn.q_proj.bias"]
             k = k + w[p + "self_attn.k_proj.bias"]
@@ -135,14 +154,14 @@ def forward(config, w, tokens):
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             scores /= scores.sum(axis=-1, keepdims=True)
             out[:, head, :] = scores @ v[:, head // group, :]
-        x = x + out.reshape(n, n_heads * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + product(out.reshape(n, n_heads * head_dim), w, p + "self_attn.o_proj.weight", bf16_inputs)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        gate = product(h, w, p + "mlp.gate_proj.weight", bf16_inputs)
+        up = product(h, w, p + "mlp.up_proj.weight", bf16_inputs)
+        x = x + product(gate / (1 + np.exp(-gate)) * up, w, p + "mlp.down_proj.weight", bf16_inputs)
     x = rms_norm(x, w["model.norm.weight"], eps)
-    head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
-    return x @ head.T
+    head = "model.embed_tokens.weight" if config.get("tie_word_embeddings") else "lm_head.weight"
+    return product(x, w, head, bf16_inputs)
 
 
 def main():
@@ -150,6 +169,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", action="append", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--bf16-inputs", action="store_true")
     args = parser.parse_args()
     with open(os.path.join(args.model, "config.json")) as f:
         config = json.load(f)
@@ -157,7 +177,7 @@ def main():
     with open(args.out, "wb") as f:
         for text in args.tokens:
             tokens = [int(t) for t in text.split(",")]
-            f.write(forward(config, weights, tokens).astype("<f4").tobytes())
+            f.write(forward(config, weights, tokens, args.bf16_inputs).astype("<f4").tobytes())
 
 
 if __name__ == "__main__":
