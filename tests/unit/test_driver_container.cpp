@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/driver/command_runner.hpp"
+#include "engine/driver/container_backend.hpp"
 #include "engine/driver/container_driver.hpp"
 #include "engine/driver/process_spawn.hpp"
 #include "engine/driver/readiness.hpp"
@@ -302,6 +303,46 @@ TEST_CASE("the container driver runs, adopts and stops a pinned image with the d
     docker.global_arguments = {};
     docker.runtime_env = {{"DOCKER_HOST", "unix://" + service.socket().string()}, {"DOCKER_CONFIG", (dir / "docker-config").string()}};
     run_scenario(dir, docker, image.name + ":test", image.pinned, 24000, image.options, &image.options);
+}
+
+TEST_CASE("GPUs chosen by UUID become CDI devices numbered from 0 inside the container, for both backends", "[driver]") {
+    ContainerDriverOptions o;
+    o.owner = "test";
+    EngineHandle e;
+    e.engine_id = "gpu-recipe-1";
+    e.recipe = {"gpu-recipe", "abc"};
+    e.host = "127.0.0.1";
+    e.port = 8000;
+    ResolvedLaunch l;
+    l.image = "registry.example/vllm@sha256:" + std::string(64, 'a');
+    l.arguments = {"--model", "/models/m"};
+    l.gpu_uuids = {"GPU-aaaa", "GPU-bbbb"};
+    l.ipc = "host";
+    l.shm_size = "16g";
+
+    // The Engine API backend sends exactly this spec.
+    const ContainerSpec spec = container_spec(o, e, l);
+    CHECK(spec.cdi_devices == std::vector<std::string>{"nvidia.com/gpu=GPU-aaaa", "nvidia.com/gpu=GPU-bbbb"});
+    CHECK(spec.environment.at("CUDA_VISIBLE_DEVICES") == "0,1");  // container-relative, not host indices
+    CHECK(spec.ipc == std::optional<std::string>("host"));
+    CHECK(parse_byte_size(*spec.shm_size) == std::optional<std::int64_t>(16ll << 30));
+
+    // The CLI backend turns the same spec into flags.
+    const auto argv = container_run_arguments(o, e, l);
+    const auto has = [&](const std::string& a, const std::string& b) {
+        for (size_t i = 0; i + 1 < argv.size(); ++i)
+            if (argv[i] == a && argv[i + 1] == b) return true;
+        return false;
+    };
+    CHECK(has("--device", "nvidia.com/gpu=GPU-aaaa"));
+    CHECK(has("--device", "nvidia.com/gpu=GPU-bbbb"));
+    CHECK(has("--env", "CUDA_VISIBLE_DEVICES=0,1"));
+    CHECK(std::find(argv.begin(), argv.end(), "--ipc=host") != argv.end());
+    CHECK(std::find(argv.begin(), argv.end(), "--shm-size=16g") != argv.end());
+    // The image comes after every option, and the recipe's arguments after the image.
+    const auto image = std::find(argv.begin(), argv.end(), *l.image);
+    REQUIRE(image != argv.end());
+    CHECK(std::vector<std::string>(image + 1, argv.end()) == l.arguments);
 }
 
 TEST_CASE("Engine API helpers: docker's size units, and logs demultiplexed from their frames", "[driver][container-api]") {

@@ -57,6 +57,22 @@ TEST_CASE("the process driver runs the argv without a shell and passes the envir
     CHECK(d.logs(echo, 5) == "a  b $HOME ; ls *\n");
 }
 
+TEST_CASE("GPUs chosen by UUID reach a native engine as CUDA_VISIBLE_DEVICES, unless the recipe sets it", "[driver]") {
+    anvil::test::TempDir dir;
+    ProcessDriver d({.state_dir = dir / "state"});
+    auto launch = command({"/usr/bin/env"});
+    launch.gpu_uuids = {"GPU-5f2a0c1e-0000-0000-0000-000000000001", "GPU-5f2a0c1e-0000-0000-0000-000000000002"};
+    const auto chosen = d.start({"gpus", "r1"}, launch);
+    CHECK(wait_exit(d, chosen).exit_code == 0);
+    CHECK(anvil::test::read_file(chosen.log_path) ==
+          "CUDA_VISIBLE_DEVICES=GPU-5f2a0c1e-0000-0000-0000-000000000001,GPU-5f2a0c1e-0000-0000-0000-000000000002\n");
+
+    launch.environment = {{"CUDA_VISIBLE_DEVICES", "3"}};
+    const auto own = d.start({"gpus", "r2"}, launch);
+    CHECK(wait_exit(d, own).exit_code == 0);
+    CHECK(anvil::test::read_file(own.log_path) == "CUDA_VISIBLE_DEVICES=3\n");
+}
+
 TEST_CASE("an engine's exit code is reported, and a command that cannot run fails with why", "[driver]") {
     anvil::test::TempDir dir;
     ProcessDriver d({.state_dir = dir / "state"});
