@@ -21,11 +21,11 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=cl
   -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DANVIL_SANITIZE=ON -DANVIL_FUZZ=ON -DANVIL_BENCH=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
 
-# Each fuzz target gets a fresh corpus of its seed files and runs, by default, reproducibly: a fixed
-# seed and a fixed number of inputs, so the same tree always gives the same verdict (a time limit
-# with a random seed made CI fail on whatever a run happened to find). ANVIL_FUZZ_SECONDS=N explores
-# for N seconds per target with a random seed instead; keep every crash it finds, once fixed, in
-# tests/fuzz/regressions, which seeds every run.
+# Each fuzz target gets a fresh corpus of its seed files and runs, by default, a fixed number of
+# inputs from a fixed seed rather than for a time with a random seed: a run covers about the same
+# ground on any machine instead of whatever chance found (which once failed CI on a new crash).
+# ANVIL_FUZZ_SECONDS=N explores for N seconds per target with a random seed instead; keep every
+# crash it finds, once fixed, in tests/fuzz/regressions, which seeds every run.
 if [[ -n "${ANVIL_FUZZ_SECONDS:-}" ]]; then
   fuzz_budget=(-max_total_time="$ANVIL_FUZZ_SECONDS")
   fuzz_how="$ANVIL_FUZZ_SECONDS s each, random seed"
