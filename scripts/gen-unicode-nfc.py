@@ -51,20 +51,21 @@ print("// Included by engine/unicode_nfc.cpp only.")
 print()
 print(f'#define ANVIL_NFC_UNICODE_VERSION "{unicodedata.unidata_version}"')
 print()
-print("// {first, last, canonical combining class}: runs of one non-zero class, sorted.")
-print("constexpr CombiningRange kCombining[] = {")
-for i in range(0, len(ccc_ranges), 4):
-    print("    " + " ".join(f"{{0x{a:X}, 0x{b:X}, {c}}}," for a, b, c in ccc_ranges[i:i + 4]))
-print("};")
+
+
+def table(comment, declaration, rows, row_format):
+    print(comment)
+    print(declaration + " = {")
+    for i in range(0, len(rows), 4):
+        print("    " + " ".join(row_format.format(*row) for row in rows[i:i + 4]))
+    print("};")
+
+
+table("// {first, last, canonical combining class}: runs of one non-zero class, sorted.",
+      "constexpr CombiningRange kCombining[]", ccc_ranges, "{{0x{0:X}, 0x{1:X}, {2}}},")
 print()
-print("// {code point, first, second (0: a singleton)}: canonical decompositions, one level, sorted.")
-print("constexpr Decomposition kDecompositions[] = {")
-for i in range(0, len(decompositions), 4):
-    print("    " + " ".join(f"{{0x{a:X}, 0x{b:X}, 0x{c:X}}}," for a, b, c in decompositions[i:i + 4]))
-print("};")
+table("// {code point, first, second (0: a singleton)}: canonical decompositions, one level, sorted.",
+      "constexpr Decomposition kDecompositions[]", decompositions, "{{0x{0:X}, 0x{1:X}, 0x{2:X}}},")
 print()
-print("// {first, second, composite}: the primary composites, sorted by (first, second).")
-print("constexpr Composition kCompositions[] = {")
-for i in range(0, len(compositions), 4):
-    print("    " + " ".join(f"{{0x{a:X}, 0x{b:X}, 0x{c:X}}}," for a, b, c in compositions[i:i + 4]))
-print("};")
+table("// {first, second, composite}: the primary composites, sorted by (first, second).",
+      "constexpr Composition kCompositions[]", compositions, "{{0x{0:X}, 0x{1:X}, 0x{2:X}}},")
