@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -15,7 +17,10 @@ extern char** environ;
 
 namespace anvil::driver {
 
-CommandResult run_command(const std::vector<std::string>& argv, const std::optional<std::map<std::string, std::string>>& environment) {
+CommandResult run_command(const std::vector<std::string>& argv, const std::optional<std::map<std::string, std::string>>& environment,
+                          std::chrono::milliseconds deadline) {
+    using Clock = std::chrono::steady_clock;
+    const auto started = Clock::now();
     if (argv.empty()) throw EngineError("run_command: empty argv");
     std::string path_list;
     if (environment && environment->count("PATH")) path_list = environment->at("PATH");
@@ -41,6 +46,7 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::optio
     }
     const pid_t pid = ::fork();
     if (pid == 0) {
+        ::setpgid(0, 0);
         const int devnull = ::open("/dev/null", O_RDONLY);
         ::dup2(devnull, 0);
         ::dup2(out[1], 1);
@@ -48,6 +54,12 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::optio
         ::execve(exe->c_str(), cargv.data(), environment ? envp.data() : environ);
         ::_exit(127);
     }
+    if (pid < 0) {
+        const int fork_errno = errno;
+        for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+        throw EngineError(std::string("fork: ") + std::strerror(fork_errno));
+    }
+    ::setpgid(pid, pid);  // as the child does: whichever runs first, the group exists before a kill
     ::close(out[1]);
     ::close(err[1]);
     CommandResult r;
@@ -56,7 +68,17 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::optio
     int open_count = 2;
     char buffer[8192];
     while (open_count > 0) {
-        if (::poll(fds, 2, -1) < 0) {
+        int wait_ms = -1;
+        if (deadline.count() > 0) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(started + deadline - Clock::now());
+            if (left.count() <= 0) {
+                ::kill(-pid, SIGKILL);
+                r.timed_out = true;
+                break;
+            }
+            wait_ms = int(std::min<long long>(left.count(), 1000));
+        }
+        if (::poll(fds, 2, wait_ms) < 0) {
             if (errno == EINTR) continue;
             break;
         }
@@ -78,6 +100,9 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::optio
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r.timed_out)
+        r.err += (r.err.empty() || r.err.back() == '\n' ? "" : "\n") + argv[0] + " did not finish within " +
+                 std::to_string(deadline.count()) + " ms and was killed";
     return r;
 }
 

@@ -98,7 +98,7 @@ public:
     }
 
     void stop(const std::string& container, long long seconds) override {
-        const auto r = cli({"stop", "--time", std::to_string(seconds), container});
+        const auto r = cli({"stop", "--time", std::to_string(seconds), container}, kCallDeadline + std::chrono::seconds(seconds));
         if (!r.ok()) spdlog::warn("{} stop {}: {}", runtime_, container.substr(0, 12), last_line(r.err));
     }
 
@@ -126,11 +126,15 @@ public:
     }
 
 private:
-    CommandResult cli(const std::vector<std::string>& arguments) const {
+    // A runtime that hangs (a wedged storage lock, an unreachable service) must not hold the
+    // reconciler: every call has a deadline, a stop its grace on top.
+    static constexpr std::chrono::seconds kCallDeadline{120};
+
+    CommandResult cli(const std::vector<std::string>& arguments, std::chrono::seconds deadline = kCallDeadline) const {
         std::vector<std::string> argv = {runtime_};
         argv.insert(argv.end(), global_.begin(), global_.end());
         argv.insert(argv.end(), arguments.begin(), arguments.end());
-        return run_command(argv, env_);
+        return run_command(argv, env_, deadline);
     }
 
     std::string runtime_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "engine/driver/command_runner.hpp"
 #include "engine/driver/process_driver.hpp"
 #include "engine/driver/process_spawn.hpp"
 #include "engine/driver/readiness.hpp"
@@ -71,6 +72,28 @@ TEST_CASE("GPUs chosen by UUID reach a native engine as CUDA_VISIBLE_DEVICES, un
     const auto own = d.start({"gpus", "r2"}, launch);
     CHECK(wait_exit(d, own).exit_code == 0);
     CHECK(anvil::test::read_file(own.log_path) == "CUDA_VISIBLE_DEVICES=3\n");
+}
+
+TEST_CASE("a helper command is killed with its process group at its deadline", "[driver]") {
+    anvil::test::TempDir dir;
+    const auto pid_file = dir / "background.pid";
+    const auto started = std::chrono::steady_clock::now();
+    const auto r = run_command({"/bin/sh", "-c", "sleep 30 & echo $! > " + pid_file.string() + "; exec sleep 30"},
+                               std::nullopt, 300ms);
+    CHECK(std::chrono::steady_clock::now() - started < 10s);
+    CHECK(r.timed_out);
+    CHECK(r.exit_code == 128 + SIGKILL);
+    CHECK_THAT(r.err, Catch::EndsWith("/bin/sh did not finish within 300 ms and was killed"));
+    // What it started in its group goes with it.
+    const pid_t background = std::stoi(anvil::test::read_file(pid_file));
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!gone(background) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    CHECK(gone(background));
+
+    const auto quick = run_command({"/bin/echo", "in time"}, std::nullopt, 10s);
+    CHECK(quick.ok());
+    CHECK_FALSE(quick.timed_out);
+    CHECK(quick.out == "in time\n");
 }
 
 TEST_CASE("an engine's exit code is reported, and a command that cannot run fails with why", "[driver]") {
