@@ -226,6 +226,21 @@ struct PodmanImage {
     std::string why_not;
 };
 
+// The pinned test image with a podman system service beside it; `why_not` says why a test must skip.
+struct ServedImage {
+    explicit ServedImage(const anvil::test::TempDir& dir) : image(dir) {
+        if (image.pinned.empty()) {
+            why_not = image.why_not;
+            return;
+        }
+        service.emplace(dir, image.options);
+        if (!service->up()) why_not = "podman system service did not create " + service->socket().string();
+    }
+    PodmanImage image;
+    std::optional<PodmanService> service;
+    std::string why_not;
+};
+
 }  // namespace
 
 TEST_CASE("the container driver runs a digest-pinned image, adopts it by label, and stops and removes it", "[driver][container]") {
@@ -251,18 +266,14 @@ TEST_CASE("the container driver runs a digest-pinned image, adopts it by label, 
 
 TEST_CASE("the container driver runs, adopts and stops a pinned image through the Engine API socket", "[driver][container][container-api]") {
     anvil::test::TempDir dir;
-    const PodmanImage image(dir);
-    if (image.pinned.empty()) {
-        WARN("skipping the Engine API test: " << image.why_not);
+    const ServedImage served(dir);
+    if (!served.why_not.empty()) {
+        WARN("skipping the Engine API test: " << served.why_not);
         return;
     }
-    PodmanService service(dir, image.options);
-    if (!service.up()) {
-        WARN("skipping the Engine API test: podman system service did not create " << service.socket());
-        return;
-    }
+    const PodmanImage& image = served.image;
     auto api = image.options;
-    api.api_socket = service.socket();
+    api.api_socket = served.service->socket();
     run_scenario(dir, api, image.name + ":test", image.pinned, 23900, image.options, &image.options);
 
     // A socket nobody serves: one line naming it and what to check.
@@ -287,21 +298,18 @@ TEST_CASE("the container driver runs, adopts and stops a pinned image with the d
         return;
     }
     anvil::test::TempDir dir;
-    const PodmanImage image(dir);
-    if (image.pinned.empty()) {
-        WARN("skipping the docker CLI test: " << image.why_not);
+    const ServedImage served(dir);
+    if (!served.why_not.empty()) {
+        WARN("skipping the docker CLI test: " << served.why_not);
         return;
     }
-    PodmanService service(dir, image.options);
-    if (!service.up()) {
-        WARN("skipping the docker CLI test: podman system service did not create " << service.socket());
-        return;
-    }
+    const PodmanImage& image = served.image;
+    const fs::path& socket = served.service->socket();
     // The docker CLI has no dockerd here: it talks to podman's service, as it would to dockerd.
     ContainerDriverOptions docker = image.options;
     docker.runtime = "docker";
     docker.global_arguments = {};
-    docker.runtime_env = {{"DOCKER_HOST", "unix://" + service.socket().string()}, {"DOCKER_CONFIG", (dir / "docker-config").string()}};
+    docker.runtime_env = {{"DOCKER_HOST", "unix://" + socket.string()}, {"DOCKER_CONFIG", (dir / "docker-config").string()}};
     run_scenario(dir, docker, image.name + ":test", image.pinned, 24000, image.options, &image.options);
 }
 
