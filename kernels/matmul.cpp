@@ -44,7 +44,8 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     thread_local std::vector<int16_t> q_values;
     thread_local std::vector<float> q_scales;
     detail::QuantizedInput qx{nullptr, nullptr};
-    if (ws[0].type == WeightType::Q8) {
+    // The int8 levels round the activations themselves.
+    if (ws[0].type == WeightType::Q8 && int(isa) < int(Isa::Avx512Vnni)) {
         const size_t n = size_t(n_tokens) * ws[0].cols;
         if (q_values.size() < n) q_values.resize(n);
         if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
@@ -59,6 +60,9 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         case Isa::Avx512:
             if (!cpu_features().avx512) throw std::runtime_error("this processor lacks AVX-512");
             return detail::matmul_avx512(ws, ys, count, x, &qx, n_tokens);
+        case Isa::Avx512Vnni:
+            if (!cpu_features().avx512_vnni) throw std::runtime_error("this processor lacks AVX-512 VNNI");
+            return detail::matmul_avx512vnni(ws, ys, count, x, &qx, n_tokens);
         case Isa::Avx512Bf16:
             if (!cpu_features().avx512_bf16) throw std::runtime_error("this processor lacks AVX-512 BF16");
             return detail::matmul_avx512bf16(ws, ys, count, x, &qx, n_tokens);

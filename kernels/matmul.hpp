@@ -36,7 +36,10 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
                  int n_tokens);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);
-// bf16 weights with the AVX-512 BF16 dot product; other formats go to matmul_avx512.
+// q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512.
+void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+                       int n_tokens);
+// bf16 weights with the AVX-512 BF16 dot product; q8 to matmul_avx512vnni, f32 to matmul_avx512.
 void matmul_avx512bf16(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens);
 }  // namespace detail

@@ -2,7 +2,8 @@
 // the machine's memory read bandwidth. Decode at batch 1 reads every weight once per token, so
 // bandwidth / bytes-per-token is the ceiling it is compared with.
 //
-// usage: bench_engine [--threads N] [--tokens N] [--keep DIR]   (default: all cores, 32 tokens)
+// usage: bench_engine [--threads N] [--tokens N] [--keep DIR] [--weights f32,bf16,q8] [--served yes|no]
+//        (default: all cores, 32 tokens, every format, the served figures too)
 #include <omp.h>
 
 #include <httplib.h>
@@ -162,9 +163,11 @@ int main(int argc, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
     int tokens = 32;
-    std::string keep;
+    std::string keep, formats = "f32,bf16,q8", served = "yes";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--threads")) omp_set_num_threads(std::atoi(argv[i + 1]));
+        if (!std::strcmp(argv[i], "--weights")) formats = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--served")) served = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--threads")) omp_set_num_threads(std::atoi(argv[i + 1]));
         else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
     }
@@ -180,6 +183,7 @@ int main(int argc, char** argv) {
     std::printf("baseline  memory read bandwidth            %8.2f GB/s\n", bandwidth / 1e9);
 
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
+        if (("," + formats + ",").find("," + std::string(weight_format_name(format)) + ",") == std::string::npos) continue;
         ModelWeights weights(config, model, format);
         const DecodeResult d = decode(config, weights, tokens);
         const double ceiling = bandwidth / d.bytes_per_token;
@@ -191,6 +195,7 @@ int main(int argc, char** argv) {
                     p / d.tokens_per_second);
     }
     for (int clients : {1, 4, 16}) {
+        if (served != "yes") break;
         const double t = served_throughput(model, "bf16", clients, tokens);
         std::printf("served    bf16 %2d concurrent  %7.2f tok/s aggregate (HTTP, continuous batching)\n", clients, t);
     }

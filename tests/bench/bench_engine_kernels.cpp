@@ -70,13 +70,17 @@ int main(int, char** argv) {
     std::printf("baseline  memory read bandwidth                  %7.2f GB/s\n", bandwidth / 1e9);
     std::vector<Isa> isas = {Isa::Avx2};
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
+    if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
-        // The bf16 dot product level differs from avx512 only for bf16 weights.
-        const auto skip = [type](Isa isa) { return isa == Isa::Avx512Bf16 && type != WeightType::BF16; };
+        // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
+        // for bf16 weights.
+        const auto skip = [type](Isa isa) {
+            return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
+        };
         for (Isa isa : isas) {
             if (skip(isa)) continue;
             for (const auto& w : m.views) matmul_with(isa, w, x.data(), 1, y.data());  // warm

@@ -5,9 +5,14 @@ every position of each token sequence in float64, the way Hugging Face's Llama, 
 Mistral modelling code does.
 
 usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FILE [--bf16-inputs]
+                          [--q8-weights [--q8-input-steps N]]
 FILE receives, for each sequence in order, [len][vocab] little-endian float32 logits.
 --bf16-inputs rounds the input of every product with a weight stored as bf16 to bf16 first (float32,
 then round to nearest even), as an engine multiplying bf16 pairs in hardware does.
+--q8-weights rounds every matrix to int8 with one float32 scale per group of 32 inputs (largest
+magnitude / 127, round to nearest even), as the engine's --weights q8 does on load;
+--q8-input-steps N rounds the inputs of those products the same way with N steps (127: int8 as
+multiplied with AVX-512 VNNI; 32767: int16 as the other vector kernels do).
 """
 import argparse
 import json
@@ -104,10 +109,28 @@ def round_to_bf16(x):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def round_per_group(x, steps):
+    """x rounded in float32 to `steps` levels each side of zero per group of 32 consecutive values,
+    returned as the float64 values the rounding stands for."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    groups = x.reshape(*x.shape[:-1], -1, 32)
+    scale = (np.abs(groups).max(axis=-1, keepdims=True) / np.float32(steps)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1))
+    inverse = np.where(scale > 0, np.float32(1) / safe, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(groups * inverse), -steps, steps)
+    return (q.astype(np.float64) * scale.astype(np.float64)).reshape(x.shape)
+
+
+Q8_INPUT_STEPS = 0  # 0: inputs of q8 products as they are
+
+
 def product(x, w, name, bf16_inputs):
-    """x @ w[name].T, with x rounded to bf16 first where the weight is stored as bf16 and asked."""
+    """x @ w[name].T, with x rounded to bf16 first where the weight is stored as bf16 and asked, or
+    per group where the weights are q8 and asked."""
     if bf16_inputs and name in BF16_STORED:
         x = round_to_bf16(x)
+    if Q8_INPUT_STEPS:
+        x = round_per_group(x, Q8_INPUT_STEPS)
     return x @ w[name].T
 
 
@@ -170,10 +193,20 @@ def main():
     parser.add_argument("--tokens", action="append", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--bf16-inputs", action="store_true")
+    parser.add_argument("--q8-weights", action="store_true")
+    parser.add_argument("--q8-input-steps", type=int, default=0)
     args = parser.parse_args()
+    if args.q8_input_steps and not args.q8_weights:
+        parser.error("--q8-input-steps needs --q8-weights")
     with open(os.path.join(args.model, "config.json")) as f:
         config = json.load(f)
     weights = load_weights(args.model)
+    if args.q8_weights:
+        global Q8_INPUT_STEPS
+        Q8_INPUT_STEPS = args.q8_input_steps
+        for name, value in weights.items():
+            if value.ndim == 2:
+                weights[name] = round_per_group(value, 127)
     with open(args.out, "wb") as f:
         for text in args.tokens:
             tokens = [int(t) for t in text.split(",")]

@@ -24,16 +24,15 @@ bool numpy_available() {
     return available;
 }
 
-// The reference's logits for each sequence, [sequence][position * vocab + v].
-// bf16_inputs: the reference rounds what it multiplies with bf16-stored weights to bf16, as the
-// AVX-512 BF16 kernels do.
+// The reference's logits for each sequence, [sequence][position * vocab + v]. `rounding`: the
+// reference's options that round as the kernels do (--bf16-inputs, --q8-weights, ...).
 std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model,
                                                  const std::vector<std::vector<int32_t>>& seqs, int vocab,
-                                                 bool bf16_inputs = false) {
+                                                 const std::vector<std::string>& rounding = {}) {
     TempDir scratch;
     std::vector<std::string> argv = {"/usr/bin/python3", kReference, "--model", model.string(), "--out",
                                       (scratch / "logits.bin").string()};
-    if (bf16_inputs) argv.push_back("--bf16-inputs");
+    argv.insert(argv.end(), rounding.begin(), rounding.end());
     for (const auto& s : seqs) {
         std::string list;
         for (auto t : s) list += (list.empty() ? "" : ",") + std::to_string(t);
@@ -148,7 +147,9 @@ TEST_CASE("bf16 and f16 stored weights, sharded, load and match the reference", 
             const auto seqs = prompts(vocab, false);
             // Where the kernels multiply bf16 pairs in hardware, the reference rounds the same inputs.
             const bool bf16_inputs = dtype == "bf16" && kernels::active_isa() == kernels::Isa::Avx512Bf16;
-            const auto reference = reference_logits(dir / "m", seqs, vocab, bf16_inputs);
+            const auto reference =
+                reference_logits(dir / "m", seqs, vocab, bf16_inputs ? std::vector<std::string>{"--bf16-inputs"}
+                                                                     : std::vector<std::string>{});
             const auto engine_logits = run_sequences(model, seqs, 0);
             for (size_t i = 0; i < seqs.size(); ++i) CHECK(worst_relative_error(engine_logits[i], reference[i], vocab) < 1e-4);
         }
@@ -178,14 +179,75 @@ TEST_CASE("bf16 and q8 weights and a bf16 KV cache keep the reference's top toke
         auto model = load_model(dir / "m", v.format);
         const auto logits = run_sequences(model, seqs, 0, v.kv);
         Agreement a;
-        for (size_t i = 0; i < seqs.size(); ++i) top1_agreement(logits[i], reference[i], config.vocab_size, 0.02f, a);
+        // q8 times int8 inputs (AVX-512 VNNI) moves this model's logits (3-4) by up to ~0.06, the
+        // rest by ~0.04 at most: a top token is clear when it leads by more than that.
+        const bool int8_inputs = v.format == WeightFormat::Q8 && int(kernels::active_isa()) >= int(kernels::Isa::Avx512Vnni);
+        const float margin = int8_inputs ? 0.1f : 0.02f;
+        for (size_t i = 0; i < seqs.size(); ++i) top1_agreement(logits[i], reference[i], config.vocab_size, margin, a);
+        INFO("top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by " << margin
+                                    << ", of " << a.positions);
         CHECK(a.agree == a.clear);
-        CHECK(a.clear >= a.positions * 8 / 10);
+        CHECK(a.clear >= a.positions * (int8_inputs ? 6 : 8) / 10);
         // Close, not equal: the conversion really happened.
         double error = 0;
         for (size_t i = 0; i < seqs.size(); ++i) error = std::max(error, worst_relative_error(logits[i], reference[i], config.vocab_size));
+        INFO("worst relative error " << error);
         CHECK(error > 1e-6);
-        CHECK(error < 0.1);
+        CHECK(error < (int8_inputs ? 0.2 : 0.1));
+    }
+}
+
+TEST_CASE("q8 logits match the reference rounding weights and inputs as the kernels do", "[engine][reference]") {
+    if (!numpy_available()) {
+        WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
+        return;
+    }
+    // The plain kernels multiply the inputs as they are; the vector ones round them per group, to
+    // int16 or, with AVX-512 VNNI, to int8.
+    const kernels::Isa isa = kernels::active_isa();
+    std::vector<std::string> rounding = {"--q8-weights"};
+    if (isa != kernels::Isa::Reference) {
+        rounding.push_back("--q8-input-steps");
+        rounding.push_back(int(isa) >= int(kernels::Isa::Avx512Vnni) ? "127" : "32767");
+    }
+    for (std::string arch : {"llama", "qwen3"}) {
+        SECTION(arch) {
+            TempDir dir;
+            engine::make_model({dir / "m", "tiny", arch, "f32", 13, 1});
+            auto model = load_model(dir / "m", WeightFormat::Q8);
+            const int vocab = model.config.vocab_size;
+            const auto seqs = prompts(vocab, false);
+            const auto reference = reference_logits(dir / "m", seqs, vocab, rounding);
+            const auto batched = run_sequences(model, seqs, 0);
+            const auto stepwise = run_sequences(model, seqs, 1);
+            // Float rounding aside, the engine and the reference compute the same numbers. But an
+            // input within float rounding of the midpoint between two steps may round up on one
+            // side and down on the other: one value in a group moves by a step (1/254 of the
+            // group's largest with int8), that position's logits by up to a few percent on this
+            // tiny model, and the later positions' through the KV cache. So: most positions to
+            // 1e-3, every one to 5e-2, and the top token wherever the reference's is clear.
+            int positions = 0, close = 0;
+            double worst = 0;
+            Agreement a;
+            for (size_t i = 0; i < seqs.size(); ++i) {
+                CHECK(batched[i] == stepwise[i]);
+                top1_agreement(batched[i], reference[i], vocab, 0.02f, a);
+                for (size_t p = 0; p < seqs[i].size(); ++p) {
+                    const std::vector<float> e(batched[i].begin() + long(p * vocab), batched[i].begin() + long((p + 1) * vocab));
+                    const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
+                    const double error = worst_relative_error(e, r, vocab);
+                    ++positions;
+                    close += error < 1e-3;
+                    worst = std::max(worst, error);
+                }
+            }
+            INFO(kernels::isa_name(isa) << ": " << close << " of " << positions << " positions within 1e-3, worst " << worst
+                                        << "; top token agrees at " << a.agree << " of " << a.clear << " clear positions");
+            CHECK(close >= positions / 2);
+            CHECK(worst < 5e-2);
+            CHECK(a.agree == a.clear);
+            CHECK(a.clear >= a.positions * 8 / 10);
+        }
     }
 }
 

@@ -26,6 +26,7 @@ std::vector<Isa> available_isas() {
     std::vector<Isa> isas = {Isa::Reference};
     if (cpu_features().avx2_fma) isas.push_back(Isa::Avx2);
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
+    if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     return isas;
 }
@@ -49,10 +50,12 @@ TEST_CASE("matrix products match the double-precision reference for every format
                                                 << isa_name(isa));
                     std::vector<float> y(size_t(tokens) * shape.rows, NAN);
                     matmul_with(isa, m.view, x.data(), tokens, y.data());
-                    // Float rounding, plus for the vector q8 kernels the int16 rounding of each
-                    // activation: half a step of its group's largest value / 32767; and for the
-                    // bf16 dot product the bf16 rounding of each activation: 2^-8 of it.
+                    // Float rounding, plus for the vector q8 kernels the rounding of each activation
+                    // to int16 (int8 with VNNI): half a step of its group's largest value / 32767
+                    // (/ 127); and for the bf16 dot product the bf16 rounding of each activation:
+                    // 2^-8 of it.
                     const bool rounds_input = type == WeightType::Q8 && isa != Isa::Reference;
+                    const double input_steps = int(isa) >= int(Isa::Avx512Vnni) ? 127.0 : 32767.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
                     double worst = 0;
                     for (int t = 0; t < tokens; ++t)
@@ -69,7 +72,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
                                     largest = std::max(largest, double(std::fabs(x[size_t(t) * shape.cols + k])));
                                     weights += std::fabs(m.exact[size_t(r) * shape.cols + k]);
                                 }
-                                input_rounding += largest / 32767.0 / 2 * weights;
+                                input_rounding += largest / input_steps / 2 * weights;
                             }
                             if (rounds_to_bf16) input_rounding = magnitude / 256.0;
                             const double error = std::fabs(y[size_t(t) * shape.rows + r] - exact);
