@@ -39,7 +39,8 @@ void rope(float* vec, int n_heads, int head_dim, const float* cos, const float* 
 
 void softmax(float* x, int n) {
     float largest = x[0];
-    for (int i = 1; i < n; ++i) largest = std::fmax(largest, x[i]);
+    // A comparison, not std::fmax: that is a library call per element here.
+    for (int i = 1; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
     float sum = 0.0f;
     for (int i = 0; i < n; ++i) {
         x[i] = std::exp(x[i] - largest);

@@ -194,7 +194,9 @@ TEST_CASE("rmsnorm, rope, softmax and silu match their definitions", "[kernels]"
 }
 
 TEST_CASE("paged attention matches contiguous double-precision attention, f32 and bf16 caches", "[kernels]") {
-    const int kv_heads = 2, hd = 16, block = 4, positions = 23;
+    // 20: a head dimension that is not a whole number of vectors.
+    const int hd = GENERATE(16, 20);
+    const int kv_heads = 2, block = 4, positions = 23;
     const auto keys = random_vector(size_t(positions) * kv_heads * hd, 11);
     const auto values = random_vector(size_t(positions) * kv_heads * hd, 12);
     const auto q = random_vector(hd, 13);
