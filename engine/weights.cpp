@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -36,6 +37,10 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::F32: return n * 4;
         case WeightType::BF16: return n * 2;
         case WeightType::Q8: return n + n / kernels::kQ8Group * 4;
+        case WeightType::Q8Packed: {
+            const size_t padded = size_t(kernels::q8_packed_blocks(m.rows)) * kernels::kQ8PackRows * m.cols;
+            return padded + padded / kernels::kQ8Group * 4;
+        }
     }
     return 0;
 }
@@ -120,8 +125,22 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         }
         case WeightType::Q8: {
             const int groups = cols / kernels::kQ8Group;
-            int8_t* out = static_cast<int8_t*>(allocate(n));
-            float* scales = static_cast<float*>(allocate(size_t(rows) * groups * 4));
+            // Where the VNNI kernels will multiply it, the matrix is packed for them (see
+            // kernels/weight_matrix.hpp); the row-major copy is then only a step on the way.
+            const bool pack = kernels::cpu_features().avx512_vnni && int(kernels::active_isa()) >= int(kernels::Isa::Avx512Vnni);
+            std::vector<int8_t> staging_values;
+            std::vector<float> staging_scales;
+            int8_t* out;
+            float* scales;
+            if (pack) {
+                staging_values.resize(n);
+                staging_scales.resize(n / kernels::kQ8Group);
+                out = staging_values.data();
+                scales = staging_scales.data();
+            } else {
+                out = static_cast<int8_t*>(allocate(n));
+                scales = static_cast<float*>(allocate(size_t(rows) * groups * 4));
+            }
 #pragma omp parallel
             {
                 std::vector<float> row(static_cast<size_t>(cols));
@@ -131,10 +150,21 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
                     kernels::quantize_q8_row(row.data(), cols, out + size_t(r) * cols, scales + size_t(r) * groups);
                 }
             }
-            m.data = out;
-            m.scales = scales;
+            if (pack) {
+                const size_t padded = size_t(kernels::q8_packed_blocks(rows)) * kernels::kQ8PackRows * size_t(cols);
+                auto* packed = static_cast<uint8_t*>(allocate(padded));
+                auto* packed_scales = static_cast<float*>(allocate(padded / kernels::kQ8Group * 4));
+                kernels::pack_q8(out, scales, rows, cols, packed, packed_scales);
+                m.type = WeightType::Q8Packed;
+                m.data = packed;
+                m.scales = packed_scales;
+            } else {
+                m.data = out;
+                m.scales = scales;
+            }
             break;
         }
+        case WeightType::Q8Packed: throw std::logic_error("packed q8 is made from q8, never asked for");
     }
     return m;
 }

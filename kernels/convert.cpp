@@ -11,6 +11,7 @@ const char* weight_type_name(WeightType type) {
         case WeightType::F32: return "f32";
         case WeightType::BF16: return "bf16";
         case WeightType::Q8: return "q8";
+        case WeightType::Q8Packed: return "q8 (packed)";
     }
     return "?";
 }
@@ -58,7 +59,28 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
             }
             return;
         }
+        case WeightType::Q8Packed: {
+            const uint8_t* q = static_cast<const uint8_t*>(w.data);
+            for (int k = 0; k < w.cols; ++k)
+                out[k] = float(int(q[q8_packed_index(w.cols, row, k)]) - 128) *
+                         w.scales[q8_packed_scale_index(w.cols, row, k / kQ8Group)];
+            return;
+        }
     }
+}
+
+void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* out, float* out_scales) {
+    const int blocks = q8_packed_blocks(rows);
+    const int groups = cols / kQ8Group;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < blocks; ++b)
+        for (int i = 0; i < kQ8PackRows; ++i) {
+            const int r = b * kQ8PackRows + i;
+            for (int k = 0; k < cols; ++k)
+                out[q8_packed_index(cols, r, k)] = uint8_t(128 + (r < rows ? int(q[size_t(r) * cols + k]) : 0));
+            for (int g = 0; g < groups; ++g)
+                out_scales[q8_packed_scale_index(cols, r, g)] = r < rows ? scales[size_t(r) * groups + g] : 0.0f;
+        }
 }
 
 void detail::f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n) {

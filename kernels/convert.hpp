@@ -17,6 +17,11 @@ void f16_to_f32_array(const uint16_t* in, float* out, size_t n);
 // cols must be a multiple of kQ8Group; `scales` receives cols / kQ8Group floats.
 void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales);
 
+// A Q8 matrix (int8 [rows][cols], scales [rows][cols / kQ8Group]) into the Q8Packed layout:
+// `out` takes q8_packed_blocks(rows) * kQ8PackRows * cols bytes, `out_scales` that many / kQ8Group
+// floats; the padding rows are zeros.
+void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* out, float* out_scales);
+
 namespace detail {
 void f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n);
 void f32_to_bf16_avx512bf16(const float* in, uint16_t* out, size_t n);

@@ -29,13 +29,16 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     if (count < 1 || count > kMaxMatmulGroup) throw std::logic_error("matmul group of " + std::to_string(count));
     bool uniform = true;
     for (int i = 0; i < count; ++i) {
-        if (ws[i].type == WeightType::Q8 && ws[i].cols % kQ8Group != 0)
+        if ((ws[i].type == WeightType::Q8 || ws[i].type == WeightType::Q8Packed) && ws[i].cols % kQ8Group != 0)
             throw std::logic_error("q8 matrix with " + std::to_string(ws[i].cols) + " columns, not a multiple of the group");
         uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
-    if (!uniform || isa == Isa::Reference) {
+    // The packed layout is for the VNNI kernels; below them only the plain product reads it.
+    const bool packed_without_vnni =
+        ws[0].type == WeightType::Q8Packed && (int(isa) < int(Isa::Avx512Vnni) || !cpu_features().avx512_vnni);
+    if (!uniform || isa == Isa::Reference || packed_without_vnni) {
         for (int i = 0; i < count; ++i) {
-            if (isa == Isa::Reference) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
+            if (isa == Isa::Reference || packed_without_vnni) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
             else matmul_group_with(isa, ws + i, ys + i, 1, x, n_tokens);
         }
         return;

@@ -152,6 +152,7 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
         case WeightType::F32: return run_tiles<Tile, WeightType::F32, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::BF16: return run_tiles<Tile, WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 2, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
     }
 }
 

@@ -72,7 +72,7 @@ struct Tile {
 
 void matmul_avx512bf16(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens) {
-    if (ws[0].type == WeightType::Q8) return matmul_avx512vnni(ws, ys, count, x, qx, n_tokens);
+    if (ws[0].type == WeightType::Q8 || ws[0].type == WeightType::Q8Packed) return matmul_avx512vnni(ws, ys, count, x, qx, n_tokens);
     if (ws[0].type != WeightType::BF16) return matmul_avx512(ws, ys, count, x, qx, n_tokens);
     // Grown only, kept per thread: the decode loop reuses it without allocating.
     thread_local std::vector<uint16_t> rounded;

@@ -9,10 +9,20 @@
 // vpdpbusd multiplies unsigned bytes by signed ones. The activations go in as magnitudes and their
 // signs move onto the weights (a masked negation), which is exact: weights lie in [-127, 127].
 // Compiled with -mavx512vnni; called only when the processor has it.
+//
+// Row-major q8 (what tests and the lower levels use) goes through row tiles as the other levels'
+// products do, which leaves a group's eight int32 lanes to scale and add separately for each row.
+// The packed layout (WeightType::Q8Packed, which the engine loads q8 weights into on processors
+// with VNNI) puts 16 rows in the 16 lanes instead: one vpdpbusd takes 4 inputs of 16 rows, a
+// group's sums land one per row, and its scales apply with one multiply-add for all 16. Its bytes
+// are stored + 128 so that they can be vpdpbusd's unsigned side; the activations are the signed
+// side, and 128 x each group's sum of activations, computed once per token, takes the offset out.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/matmul.hpp"
@@ -30,6 +40,7 @@ constexpr int kBytes = 64;  // int8 values in one 512-bit vector: two groups
 struct Int8Input {
     const int8_t* values;
     const float* scales;
+    const int32_t* offsets;  // [n_tokens][groups]: -128 x the group's sum of values (packed layout)
     int groups;
 };
 
@@ -109,10 +120,113 @@ struct Tile {
     }
 };
 
+// BT blocks of 16 rows starting at block b0 times TT tokens starting at t0, packed layout.
+template <int BT, int TT>
+void packed_tile(const WeightMatrix& w, int b0, const Int8Input* x, int t0, float* y) {
+    const int cols = w.cols;
+    const int groups = x->groups;
+    const size_t block_bytes = size_t(cols) * kQ8PackRows;
+    const uint8_t* blocks[BT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b) blocks[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + b) * block_bytes;
+    const int8_t* xs[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) xs[t] = x->values + size_t(t0 + t) * cols;
+    __m512 acc[BT][TT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b)
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) acc[b][t] = _mm512_setzero_ps();
+
+    for (int g = 0; g < groups; ++g) {
+        __m512i dot[BT][TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            const __m512i offset = _mm512_set1_epi32(x->offsets[size_t(t0 + t) * groups + g]);
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b) dot[b][t] = offset;
+        }
+        ANVIL_UNROLL
+        for (int quad = 0; quad < kQ8Group / 4; ++quad) {
+            const int k = g * kQ8Group + quad * 4;
+            __m512i xv[TT];
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                int32_t four;
+                std::memcpy(&four, xs[t] + k, 4);
+                xv[t] = _mm512_set1_epi32(four);
+            }
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b) {
+                const uint8_t* at = blocks[b] + size_t(k / 4) * (kQ8PackRows * 4);
+                const __m512i wv = _mm512_loadu_si512(at);
+                // The next tile's bytes at the same offset (see the row tiles above).
+                _mm_prefetch(reinterpret_cast<const char*>(at) + BT * block_bytes, _MM_HINT_T0);
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) dot[b][t] = _mm512_dpbusd_epi32(dot[b][t], wv, xv[t]);
+            }
+        }
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b) {
+            const __m512 w_scale = _mm512_loadu_ps(w.scales + (size_t(b0 + b) * groups + g) * kQ8PackRows);
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x->scales[size_t(t0 + t) * groups + g]));
+                acc[b][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[b][t]), scale, acc[b][t]);
+            }
+        }
+    }
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b) {
+        const int r0 = (b0 + b) * kQ8PackRows;
+        const int live = std::min(kQ8PackRows, w.rows - r0);
+        const __mmask16 mask = __mmask16((1u << live) - 1);
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) _mm512_mask_storeu_ps(y + size_t(t0 + t) * w.rows + r0, mask, acc[b][t]);
+    }
+}
+
+// run_tiles for the packed layout: items of kPackedBlocks blocks (the last may have fewer).
+constexpr int kPackedBlocks = 2;
+constexpr int kPackedTokens = 2;
+
+void packed_item(const WeightMatrix& w, int item, const Int8Input* x, int c0, int c1, float* y) {
+    const int b0 = item * kPackedBlocks;
+    const bool whole = b0 + kPackedBlocks <= q8_packed_blocks(w.rows);
+    int t = c0;
+    if (whole) {
+        for (; t + kPackedTokens <= c1; t += kPackedTokens) packed_tile<kPackedBlocks, kPackedTokens>(w, b0, x, t, y);
+        for (; t < c1; ++t) packed_tile<kPackedBlocks, 1>(w, b0, x, t, y);
+    } else {
+        for (; t + kPackedTokens <= c1; t += kPackedTokens) packed_tile<1, kPackedTokens>(w, b0, x, t, y);
+        for (; t < c1; ++t) packed_tile<1, 1>(w, b0, x, t, y);
+    }
+}
+
+void run_packed(const WeightMatrix* ws, float* const* ys, int count, const Int8Input* x, int n_tokens) {
+    int first_item[kMaxMatmulGroup + 1] = {0};
+    double work = 0;
+    for (int m = 0; m < count; ++m) {
+        first_item[m + 1] = first_item[m] + (q8_packed_blocks(ws[m].rows) + kPackedBlocks - 1) / kPackedBlocks;
+        work += double(ws[m].rows) * ws[m].cols * n_tokens;
+    }
+    const int items = first_item[count];
+#pragma omp parallel if (work >= kParallelWork)
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+#pragma omp for schedule(dynamic, 4) nowait
+        for (int item = 0; item < items; ++item) {
+            int m = 0;
+            while (item >= first_item[m + 1]) ++m;
+            packed_item(ws[m], item - first_item[m], x, c0, c1, ys[m]);
+        }
+    }
+}
+
 // One token's activations to int8, a group of 32 at a time: scale = largest magnitude / 127,
 // value = round(x / scale) to nearest even (the conversion's default rounding). Row by row, so
 // that a token's rounding never depends on the tokens batched with it.
-void quantize_int8(const float* x, int cols, int8_t* values, float* scales) {
+void quantize_int8(const float* x, int cols, int8_t* values, float* scales, int32_t* offsets) {
     const __m512 sign_bit = _mm512_set1_ps(-0.0f);
     for (int g = 0; g < cols / kQ8Group; ++g) {
         const float* in = x + size_t(g) * kQ8Group;
@@ -126,6 +240,8 @@ void quantize_int8(const float* x, int cols, int8_t* values, float* scales) {
         const __m128i q_hi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(values + size_t(g) * kQ8Group), q_lo);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(values + size_t(g) * kQ8Group + 16), q_hi);
+        const __m512i wide = _mm512_add_epi32(_mm512_cvtepi8_epi32(q_lo), _mm512_cvtepi8_epi32(q_hi));
+        offsets[g] = -128 * _mm512_reduce_add_epi32(wide);
     }
 }
 
@@ -133,18 +249,23 @@ void quantize_int8(const float* x, int cols, int8_t* values, float* scales) {
 
 void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens) {
-    if (ws[0].type != WeightType::Q8) return matmul_avx512(ws, ys, count, x, qx, n_tokens);
+    const WeightType type = ws[0].type;
+    if (type != WeightType::Q8 && type != WeightType::Q8Packed) return matmul_avx512(ws, ys, count, x, qx, n_tokens);
     const int cols = ws[0].cols;
     const int groups = cols / kQ8Group;
     // Grown only, kept per thread: the decode loop reuses them without allocating.
     thread_local std::vector<int8_t> values;
     thread_local std::vector<float> scales;
+    thread_local std::vector<int32_t> offsets;
     const size_t n = size_t(n_tokens) * size_t(cols);
     if (values.size() < n) values.resize(n);
     if (scales.size() < n / kQ8Group) scales.resize(n / kQ8Group);
+    if (offsets.size() < n / kQ8Group) offsets.resize(n / kQ8Group);
     for (int t = 0; t < n_tokens; ++t)
-        quantize_int8(x + size_t(t) * cols, cols, values.data() + size_t(t) * cols, scales.data() + size_t(t) * groups);
-    const Int8Input input{values.data(), scales.data(), groups};
+        quantize_int8(x + size_t(t) * cols, cols, values.data() + size_t(t) * cols, scales.data() + size_t(t) * groups,
+                      offsets.data() + size_t(t) * groups);
+    const Int8Input input{values.data(), scales.data(), offsets.data(), groups};
+    if (type == WeightType::Q8Packed) return run_packed(ws, ys, count, &input, n_tokens);
     // Eight rows a tile: longer runs of contiguous bytes between tiles than four.
     run_tiles<Tile, WeightType::Q8, 8, 2>(ws, ys, count, &input, qx, n_tokens);
 }

@@ -6,7 +6,7 @@
 namespace anvil::kernels::detail {
 
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
-    const int groups = w.type == WeightType::Q8 ? w.cols / kQ8Group : 0;
+    const int groups = w.cols / kQ8Group;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < w.rows; ++r) {
         for (int t = 0; t < n_tokens; ++t) {
@@ -29,6 +29,16 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                         float part = 0.0f;
                         for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k) part += float(row[k]) * xt[k];
                         sum += part * w.scales[size_t(r) * groups + g];
+                    }
+                    break;
+                }
+                case WeightType::Q8Packed: {
+                    const uint8_t* q = static_cast<const uint8_t*>(w.data);
+                    for (int g = 0; g < groups; ++g) {
+                        float part = 0.0f;
+                        for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k)
+                            part += float(int(q[q8_packed_index(w.cols, r, k)]) - 128) * xt[k];
+                        sum += part * w.scales[q8_packed_scale_index(w.cols, r, g)];
                     }
                     break;
                 }

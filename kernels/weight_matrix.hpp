@@ -1,19 +1,35 @@
 // The weight formats the kernels multiply with, and the scalar conversions every format shares.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 namespace anvil::kernels {
 
-enum class WeightType { F32, BF16, Q8 };
+enum class WeightType { F32, BF16, Q8, Q8Packed };
 const char* weight_type_name(WeightType type);
 
 // Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.
 constexpr int kQ8Group = 32;
 
-// A row-major [rows][cols] matrix. `data` holds floats, bf16 bits or int8 by `type`; `scales`
-// ([rows][cols / kQ8Group]) only for Q8. The memory belongs to the weights that made the view.
+// Q8Packed holds the same values as Q8 laid out for the AVX-512 VNNI product, which then multiplies
+// 16 rows by 4 inputs per instruction and applies the scales once per group of 16 rows: blocks of
+// kQ8PackRows rows (the last padded with zeros), and within a block, for each run of 4 columns,
+// the 16 rows' 4 values in turn (64 bytes), each stored + 128 as an unsigned byte. Its scales are
+// [blocks][cols / kQ8Group][kQ8PackRows]. Made from a Q8 matrix by pack_q8 (convert.hpp).
+constexpr int kQ8PackRows = 16;
+inline size_t q8_packed_index(int cols, int row, int col) {
+    return (size_t(row / kQ8PackRows) * size_t(cols / 4) + size_t(col / 4)) * (kQ8PackRows * 4) +
+           size_t(row % kQ8PackRows) * 4 + size_t(col % 4);
+}
+inline size_t q8_packed_scale_index(int cols, int row, int group) {
+    return (size_t(row / kQ8PackRows) * size_t(cols / kQ8Group) + size_t(group)) * kQ8PackRows + size_t(row % kQ8PackRows);
+}
+inline int q8_packed_blocks(int rows) { return (rows + kQ8PackRows - 1) / kQ8PackRows; }
+
+// A [rows][cols] matrix: row-major but for Q8Packed. `data` holds floats, bf16 bits or int8 by
+// `type`; `scales` only for the q8 types. The memory belongs to the weights that made the view.
 struct WeightMatrix {
     WeightType type = WeightType::F32;
     int rows = 0;

@@ -24,6 +24,7 @@ struct Matrices {
     std::vector<float> f32;
     std::vector<uint16_t> bf16;
     std::vector<int8_t> q8;
+    std::vector<uint8_t> packed;
     std::vector<float> scales;
     std::vector<WeightMatrix> views;
     size_t bytes = 0;
@@ -41,22 +42,33 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         m.bf16.resize(n);
         f32_to_bf16_array(values.data(), m.bf16.data(), n);
     }
-    if (type == WeightType::Q8) {
+    const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed;
+    if (q8) {
         m.q8.resize(n);
         m.scales.resize(size_t(count) * rows * groups);
         for (size_t r = 0; r < size_t(count) * rows; ++r)
             quantize_q8_row(&values[r * cols], cols, &m.q8[r * cols], &m.scales[r * groups]);
+    }
+    if (type == WeightType::Q8Packed) {  // rows is a multiple of 16 here: no padding
+        m.packed.resize(n);
+        std::vector<float> packed_scales(m.scales.size());
+        for (int i = 0; i < count; ++i)
+            pack_q8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
+                    m.packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
+        m.scales = std::move(packed_scales);
     }
     for (int i = 0; i < count; ++i) {
         const size_t offset = size_t(i) * rows * cols;
         WeightMatrix w{type, rows, cols, nullptr, nullptr};
         if (type == WeightType::F32) w.data = m.f32.data() + offset;
         if (type == WeightType::BF16) w.data = m.bf16.data() + offset;
-        if (type == WeightType::Q8) w.data = m.q8.data() + offset, w.scales = m.scales.data() + size_t(i) * rows * groups;
+        if (type == WeightType::Q8) w.data = m.q8.data() + offset;
+        if (type == WeightType::Q8Packed) w.data = m.packed.data() + offset;
+        if (q8) w.scales = m.scales.data() + size_t(i) * rows * groups;
         m.views.push_back(w);
     }
     const size_t per = type == WeightType::F32 ? 4 : type == WeightType::BF16 ? 2 : 1;
-    m.bytes = n * per + (type == WeightType::Q8 ? m.scales.size() * 4 : 0);
+    m.bytes = n * per + (q8 ? m.scales.size() * 4 : 0);
     return m;
 }
 
@@ -73,12 +85,14 @@ int main(int, char** argv) {
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
         // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
         // for bf16 weights.
+        // The packed q8 layout is only the VNNI level's.
         const auto skip = [type](Isa isa) {
+            if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni;
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
         };
         for (Isa isa : isas) {

@@ -215,6 +215,9 @@ TEST_CASE("q8 logits match the reference rounding weights and inputs as the kern
             TempDir dir;
             engine::make_model({dir / "m", "tiny", arch, "f32", 13, 1});
             auto model = load_model(dir / "m", WeightFormat::Q8);
+            // Packed for the VNNI kernels where they run, row-major for the others.
+            CHECK(model.weights->layers[0].w_down.type ==
+                  (int(isa) >= int(kernels::Isa::Avx512Vnni) ? kernels::WeightType::Q8Packed : kernels::WeightType::Q8));
             const int vocab = model.config.vocab_size;
             const auto seqs = prompts(vocab, false);
             const auto reference = reference_logits(dir / "m", seqs, vocab, rounding);

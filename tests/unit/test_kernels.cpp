@@ -38,8 +38,8 @@ TEST_CASE("matrix products match the double-precision reference for every format
     struct Shape {
         int rows, cols;
     };
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
-        const std::vector<Shape> shapes = type == WeightType::Q8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
+        const std::vector<Shape> shapes = type == WeightType::Q8 || type == WeightType::Q8Packed ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
                                                                  : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
         for (const Shape& shape : shapes) {
             const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
@@ -54,7 +54,9 @@ TEST_CASE("matrix products match the double-precision reference for every format
                     // to int16 (int8 with VNNI): half a step of its group's largest value / 32767
                     // (/ 127); and for the bf16 dot product the bf16 rounding of each activation:
                     // 2^-8 of it.
-                    const bool rounds_input = type == WeightType::Q8 && isa != Isa::Reference;
+                    // (Packed q8 takes the plain product below the VNNI level.)
+                    const bool rounds_input = (type == WeightType::Q8 && isa != Isa::Reference) ||
+                                              (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni));
                     const double input_steps = int(isa) >= int(Isa::Avx512Vnni) ? 127.0 : 32767.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
                     double worst = 0;
@@ -87,7 +89,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
 
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
         const TestMatrix m = make_matrix(type, 61, 160, 7);
         const int tokens = 71;
         const auto x = random_vector(size_t(tokens) * 160, 3);
@@ -229,7 +231,7 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
 }
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
         const TestMatrix a = make_matrix(type, 45, 96, 21), b = make_matrix(type, 13, 96, 22), c = make_matrix(type, 64, 96, 23);
         const WeightMatrix group[] = {a.view, b.view, c.view};
         for (int tokens : {1, 9}) {
