@@ -48,7 +48,8 @@ struct Int8Input {
 // the first group's (bytes 0-31), lanes 8-15 the second's. A lone last group repeats its scale.
 inline __m512 spread_scales(const float* scales, bool pair) {
     const __m512i index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m128 two = pair ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales))) : _mm_set1_ps(scales[0]);
+    const __m128 two =
+        pair ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i_u*>(scales))) : _mm_set1_ps(scales[0]);
     return _mm512_permutexvar_ps(index, _mm512_castps128_ps512(two));
 }
 
