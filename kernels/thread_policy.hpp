@@ -3,11 +3,12 @@
 
 namespace anvil::kernels {
 
-// Re-executes the program with OMP_WAIT_POLICY=passive unless the environment already chooses a
-// policy. Spinning workers are fastest on idle cores, but on a shared machine a spinning or
-// descheduled worker makes every region's closing barrier wait for a scheduler time slice: a
+// Re-executes the program with OMP_WAIT_POLICY=passive (and GOMP_SPINCOUNT=300, a spin of a few
+// microseconds before sleeping, unless the environment sets one) unless the environment already
+// chooses a policy. Spinning workers are fastest on idle cores, but on a shared machine a spinning
+// or descheduled worker makes every region's closing barrier wait for a scheduler time slice: a
 // two-thread matrix-vector product measured 0.4-2.5 GB/s spinning against 14-18 GB/s passive on
-// the development VM (docs/PERFORMANCE.md). libgomp reads the variable before main(), hence the
+// the development VM (docs/PERFORMANCE.md). libgomp reads the variables before main(), hence the
 // re-exec. Call first thing in main(); returns only when no re-exec was needed or it failed.
 void prefer_passive_openmp_waiting(char** argv);
 
