@@ -1,7 +1,5 @@
 #include "kernels/attention.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -12,38 +10,6 @@
 
 namespace anvil::kernels {
 namespace {
-
-// Eight consecutive bf16 values widened to floats.
-inline __m256 load_bf16x8(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
-float dot_bf16(const float* q, const uint16_t* k, int n) {
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_bf16x8(k + i), acc);
-    __m128 low = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    low = _mm_add_ps(low, _mm_movehl_ps(low, low));
-    low = _mm_add_ss(low, _mm_movehdup_ps(low));
-    float sum = _mm_cvtss_f32(low);
-    for (; i < n; ++i) sum += q[i] * bf16_to_f32(k[i]);
-    return sum;
-}
-
-// out[0..n) += p * v[0..n)
-void add_scaled(float* out, float p, const float* v, int n) {
-    const __m256 pv = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
-    for (; i < n; ++i) out[i] = std::fma(p, v[i], out[i]);
-}
-
-void add_scaled(float* out, float p, const uint16_t* v, int n) {
-    const __m256 pv = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, load_bf16x8(v + i), _mm256_loadu_ps(out + i)));
-    for (; i < n; ++i) out[i] = std::fma(p, bf16_to_f32(v[i]), out[i]);
-}
 
 // Calls visit(j, slot) for positions first + j, j = 0 .. count-1, with the cache slot each lives
 // in: a block-table lookup per block rather than a division per position.

@@ -24,5 +24,10 @@ void silu_mul(float* gate, const float* up, int n);
 void add(float* x, const float* y, int n);
 
 float dot(const float* a, const float* b, int n);
+// The same with b as bf16 bits.
+float dot_bf16(const float* a, const uint16_t* b, int n);
+// out[0..n) += p * v[0..n), v as floats or bf16 bits.
+void add_scaled(float* out, float p, const float* v, int n);
+void add_scaled(float* out, float p, const uint16_t* v, int n);
 
 }  // namespace anvil::kernels
