@@ -21,9 +21,11 @@ constexpr const char* kUsage = R"(usage: anvil-engine <command> [options]
 commands:
   serve --model DIR [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
         [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
-        [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N]
+        [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N] [--api-key KEY]
       load a Hugging Face model directory and serve the OpenAI API (/v1/completions,
-      /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port
+      /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
+      with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
+      and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413
   make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
              [--dtype f32|bf16|f16] [--shards N]
       write a deterministic model directory with random weights and a byte-level BPE tokenizer
@@ -87,7 +89,7 @@ int make_model_command(const std::vector<std::string>& words) {
 int serve_command(const std::vector<std::string>& words) {
     const auto flags = parse_flags(words, {"--model", "--host", "--port", "--served-model-name", "--max-context",
                                            "--max-seqs", "--threads", "--weights", "--kv-dtype", "--seed",
-                                           "--kv-blocks", "--max-batch-tokens"});
+                                           "--kv-blocks", "--max-batch-tokens", "--api-key"});
     anvil::engine::ServeOptions o;
     if (!flags.count("--model")) throw UsageError("serve needs --model DIR");
     o.model_dir = flags.at("--model");
@@ -102,6 +104,8 @@ int serve_command(const std::vector<std::string>& words) {
     o.seed = uint64_t(number(flags, "--seed", long(o.seed)));
     o.kv_blocks = int(number(flags, "--kv-blocks", 0));
     o.max_batch_tokens = int(number(flags, "--max-batch-tokens", o.max_batch_tokens));
+    const char* key = std::getenv("ANVIL_ENGINE_API_KEY");
+    o.api_key = text(flags, "--api-key", key ? key : "");
     return anvil::engine::serve(o);
 }
 

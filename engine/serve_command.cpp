@@ -42,6 +42,8 @@ int serve(const ServeOptions& o) {
     s.served_model_name = o.served_model_name.empty() ? std::filesystem::absolute(o.model_dir).filename().string()
                                                       : o.served_model_name;
     s.http_threads = 4 * o.max_seqs + 8;
+    s.api_key = o.api_key;
+    s.max_body_bytes = max_body_bytes_for_context(o.max_context);
     Server server(s);
     const int port = server.bind();
     // The port line on stdout is how a parent that passed --port 0 learns the port.

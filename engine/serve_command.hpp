@@ -20,6 +20,7 @@ struct ServeOptions {
     uint64_t seed = 0;
     int kv_blocks = 0;
     int max_batch_tokens = 256;
+    std::string api_key;  // --api-key, or ANVIL_ENGINE_API_KEY (which ps does not show)
 };
 
 // Runs until SIGINT or SIGTERM; returns the exit status.

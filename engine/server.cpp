@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/engine.hpp"
+#include "engine/http/guarded_server.hpp"
+#include "engine/http/safe_text.hpp"
 #include "engine/openai_request.hpp"
 #include "engine/unicode.hpp"
 
@@ -20,10 +22,30 @@ namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
+std::string error_json(int status, const std::string& message, const char* type) {
+    return http::dump_json({{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
+}
+
+const char* error_type(int status) {
+    switch (status) {
+        case 401: return "authentication_error";
+        case 404: return "not_found_error";
+        case 503: return "service_unavailable";
+        default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
 void send_error(httplib::Response& res, int status, const std::string& message, const char* type = "invalid_request_error") {
     res.status = status;
-    res.set_content(json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}}.dump(),
-                    "application/json");
+    res.set_content(error_json(status, message, type), "application/json");
+}
+
+// Compares without a timing side channel: the time taken does not depend on where they differ.
+bool same_secret(const std::string& given, const std::string& expected) {
+    if (given.size() != expected.size()) return false;
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+    return diff == 0;
 }
 
 int64_t now_seconds() {
@@ -202,12 +224,35 @@ struct Reply {
 
 }  // namespace
 
-Server::Server(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+std::size_t max_body_bytes_for_context(int max_context) {
+    return (std::size_t(1) << 20) + std::size_t(std::max(max_context, 0)) * 32;
+}
+
+namespace {
+
+http::ServerLimits limits_of(const ServerOptions& o) {
+    http::ServerLimits limits;
+    limits.workers = std::max(o.http_threads, 4);
+    limits.max_body_bytes = o.max_body_bytes;
+    return limits;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options)
+    : options_(std::move(options)),
+      http_(std::make_unique<http::GuardedServer>(limits_of(options_), [](int status, const std::string& message) {
+          return error_json(status, message, error_type(status));
+      })) {
     // A client that disconnects mid-response must not kill the process with SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
-    const int threads = std::max(options_.http_threads, 4);
-    http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-    http_->set_payload_max_length(64u << 20);
+    if (!options_.api_key.empty())
+        http_->set_admission([key = options_.api_key](const httplib::Request& req) -> std::optional<http::Refusal> {
+            if (req.path == "/health" || req.path == "/metrics") return std::nullopt;
+            const std::string auth = req.get_header_value("Authorization");
+            if (auth.size() > 7 && auth.compare(0, 7, "Bearer ") == 0 && same_secret(auth.substr(7), key)) return std::nullopt;
+            return http::Refusal{401, "this engine needs 'Authorization: Bearer <key>' with the key it was started with (--api-key)"};
+        });
     // Stream chunks are small writes: with Nagle's algorithm each waits for the client's delayed
     // ACK (40 ms on Linux), which bunches tokens together and skews every client's TTFT.
     http_->set_tcp_nodelay(true);
@@ -268,10 +313,10 @@ void Server::routes() {
                 send_error(res, 400, e.what());
             } catch (const json::exception& e) {
                 engine->metrics().requests_rejected += 1;
-                send_error(res, 400, std::string("the request body is not valid JSON: ") + e.what());
+                send_error(res, 400, http::valid_utf8(std::string("the request body is not valid JSON: ") + e.what()));
             } catch (const std::exception& e) {
-                spdlog::error("{} {}: {}", req.method, req.path, e.what());
-                send_error(res, 500, e.what(), "server_error");
+                spdlog::error("{} {}: {}", http::valid_utf8(req.method), http::valid_utf8(req.path), http::valid_utf8(e.what()));
+                send_error(res, 500, "internal error; the engine's log has the details", "server_error");
             }
         };
     };
@@ -282,7 +327,7 @@ void Server::routes() {
                       {"created", now_seconds()},
                       {"owned_by", "anvil"},
                       {"max_model_len", engine.options().max_context}};
-        res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+        res.set_content(http::dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
     }));
 
     http.Get("/metrics", with_engine([this](Engine& engine, const httplib::Request&, httplib::Response& res) {
@@ -303,7 +348,7 @@ void Server::routes() {
         } else {
             throw InvalidRequest("give prompt (a string) or messages");
         }
-        res.set_content(json{{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", engine.options().max_context}}.dump(),
+        res.set_content(http::dump_json({{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", engine.options().max_context}}),
                         "application/json");
     }));
 
@@ -358,7 +403,7 @@ void Server::routes() {
                         auto event = stream->pop(kPoll);
                         if (!event) return sink.is_writable();
                         if (!event->error.empty()) {
-                            const std::string data = "data: " + json{{"error", {{"message", event->error}, {"type", "server_error"}}}}.dump() + "\n\n";
+                            const std::string data = "data: " + http::dump_json({{"error", {{"message", event->error}, {"type", "server_error"}}}}) + "\n\n";
                             sink.write(data.data(), data.size());
                             *finished = true;
                             sink.done();
@@ -368,10 +413,10 @@ void Server::routes() {
                         if (event->text.empty() && !event->done && logprobs.is_null() &&
                             !(state->choices[size_t(event->index)].first && !state->echo.empty()))
                             return true;
-                        std::string data = "data: " + state->chunk(*event, std::move(logprobs)).dump() + "\n\n";
+                        std::string data = "data: " + http::dump_json(state->chunk(*event, std::move(logprobs))) + "\n\n";
                         const bool last = state->all_done();
                         if (last) {
-                            if (include_usage) data += "data: " + state->usage_chunk().dump() + "\n\n";
+                            if (include_usage) data += "data: " + http::dump_json(state->usage_chunk()) + "\n\n";
                             data += "data: [DONE]\n\n";
                         }
                         if (!sink.write(data.data(), data.size())) return false;
@@ -391,10 +436,10 @@ void Server::routes() {
                         if (auto event = stream->pop(kPoll)) {
                             std::string data;
                             if (!event->error.empty()) {
-                                data = json{{"error", {{"message", event->error}, {"type", "server_error"}}}}.dump();
+                                data = http::dump_json({{"error", {{"message", event->error}, {"type", "server_error"}}}});
                             } else {
                                 state->absorb(*event);
-                                if (state->all_done()) data = state->body().dump();
+                                if (state->all_done()) data = http::dump_json(state->body());
                             }
                             if (!data.empty()) {
                                 if (!sink.write(data.data(), data.size())) return false;
@@ -416,6 +461,7 @@ void Server::routes() {
 
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
         if (res.status == 404 && res.body.empty()) send_error(res, 404, "no such endpoint", "not_found_error");
+        return httplib::Server::HandlerResponse::Unhandled;
     });
 }
 

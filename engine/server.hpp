@@ -3,12 +3,13 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
 
-namespace httplib {
-class Server;
+namespace anvil::http {
+class GuardedServer;
 }
 
 namespace anvil::engine {
@@ -23,7 +24,16 @@ struct ServerOptions {
     // A non-streaming response writes a space this often while it waits, so that a client that
     // went away is noticed (the write fails) and its sequence freed. JSON allows leading spaces.
     int heartbeat_ms = 1000;
+    // Requests must carry 'Authorization: Bearer <api_key>' (all but /health and /metrics, as vLLM
+    // does) when it is set.
+    std::string api_key{};
+    // Larger request bodies are refused unread (413); serve() sizes it from --max-context.
+    std::size_t max_body_bytes = 8u << 20;
 };
+
+// The largest request body worth reading for a context of `max_context` tokens: room for every
+// token as escaped JSON text, plus tools, schemas and the request's other fields.
+std::size_t max_body_bytes_for_context(int max_context);
 
 class Server {
 public:
@@ -48,7 +58,7 @@ private:
     void routes();
 
     ServerOptions options_;
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<http::GuardedServer> http_;
     std::atomic<Engine*> engine_{nullptr};
     std::mutex error_mutex_;
     std::string load_error_;

@@ -1,7 +1,10 @@
 #include "daemon/anvild/api_server.hpp"
 
+#include "engine/http/guarded_server.hpp"
+#include "engine/http/safe_text.hpp"
 #include "kernels/gpu/inventory_report.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/sha.h>
 
 #include <charconv>
@@ -23,11 +26,49 @@ struct ApiError {
 
 void send(httplib::Response& res, int status, const json& body) {
     res.status = status;
-    res.set_content(body.dump(), "application/json");
+    res.set_content(http::dump_json(body), "application/json");
+}
+
+std::string error_code(int status) {
+    switch (status) {
+        case 400: return "bad_request";
+        case 401: return "unauthorized";
+        case 404: return "not_found";
+        case 405: return "method_not_allowed";
+        case 408: return "request_timeout";
+        case 413: return "payload_too_large";
+        case 414: return "uri_too_long";
+        case 431: return "headers_too_large";
+        case 503: return "unavailable";
+        default: return status >= 500 ? "internal" : "error";
+    }
+}
+
+std::string error_json(const std::string& code, const std::string& message) {
+    return http::dump_json({{"error", {{"code", code}, {"message", message}}}});
 }
 
 void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message) {
-    send(res, status, {{"error", {{"code", code}, {"message", message}}}});
+    res.status = status;
+    res.set_content(error_json(code, message), "application/json");
+}
+
+// Whether the request carries the token, compared in time that does not depend on where a wrong
+// one differs (a plain != leaks the matching prefix's length to a local client that measures).
+bool has_token(const httplib::Request& req, const std::string& token) {
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.size() <= 7 || auth.compare(0, 7, "Bearer ") != 0) return false;
+    unsigned char expected[SHA256_DIGEST_LENGTH], given[SHA256_DIGEST_LENGTH];
+    // Digests first: equal lengths, so the comparison's time does not tell the token's length either.
+    SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), expected);
+    SHA256(reinterpret_cast<const unsigned char*>(auth.data() + 7), auth.size() - 7, given);
+    return CRYPTO_memcmp(expected, given, sizeof expected) == 0;
+}
+
+http::ServerLimits limits_of(const DaemonConfig& config) {
+    http::ServerLimits limits;
+    limits.max_body_bytes = config.max_request_body_bytes;
+    return limits;
 }
 
 std::optional<std::int64_t> integer_param(const httplib::Request& req, const char* name, std::int64_t lo, std::int64_t hi) {
@@ -121,9 +162,16 @@ std::string token_id(const std::string& token) {
 
 ApiServer::ApiServer(const DaemonConfig& config, state::Store& store, Reconciler& reconciler, DaemonMetrics& metrics, std::string token)
     : config_(config), store_(store), reconciler_(reconciler), metrics_(metrics), token_(std::move(token)),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(std::make_unique<http::GuardedServer>(limits_of(config), [](int status, const std::string& message) {
+          return error_json(error_code(status), message);
+      })) {
     // Small JSON answers must not wait for the client's delayed ACK (Nagle: 40 ms per request).
     http_->set_tcp_nodelay(true);
+    // Every write needs the token, checked before a byte of its body is read.
+    http_->set_admission([this](const httplib::Request& req) -> std::optional<http::Refusal> {
+        if (req.method == "GET" || req.method == "HEAD" || has_token(req, token_)) return std::nullopt;
+        return http::Refusal{401, "this write needs 'Authorization: Bearer <token>' with the token in " + token_path(config_).string()};
+    });
     routes();
 }
 
@@ -151,8 +199,7 @@ void ApiServer::routes() {
             std::string actor;
             try {
                 if (write) {
-                    const std::string auth = req.get_header_value("Authorization");
-                    if (auth.size() <= 7 || auth.compare(0, 7, "Bearer ") != 0 || auth.substr(7) != token_)
+                    if (!has_token(req, token_))
                         throw ApiError{401, "unauthorized", "this write needs 'Authorization: Bearer <token>' with the token in " +
                                                                 token_path(config_).string()};
                     actor = "api:" + token_id(token_);
@@ -165,8 +212,8 @@ void ApiServer::routes() {
             } catch (const state::StoreError& e) {
                 send_error(res, 503, "unavailable", e.what());
             } catch (const std::exception& e) {
-                spdlog::error("{} {}: {}", req.method, req.path, e.what());
-                send_error(res, 500, "internal", e.what());
+                spdlog::error("{} {}: {}", http::valid_utf8(req.method), http::valid_utf8(req.path), http::valid_utf8(e.what()));
+                send_error(res, 500, "internal", "internal error; anvild's log has the details");
             }
             metrics_.record_request(route, res.status);
         };
@@ -238,10 +285,9 @@ void ApiServer::routes() {
                   return q;
               };
               const bool more = f.offset + static_cast<std::int64_t>(page.items.size()) < page.total;
-              std::string body = json{{"data", data},
-                                      {"meta", {{"total", page.total}, {"limit", f.limit}, {"offset", f.offset}}},
-                                      {"links", {{"self", link(f.offset)}, {"next", more ? json(link(f.offset + f.limit)) : json(nullptr)}}}}
-                                     .dump();
+              std::string body = http::dump_json({{"data", data},
+                                                  {"meta", {{"total", page.total}, {"limit", f.limit}, {"offset", f.offset}}},
+                                                  {"links", {{"self", link(f.offset)}, {"next", more ? json(link(f.offset + f.limit)) : json(nullptr)}}}});
               res.status = 200;
               res.set_content(body, "application/json");
               if (store_.write_generation() == generation) recipe_pages_.store(key, generation, std::move(body));
@@ -361,11 +407,13 @@ void ApiServer::routes() {
            }));
 
     // Anything else: a JSON 404 (or 405 for a known path with the wrong method, which httplib reports as 404 too).
+    // Other errors (a request that is not HTTP, too large, too slow) get the gate's JSON message.
     h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        if (res.status == 404) send_error(res, 404, "not_found", "no route " + req.method + " " + req.path + " (see docs/API.md)");
-        else send_error(res, res.status, "error", "HTTP " + std::to_string(res.status));
-        metrics_.record_request("unknown", res.status);
+        if (res.status == 404 && res.body.empty()) {
+            send_error(res, 404, "not_found", "no route " + http::valid_utf8(req.method + " " + req.path) + " (see docs/API.md)");
+            metrics_.record_request("unknown", res.status);
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
     });
 }
 

@@ -14,8 +14,8 @@
 #include "daemon/anvild/response_cache.hpp"
 #include "state/store.hpp"
 
-namespace httplib {
-class Server;
+namespace anvil::http {
+class GuardedServer;
 }
 
 namespace anvil::daemon {
@@ -42,7 +42,7 @@ private:
     Reconciler& reconciler_;
     DaemonMetrics& metrics_;
     std::string token_;
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<http::GuardedServer> http_;
     // GET /api/v1/recipes pages by their query, while the ledger has not changed since.
     ResponseCache recipe_pages_{512};
     std::thread thread_;

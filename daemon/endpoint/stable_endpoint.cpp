@@ -20,6 +20,8 @@
 
 #include "daemon/endpoint/generation.hpp"
 #include "daemon/endpoint/stream_pipe.hpp"
+#include "engine/http/guarded_server.hpp"
+#include "engine/http/safe_text.hpp"
 
 namespace anvil::endpoint {
 
@@ -31,10 +33,26 @@ using Clock = std::chrono::steady_clock;
 // How often a waiting HTTP thread looks whether its client left or the endpoint is stopping.
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
+std::string error_json(const std::string& message, const std::string& type, const std::string& code) {
+    return http::dump_json({{"error", {{"message", message}, {"type", type}, {"code", code}}}});
+}
+
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
                 const std::string& code) {
     res.status = status;
-    res.set_content(json{{"error", {{"message", message}, {"type", type}, {"code", code}}}}.dump(), "application/json");
+    res.set_content(error_json(message, type, code), "application/json");
+}
+
+// The gate's own refusals (413, 408, 431, ...) in OpenAI's error shape.
+std::string gate_error(int status, const std::string& message) {
+    return error_json(message, status >= 500 ? "server_error" : "invalid_request_error", std::to_string(status));
+}
+
+http::ServerLimits limits_of(const EndpointOptions& o) {
+    http::ServerLimits limits;
+    limits.workers = std::max(o.threads, 2);
+    limits.max_body_bytes = o.max_body_bytes;
+    return limits;
 }
 
 void tag(httplib::Response& res, const Upstream& upstream) {
@@ -69,10 +87,10 @@ std::string address_of(const Upstream& upstream) { return upstream.host + ":" + 
 }  // namespace
 
 struct StableEndpoint::Impl {
-    explicit Impl(EndpointOptions o) : options(std::move(o)) { routes(); }
+    explicit Impl(EndpointOptions o) : options(std::move(o)), server(limits_of(options), gate_error) { routes(); }
 
     EndpointOptions options;
-    httplib::Server server;
+    http::GuardedServer server;
     std::thread thread;
     int port = 0;
     std::atomic<bool> stopping{false};
@@ -134,29 +152,19 @@ struct StableEndpoint::Impl {
                 return;
             }
             tag(res, *upstream);
-            res.set_content(json{{"status", "ok"}, {"engine", upstream->engine_id}, {"recipe", upstream->recipe_id}}.dump(),
+            res.set_content(http::dump_json({{"status", "ok"}, {"engine", upstream->engine_id}, {"recipe", upstream->recipe_id}}),
                             "application/json");
         });
         // Unknown paths get an OpenAI-style error; responses that already carry a body (ours, or an
         // upstream's error passed through) are left alone.
+        // An exception in a handler is the gate's 500 (logged, no internal text to the client).
         server.set_error_handler(httplib::Server::HandlerWithResponse(
             [](const httplib::Request& req, httplib::Response& res) {
                 if (!res.body.empty() || res.status != 404) return httplib::Server::HandlerResponse::Unhandled;
-                send_error(res, 404, "no such endpoint: " + req.method + " " + req.path, "invalid_request_error",
+                send_error(res, 404, "no such endpoint: " + http::valid_utf8(req.method + " " + req.path), "invalid_request_error",
                            "not_found");
                 return httplib::Server::HandlerResponse::Handled;
             }));
-        server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-            std::string what = "unknown error";
-            try {
-                std::rethrow_exception(error);
-            } catch (const std::exception& e) {
-                what = e.what();
-            } catch (...) {
-            }
-            spdlog::error("endpoint: {} {}: {}", req.method, req.path, what);
-            send_error(res, 500, "the endpoint failed: " + what, "server_error", "internal_error");
-        });
     }
 
     std::optional<Upstream> current_upstream() const {
@@ -178,7 +186,7 @@ struct StableEndpoint::Impl {
             data.push_back({{"id", upstream.model}, {"object", "model"}, {"created", created}, {"owned_by", "anvil"},
                             {"root", upstream.model}, {"engine", upstream.engine_id}, {"recipe", upstream.recipe_id}});
         tag(res, upstream);
-        res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
+        res.set_content(http::dump_json({{"object", "list"}, {"data", std::move(data)}}), "application/json");
     }
 
     void forward(const httplib::Request& req, httplib::Response& res) {
@@ -220,8 +228,12 @@ struct StableEndpoint::Impl {
         up.path = req.path;
         up.body = rewritten.empty() ? req.body : std::move(rewritten);
         up.headers.emplace("Content-Type", req.has_header("Content-Type") ? req.get_header_value("Content-Type") : "application/json");
-        for (const char* name : {"Accept", "Authorization", "X-Request-Id"})
+        for (const char* name : {"Accept", "X-Request-Id"})
             if (req.has_header(name)) up.headers.emplace(name, req.get_header_value(name));
+        // An engine anvild started has a key of its own, never the client's; an engine without one
+        // gets what the client sent.
+        if (!upstream.api_key.empty()) up.headers.emplace("Authorization", "Bearer " + upstream.api_key);
+        else if (req.has_header("Authorization")) up.headers.emplace("Authorization", req.get_header_value("Authorization"));
         // Bodies are relayed byte for byte: the engine must not compress them for this hop.
         up.headers.emplace("Accept-Encoding", "identity");
 
@@ -341,12 +353,7 @@ void StableEndpoint::start() {
     // (this httplib build sends without MSG_NOSIGNAL).
     std::signal(SIGPIPE, SIG_IGN);
     auto& server = impl_->server;
-    const auto threads = std::size_t(std::max(impl_->options.threads, 2));
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_tcp_nodelay(true);
-    // Clients that keep their connection pay no new handshake per request.
-    server.set_keep_alive_max_count(100000);
-    server.set_payload_max_length(std::size_t(64) << 20);
     const auto& o = impl_->options;
     int port = o.port;
     if (port == 0) port = server.bind_to_any_port(o.host);

@@ -19,6 +19,7 @@ struct Upstream {
     std::string model;      // the engine's served model id; requests are rewritten to it
     std::string engine_id;  // for logs, headers and stats
     std::string recipe_id;
+    std::string api_key{};  // sent to the engine as its bearer token, when it has one
 };
 
 struct EndpointOptions {
@@ -29,7 +30,8 @@ struct EndpointOptions {
     std::string model_alias = "anvil-default";
     std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
     std::chrono::milliseconds upstream_timeout{std::chrono::seconds(600)};
-    int threads = 32;
+    int threads = 32;                                // requests forwarded at once
+    std::size_t max_body_bytes = std::size_t(64) << 20;  // larger request bodies get 413 unread
 };
 
 struct SwitchResult {

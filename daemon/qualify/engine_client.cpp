@@ -101,8 +101,8 @@ json Journal::notes() const {
 }
 
 EngineClient::EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal,
-                           const std::atomic<bool>* cancelled)
-    : host_(std::move(host)), port_(port), timeout_(timeout), journal_(journal), cancelled_(cancelled) {}
+                           const std::atomic<bool>* cancelled, std::string api_key)
+    : host_(std::move(host)), port_(port), timeout_(timeout), journal_(journal), cancelled_(cancelled), api_key_(std::move(api_key)) {}
 
 namespace {
 
@@ -140,6 +140,7 @@ Exchange EngineClient::get(const std::string& label, const std::string& path) co
     if (called_off(x)) return x;
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
+    if (!api_key_.empty()) client.set_bearer_token_auth(api_key_.c_str());
     x.started = journal_.elapsed();
     auto result = client.Get(path.c_str());
     x.seconds = journal_.elapsed() - x.started;
@@ -160,6 +161,7 @@ Exchange EngineClient::post(const std::string& label, const std::string& path, c
     if (called_off(x)) return x;
     httplib::Client client(host_, port_);
     set_timeouts(client, timeout_);
+    if (!api_key_.empty()) client.set_bearer_token_auth(api_key_.c_str());
 
     httplib::Request req;
     req.method = "POST";

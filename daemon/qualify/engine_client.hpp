@@ -64,7 +64,7 @@ public:
     // Once `*cancelled` is true, requests fail at once with the error "cancelled" (still values,
     // still journaled) and a stream in progress is dropped.
     EngineClient(std::string host, int port, std::chrono::milliseconds timeout, Journal& journal,
-                 const std::atomic<bool>* cancelled = nullptr);
+                 const std::atomic<bool>* cancelled = nullptr, std::string api_key = "");
     Exchange get(const std::string& label, const std::string& path) const;
     // Streams (SSE) when body["stream"] is true; otherwise reads the whole body.
     Exchange post(const std::string& label, const std::string& path, const nlohmann::json& body) const;
@@ -75,6 +75,7 @@ private:
     std::chrono::milliseconds timeout_;
     Journal& journal_;
     const std::atomic<bool>* cancelled_;
+    std::string api_key_;
 
     bool cancelled() const { return cancelled_ && cancelled_->load(); }
     // True (and the exchange recorded as "cancelled", never sent) when the caller is stopping.

@@ -30,6 +30,7 @@ struct Target {
     std::string engine_id;
     std::string driver;
     std::optional<int> pid;  // for peak memory (VmHWM of the process tree), when known
+    std::string api_key;     // sent as 'Authorization: Bearer' when set; never written to a receipt
 };
 
 struct Plan {

@@ -15,7 +15,7 @@ namespace anvil::qualify::detail {
 
 struct RunContext {
     RunContext(const Target& t, const Plan& p, Journal& j)
-        : target(t), plan(p), journal(j), client(t.host, t.port, p.request_timeout, j, p.cancelled) {}
+        : target(t), plan(p), journal(j), client(t.host, t.port, p.request_timeout, j, p.cancelled, t.api_key) {}
     const Target& target;
     const Plan& plan;
     Journal& journal;

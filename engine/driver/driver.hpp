@@ -34,7 +34,11 @@ struct EngineHandle {
     std::string served_model_name;
     std::filesystem::path directory;  // the engine's state: record, logs
     std::filesystem::path log_path;
+    std::string api_key;  // what clients send as 'Authorization: Bearer'; empty: the engine takes none
 };
+
+// A new random bearer token for one engine (256 bits, hex).
+std::string fresh_api_key();
 
 enum class RunState { running, exited, missing };
 

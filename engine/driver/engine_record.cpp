@@ -22,7 +22,8 @@ void write_record(const EngineHandle& e) {
                     {"host", e.host},
                     {"port", e.port},
                     {"served_model_name", e.served_model_name},
-                    {"log_path", e.log_path.string()}};
+                    {"log_path", e.log_path.string()},
+                    {"api_key", e.api_key}};
     const fs::path file = e.directory / kRecordFile;
     const fs::path tmp = e.directory / (std::string(kRecordFile) + ".tmp");
     {
@@ -52,6 +53,7 @@ std::optional<EngineHandle> read_record(const fs::path& file) {
         e.port = j.at("port").get<int>();
         e.served_model_name = j.value("served_model_name", "");
         e.log_path = j.at("log_path").get<std::string>();
+        e.api_key = j.value("api_key", "");
         e.directory = file.parent_path();
         return e;
     } catch (const json::exception& error) {

@@ -58,6 +58,7 @@ EngineHandle ProcessDriver::start_command(const RecipeRevision& recipe, const Re
     e.host = launch.host;
     e.port = launch.port;
     e.served_model_name = launch.served_model_name;
+    e.api_key = launch.api_key;
     e.directory = options_.state_dir / e.engine_id;
     e.log_path = e.directory / "engine.log";
     fs::create_directories(e.directory);

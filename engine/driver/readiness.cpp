@@ -27,8 +27,10 @@ bool health_ok(const std::string& host, int port, std::chrono::milliseconds time
     return res && res->status == 200;
 }
 
-bool models_list(const std::string& host, int port, const std::string& model, std::chrono::milliseconds timeout) {
+bool models_list(const std::string& host, int port, const std::string& model, std::chrono::milliseconds timeout,
+                 const std::string& api_key) {
     auto c = client(host, port, timeout);
+    if (!api_key.empty()) c.set_bearer_token_auth(api_key.c_str());
     auto res = c.Get("/v1/models");
     if (!res || res->status != 200) return false;
     const auto body = nlohmann::json::parse(res->body, nullptr, false);
@@ -55,7 +57,7 @@ void wait_ready(Driver& driver, const EngineHandle& engine, std::chrono::millise
                               " before it was ready; last log lines:\n" + driver.logs(engine, log_lines));
         }
         if (p.healthy) {
-            if (models_list(engine.host, engine.port, engine.served_model_name, poll)) return;
+            if (models_list(engine.host, engine.port, engine.served_model_name, poll, engine.api_key)) return;
             last = "/health answers 200 but /v1/models does not list '" + engine.served_model_name + "'";
         }
         if (clock::now() >= deadline)

@@ -14,7 +14,8 @@ namespace anvil::driver {
 // GET http://host:port/health answered 200 within `timeout`.
 bool health_ok(const std::string& host, int port, std::chrono::milliseconds timeout);
 // GET /v1/models answered 200 with `model` among data[].id.
-bool models_list(const std::string& host, int port, const std::string& model, std::chrono::milliseconds timeout);
+bool models_list(const std::string& host, int port, const std::string& model, std::chrono::milliseconds timeout,
+                 const std::string& api_key = "");
 
 // The wait for readiness was called off (`*cancelled` became true): the caller is stopping.
 struct StartCancelled : EngineError {

@@ -1,0 +1,83 @@
+// An httplib::Server that a hostile client cannot stop from answering others. httplib gives each
+// connection a pool thread from accept to close, so a few hundred idle or trickling sockets hold
+// every thread. Here one thread (the gate) watches every connection with epoll until the whole
+// head of a request has arrived, within a deadline, and only then hands it to a worker, which runs
+// httplib's own request processing (parsing, routing, handlers, streaming responses) on it. Idle
+// keep-alive connections go back to the gate. On top:
+//  - bodies are bounded before they are read: a Content-Length over the limit is a 413, a chunked
+//    body that grows past it ends in a 413, and `admit` (the token check) runs before any body
+//    byte is read; a refused request's connection is closed instead of draining what it sent;
+//  - a request with neither Content-Length nor Transfer-Encoding has an empty body (httplib would
+//    wait for the client to close: a bodiless POST got a 400 after its read timeout);
+//  - no exception leaves a handler: error handlers are guarded and anything else is a 500 with
+//    the server's own JSON body and no internal text (httplib put e.what() in a response header).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <httplib.h>
+
+namespace anvil::http {
+
+struct ServerLimits {
+    std::size_t max_connections = 2048;      // beyond this, the connection waiting longest for its head is closed
+    std::size_t max_head_bytes = 64 * 1024;  // request line and headers: 431 beyond
+    std::size_t max_body_bytes = 8u << 20;   // 413 beyond, before the body is read
+    std::chrono::milliseconds head_deadline{10'000};    // from a request's first byte (or accept) to its complete head
+    std::chrono::milliseconds idle_timeout{60'000};     // a keep-alive connection with no request in it
+    std::chrono::milliseconds read_timeout{30'000};     // between two reads of a body
+    std::chrono::milliseconds write_timeout{30'000};    // a client that reads nothing for this long is cut off
+    int workers = 16;                                   // requests handled at once; more wait for a worker
+};
+
+// A response a server gives without running a handler.
+struct Refusal {
+    int status = 400;
+    std::string message;
+};
+
+class GuardedServer : public httplib::Server {
+public:
+    // Renders an error in the server's own JSON shape (OpenAI-style or API-style).
+    using ErrorBody = std::function<std::string(int status, const std::string& message)>;
+    // Runs when a request's head has been read, before its body: a refusal is answered at once.
+    using Admission = std::function<std::optional<Refusal>(const httplib::Request&)>;
+
+    GuardedServer(ServerLimits limits, ErrorBody error_body);
+    ~GuardedServer() override;
+
+    void set_admission(Admission admit);
+    // httplib's error handler, guarded: if it throws, the client gets a plain JSON error instead of
+    // the process ending. Call this, not httplib::Server::set_error_handler.
+    GuardedServer& set_error_handler(HandlerWithResponse handler);
+
+    const ServerLimits& limits() const { return limits_; }
+
+    // One raw request through parsing, admission, routing and handlers, on no socket: the raw
+    // response. For fuzzing and tests of what a server answers to bytes no client library sends.
+    std::string handle_bytes(const std::string& request);
+
+    // The body of an error from this server.
+    std::string error_body(int status, const std::string& message) const { return error_body_(status, message); }
+
+    struct Gate;  // the epoll thread, the workers and the connections (guarded_server.cpp)
+
+private:
+    bool process_and_close_socket(socket_t sock) override;
+    // One request on `stream` (head complete), as the workers and handle_bytes run it.
+    friend struct Gate;
+    bool process_one(httplib::Stream& stream, bool closing, bool& connection_closed);
+
+    ServerLimits limits_;
+    ErrorBody error_body_;
+    Admission admit_;
+    HandlerWithResponse error_handler_;
+    Gate* gate_ = nullptr;  // owned by the task queue httplib holds while it listens
+};
+
+}  // namespace anvil::http
