@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "registry/utf8.hpp"
+
 namespace anvil::registry {
 
 std::string_view to_string(SyncReport::Mode mode) {
@@ -27,7 +29,8 @@ void Catalog::put(Document doc) {
     documents_.emplace(std::move(path), std::move(doc));
 }
 
-void Catalog::erase(const std::string& path) {
+void Catalog::erase(const std::string& raw_path) {
+    const std::string path = to_valid_utf8(raw_path);  // as parse_document keys it
     auto it = documents_.find(path);
     if (it == documents_.end()) return;
     if (!it->second.id.empty()) {
@@ -76,7 +79,7 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     if (commit == commit_ && source.url() == source_url_) return report;
 
     auto read = [&](const std::string& path, const std::string& blob_id) {
-        return parse_document(source.read_blob(blob_id), Provenance{source.url(), commit, path, blob_id, ""});
+        return parse_document(source.read_blob(blob_id), Provenance{source.url(), commit, path, blob_id, ""}, limits_);
     };
 
     if (commit_.empty() || source.url() != source_url_) report.full_reason = "first read of " + source.url();
@@ -91,10 +94,10 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
         previous.swap(documents_);
         by_id_.clear();
         for (const auto& entry : source.list_documents(commit)) {
-            auto old = previous.find(entry.path);
+            auto old = previous.find(to_valid_utf8(entry.path));
             if (old == previous.end()) ++report.added;
             else if (old->second.provenance.blob_id != entry.blob_id) ++report.modified;
-            if (old == previous.end() || old->second.provenance.blob_id != entry.blob_id) report.changed_paths.push_back(entry.path);
+            if (old == previous.end() || old->second.provenance.blob_id != entry.blob_id) report.changed_paths.push_back(to_valid_utf8(entry.path));
             if (old != previous.end()) previous.erase(old);
             put(read(entry.path, entry.blob_id));
         }
@@ -112,10 +115,10 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
                 case PathChange::Kind::renamed:
                     ++report.renamed;
                     erase(change.old_path);
-                    report.changed_paths.push_back(change.old_path);
+                    report.changed_paths.push_back(to_valid_utf8(change.old_path));
                     break;
             }
-            report.changed_paths.push_back(change.path);
+            report.changed_paths.push_back(to_valid_utf8(change.path));
             if (change.kind == PathChange::Kind::deleted) erase(change.path);
             else put(read(change.path, change.blob_id));
         }

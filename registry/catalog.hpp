@@ -27,6 +27,8 @@ std::string_view to_string(SyncReport::Mode mode);
 
 class Catalog {
 public:
+    explicit Catalog(DocumentLimits limits = {}) : limits_(limits) {}
+
     // Fetches the source and applies what changed since the last sync.
     SyncReport sync(GitSource& source);
     // Brings the catalog to `commit` of an already fetched source.
@@ -35,6 +37,7 @@ public:
     static Catalog from_filesystem(const std::filesystem::path& root);
 
     const std::string& commit() const { return commit_; }
+    // By path; a path that is not UTF-8 is keyed (and reported) with U+FFFD for its bad bytes.
     const std::map<std::string, Document>& documents() const { return documents_; }
     std::size_t size() const { return documents_.size(); }
 
@@ -50,6 +53,7 @@ private:
     void erase(const std::string& path);
     static std::string id_key(const Document& doc);
 
+    DocumentLimits limits_;
     std::string source_url_;
     std::string commit_;
     std::map<std::string, Document> documents_;             // by path

@@ -1,32 +1,47 @@
 #include "registry/catalog_report.hpp"
 
+#include "registry/utf8.hpp"
+
 namespace anvil::registry {
 
 using nlohmann::json;
 
+namespace {
+
+// Text that did not come from a parsed document (a file name, a configured location, a parser's
+// message) may hold bytes that are not UTF-8; dump() would throw on them.
+std::string text(std::string_view s) { return to_valid_utf8(s); }
+json texts(const std::vector<std::string>& lines) {
+    json out = json::array();
+    for (const auto& line : lines) out.push_back(text(line));
+    return out;
+}
+
+}  // namespace
+
 json document_report(const Catalog& catalog, const Document& doc) {
     json errors = json::array();
     for (const auto& e : doc.errors)
-        errors.push_back({{"pointer", e.pointer}, {"expected", e.expected}, {"found", e.found}, {"message", format_error(doc.provenance.path, e)}});
+        errors.push_back({{"pointer", text(e.pointer)}, {"expected", text(e.expected)}, {"found", text(e.found)}, {"message", format_error(doc.provenance.path, e)}});
     if (auto first = catalog.duplicate_of(doc)) {
         auto lines = catalog.problems(doc);
-        errors.push_back({{"pointer", "/id"}, {"expected", "a unique id"}, {"found", first->c_str()}, {"message", lines.back()}});
+        errors.push_back({{"pointer", "/id"}, {"expected", "a unique id"}, {"found", text(*first)}, {"message", lines.back()}});
     }
     json out = {
-        {"path", doc.provenance.path},
-        {"id", doc.id},
+        {"path", text(doc.provenance.path)},
+        {"id", text(doc.id)},
         {"kind", std::string(to_string(doc.kind))},
         {"schema", doc.schema},
         {"valid", errors.empty()},
         {"pinned", doc.pins_apply() ? json(doc.valid() && doc.pins.pinned()) : json(nullptr)},
-        {"unpinned_reasons", doc.pins.unpinned_reasons},
+        {"unpinned_reasons", texts(doc.pins.unpinned_reasons)},
         {"evidence_class", doc.is_external_prior() ? "external-prior" : "registry"},
-        {"warnings", doc.warnings},
+        {"warnings", texts(doc.warnings)},
         {"errors", errors},
         {"provenance",
-         {{"source", doc.provenance.source_url},
+         {{"source", text(doc.provenance.source_url)},
           {"commit", doc.provenance.commit},
-          {"path", doc.provenance.path},
+          {"path", text(doc.provenance.path)},
           {"blob", doc.provenance.blob_id},
           {"sha256", doc.provenance.sha256}}},
     };
@@ -58,8 +73,8 @@ json catalog_report(const Catalog& catalog, const std::string& source, const std
     for (const auto& [_, doc] : catalog.documents()) docs.push_back(document_report(catalog, doc));
     const auto s = summarize(catalog);
     return {
-        {"source", source},
-        {"ref", ref},
+        {"source", text(source)},
+        {"ref", text(ref)},
         {"commit", catalog.commit()},
         {"summary",
          {{"documents", s.documents}, {"valid", s.valid}, {"invalid", s.invalid}, {"pinned", s.pinned}, {"unpinned", s.unpinned}}},

@@ -2,24 +2,13 @@
 
 #include <algorithm>
 
+#include "registry/json_text_check.hpp"
 #include "registry/sha256.hpp"
+#include "registry/utf8.hpp"
 
 namespace anvil::registry {
 
 namespace {
-
-std::string position_of(std::string_view bytes, std::size_t byte) {
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < std::min(byte, bytes.size()); ++i) {
-        if (bytes[i] == '\n') {
-            ++line;
-            column = 1;
-        } else {
-            ++column;
-        }
-    }
-    return "line " + std::to_string(line) + ", column " + std::to_string(column);
-}
 
 // local-ai-registry/v1 keeps one directory per record kind; shape decides where the path does not.
 DocumentKind registry_record_kind(const json& record, std::string_view path) {
@@ -175,14 +164,58 @@ std::vector<std::string> Document::error_lines() const {
     return out;
 }
 
-Document parse_document(std::string_view bytes, Provenance provenance) {
+namespace {
+
+std::size_t utf8_length(std::string_view text) {
+    return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// What must hold before the bytes are parsed at all: a file name that can be reported, a bounded
+// size, bounded nesting and UTF-8 throughout. False after recording the first that does not.
+bool readable_as_json(Document& doc, std::string_view bytes, const DocumentLimits& limits) {
+    if (!is_valid_utf8(doc.provenance.path)) {
+        doc.provenance.path = to_valid_utf8(doc.provenance.path);
+        doc.errors.push_back({"", "a file name of valid UTF-8 (rename the file)", "\"" + doc.provenance.path + "\""});
+        return false;
+    }
+    if (bytes.size() > limits.max_document_bytes) {
+        doc.errors.push_back({"", "a document of at most " + std::to_string(limits.max_document_bytes) +
+                                      " bytes (max_document_bytes in anvild's configuration)",
+                              std::to_string(bytes.size()) + " bytes"});
+        return false;
+    }
+    if (auto problem = check_json_text(bytes)) {
+        doc.errors.push_back(std::move(*problem));
+        return false;
+    }
+    return true;
+}
+
+// Ids name revisions in the ledger, logs and URLs: a long one is refused, and not kept as the id.
+void check_id_length(Document& doc, const std::string& root_pointer) {
+    const std::size_t length = utf8_length(doc.id);
+    if (length <= kMaxIdLength) return;
+    const bool written = doc.raw.is_object() && doc.raw.contains("id");
+    doc.errors.push_back({root_pointer + (written ? "/id" : ""),
+                          written ? "an id of at most " + std::to_string(kMaxIdLength) + " characters"
+                                  : "fields that make an id (" + std::string(to_string(doc.kind)) + ") of at most " +
+                                        std::to_string(kMaxIdLength) + " characters",
+                          "an id of " + std::to_string(length) + " characters"});
+    doc.id.clear();
+}
+
+}  // namespace
+
+Document parse_document(std::string_view bytes, Provenance provenance, const DocumentLimits& limits) {
     Document doc;
     if (provenance.sha256.empty()) provenance.sha256 = sha256_hex(bytes);
     doc.provenance = std::move(provenance);
+    if (!readable_as_json(doc, bytes, limits)) return doc;
     try {
         doc.raw = json::parse(bytes.begin(), bytes.end());
     } catch (const json::parse_error& e) {
-        std::string what = e.what();
+        // The message quotes the last bytes read, which may end inside a multi-byte character.
+        std::string what = to_valid_utf8(e.what());
         if (auto colon = what.rfind(": "); colon != std::string::npos) what = what.substr(colon + 2);
         doc.errors.push_back({"", "a JSON document", "invalid JSON at " + position_of(bytes, e.byte) + " (" + what + ")"});
         return doc;
@@ -214,6 +247,7 @@ Document parse_document(std::string_view bytes, Provenance provenance) {
     }
     JsonReader reader(doc.errors);
     parse_body(doc, Node{&doc.raw, root_pointer}, reader);
+    check_id_length(doc, root_pointer);
     return doc;
 }
 

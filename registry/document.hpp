@@ -78,9 +78,17 @@ struct Document {
     std::vector<std::string> error_lines() const;
 };
 
+// What a document may hold, checked before its bytes are parsed (size, nesting, UTF-8) or after
+// (the id): a registry author must not be able to make the daemon store, log or index unbounded text.
+inline constexpr std::size_t kDefaultMaxDocumentBytes = 1 << 20;  // 1 MiB; real recipes are a few KiB
+inline constexpr std::size_t kMaxIdLength = 128;                   // characters
+struct DocumentLimits {
+    std::size_t max_document_bytes = kDefaultMaxDocumentBytes;  // anvild's max_document_bytes
+};
+
 // Reads one document. `path` (inside the source) also hints at the kind of a local-ai-registry
 // record (recipe/, hardware/, model/, model-instance/, speed-sweeps/).
-Document parse_document(std::string_view bytes, Provenance provenance);
+Document parse_document(std::string_view bytes, Provenance provenance, const DocumentLimits& limits = {});
 
 // True for files a registry holds documents in: *.json, excluding JSON Schemas (*.schema.json).
 bool is_document_path(std::string_view path);

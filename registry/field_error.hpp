@@ -11,7 +11,7 @@ struct FieldError {
     std::string expected;  // what a valid document has there
     std::string found;     // a short rendering of what is there instead ("" when missing)
 
-    // "at /launch/image: expected ..., found ..."
+    // "at /launch/image: expected ..., found ..." (valid UTF-8 whatever the fields hold)
     std::string describe() const;
 };
 

@@ -1,15 +1,19 @@
 #include "registry/json_reader.hpp"
 
+#include "registry/utf8.hpp"
+
 namespace anvil::registry {
 
+// Error lines end up in JSON (the API, `anvil registry check --format json`), which must be UTF-8:
+// a file name or a quoted byte that is not has it replaced, here, where every line is made.
 std::string FieldError::describe() const {
     std::string out = "at " + (pointer.empty() ? std::string("/") : pointer) + ": expected " + expected;
     out += found.empty() ? ", found nothing" : ", found " + found;
-    return out;
+    return to_valid_utf8(out);
 }
 
 std::string format_error(const std::string& file, const FieldError& error) {
-    return file + ": " + error.describe();
+    return to_valid_utf8(file) + ": " + error.describe();
 }
 
 std::string escape_pointer_token(std::string_view token) {
@@ -29,8 +33,10 @@ std::string render_short(const json& value) {
     else if (value.is_array()) text = "an array of " + std::to_string(value.size());
     else text = value.dump(-1, ' ', false, json::error_handler_t::replace);
     constexpr std::size_t limit = 80;
-    if (text.size() > limit) text = text.substr(0, limit) + "…";
-    return text;
+    if (text.size() <= limit) return text;
+    std::size_t cut = limit;  // not inside a multi-byte character: the cut text stays UTF-8
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    return text.substr(0, cut) + "…";
 }
 
 Node Node::child(std::string_view key) const {

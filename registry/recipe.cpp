@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "registry/engine_environment.hpp"
+
 namespace anvil::registry {
 
 namespace {
@@ -375,6 +377,9 @@ std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeC
     check_consistency(root, reader, r, check);
     if (reader.error_count() != before) return std::nullopt;
     assess_pins(r, check);
+    // anvild's policy rather than the registry's schema: the document stays valid, and the check says
+    // what anvild will do with it (reject it on paper).
+    if (auto why = environment_refusal(r.launch)) check.warnings.push_back("anvild refuses this recipe: " + *why);
     return r;
 }
 

@@ -326,7 +326,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     JsonReader& reader = cr.reader();
     const Node top{&root, ""};
     reject_unknown_keys(top,
-                        {"sources", "data_dir", "requirements", "inventory", "commercial", "model_root", "cache_root",
+                        {"sources", "data_dir", "max_document_bytes", "requirements", "inventory", "commercial", "model_root", "cache_root",
                          "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "container_api_socket",
                          "engine_binary",
                          "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
@@ -335,6 +335,8 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
 
     read_sources(top, cr, config);
     if (auto p = cr.path(top, "data_dir")) config.data_dir = *p;
+    if (auto n = reader.integer(top, "max_document_bytes", Presence::optional, 1)) config.max_document_bytes = static_cast<std::size_t>(*n);
+    for (auto& source : config.sources) source.document_limits.max_document_bytes = config.max_document_bytes;
 
     const Node requirements = reader.object(top, "requirements", Presence::optional);
     if (requirements.present()) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "registry/document.hpp"
 #include "registry/feasibility_input.hpp"
 #include "registry/inventory.hpp"
 
@@ -43,6 +44,7 @@ struct SourceConfig {
     std::string url;   // a local path (plain directory or git repository) or a git URL
     std::string ref;   // branch, tag or commit; empty: the source's HEAD
     std::chrono::milliseconds poll_interval{std::chrono::seconds(60)};
+    registry::DocumentLimits document_limits;  // the top-level max_document_bytes, the same for every source
 };
 
 struct PromotionConfig {
@@ -63,6 +65,8 @@ struct DaemonConfig {
     std::filesystem::path config_file;
     std::vector<SourceConfig> sources;
     std::filesystem::path data_dir = "/var/lib/anvil";
+    // A registry document larger than this is invalid, refused before its bytes are parsed.
+    std::size_t max_document_bytes = registry::kDefaultMaxDocumentBytes;
 
     // The shape of seed 004's `requirements`: tokens, concurrency, VRAM and reserves, thresholds.
     std::optional<registry::Requirements> requirements;

@@ -74,7 +74,7 @@ driver::Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
 std::optional<std::string> EngineSupervisor::unsupported(const registry::Recipe& recipe) const {
     if (driver_kind_for(recipe.launch.kind).empty())
         return "launch kind '" + recipe.launch.kind + "' is not something anvild runs (embedded, native and docker are)";
-    return std::nullopt;
+    return driver::paper_refusal(recipe, launch_config(config_));
 }
 
 std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& recipe) const {

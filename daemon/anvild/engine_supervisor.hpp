@@ -32,7 +32,9 @@ public:
     EngineSupervisor(const DaemonConfig& config, state::Store& store);
     ~EngineSupervisor();
 
-    // Why anvild cannot run this recipe at all (launch kind, missing binary), or nothing.
+    // Why anvild cannot run this recipe at all, judged on paper before anything starts: a launch kind
+    // it does not run, loader variables in the environment, model paths or mount sources outside
+    // the allowed roots (driver::paper_refusal). One line, or nothing.
     std::optional<std::string> unsupported(const registry::Recipe& recipe) const;
     // Whether the revision could start now: launch resolves, model present with the pinned digest,
     // the engine binary exists. The reason when it could not (a rollback target is checked with it).

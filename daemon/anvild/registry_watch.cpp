@@ -6,7 +6,8 @@
 
 namespace anvil::daemon {
 
-RegistryWatch::RegistryWatch(SourceConfig config, const std::filesystem::path& data_dir) : config_(std::move(config)) {
+RegistryWatch::RegistryWatch(SourceConfig config, const std::filesystem::path& data_dir)
+    : config_(std::move(config)), catalog_(config_.document_limits) {
     if (registry::is_git_location(config_.url)) git_ = std::make_unique<registry::GitSource>(config_.url, config_.ref, data_dir);
 }
 

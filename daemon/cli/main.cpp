@@ -15,9 +15,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: anvil <command> [options]
 
 commands:
-  registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR]
+  registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR] [--max-document-bytes N]
       read, validate and pin-check every document of a registry: a git repository (local path
-      or URL, read from the commit's tree), a plain directory, or a single file
+      or URL, read from the commit's tree), a plain directory, or a single file; documents over
+      N bytes (default 1048576, as anvild's max_document_bytes) are invalid
   model digest <dir>
       print the content digest that pins a model directory in an embedded-engine recipe
   feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]

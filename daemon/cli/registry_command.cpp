@@ -1,4 +1,7 @@
-// anvil registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR]
+// anvil registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR] [--max-document-bytes N]
+// Reads documents exactly as anvild's ingest does (parse_document, with the same limits), so it
+// reports the same errors.
+#include <charconv>
 #include <iostream>
 
 #include "daemon/cli/arguments.hpp"
@@ -35,23 +38,38 @@ void print_table(const registry::Catalog& catalog, const std::string& location) 
               << " invalid\n";
 }
 
+registry::DocumentLimits document_limits(const Arguments& args) {
+    registry::DocumentLimits limits;
+    const auto text = args.value("--max-document-bytes");
+    if (!text) return limits;
+    std::size_t bytes = 0;
+    const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), bytes);
+    if (error != std::errc() || end != text->data() + text->size() || bytes == 0)
+        throw UsageError("--max-document-bytes must be a positive whole number of bytes, not '" + *text + "'");
+    limits.max_document_bytes = bytes;
+    return limits;
+}
+
 int check(const std::vector<std::string>& words) {
-    Arguments args(words, {"--ref", "--format", "--data-dir"});
+    Arguments args(words, {"--ref", "--format", "--data-dir", "--max-document-bytes"});
     if (args.positional().size() != 1) throw UsageError("expected one registry path or URL");
     const std::string location = args.positional()[0];
     const std::string format = args.value_or("--format", "table");
     if (format != "table" && format != "json") throw UsageError("--format must be table or json");
     const std::string ref = args.value_or("--ref", "");
+    const auto limits = document_limits(args);
 
-    registry::Catalog catalog;
+    registry::Catalog catalog(limits);
     if (registry::is_git_location(location)) {
         registry::GitSource source(location, ref, args.value_or("--data-dir", default_data_dir()));
         catalog.sync(source);
     } else {
         if (!ref.empty()) throw UsageError(location + " is not a git repository, so --ref does not apply");
-        catalog = registry::Catalog::from_filesystem(location);
+        catalog = registry::Catalog::from_filesystem(location, {}, limits);
     }
-    if (format == "json") std::cout << registry::catalog_report(catalog, location, ref).dump(2) << "\n";
+    // The report is UTF-8 already; replacing what is not is the last guard against a throwing dump().
+    if (format == "json")
+        std::cout << registry::catalog_report(catalog, location, ref).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else print_table(catalog, location);
     return registry::summarize(catalog).invalid > 0 ? 1 : 0;
 }

@@ -5,6 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "registry/engine_environment.hpp"
+
 namespace anvil::driver {
 
 namespace fs = std::filesystem;
@@ -50,6 +54,25 @@ bool is_inside(const fs::path& path, const fs::path& root) {
     return true;
 }
 
+struct Root {
+    fs::path configured;  // as the configuration names it, for messages
+    fs::path real;        // symlinks resolved
+};
+
+// Each root once: model_root may also be listed in allowed_mount_roots, or two names may resolve
+// to one directory, and a refusal that lists a root twice reads as two different places.
+std::vector<Root> distinct_roots(const std::vector<fs::path>& roots) {
+    std::vector<Root> out;
+    for (const auto& root : roots) {
+        std::error_code ec;
+        fs::path real = fs::weakly_canonical(root, ec);
+        if (ec) continue;
+        if (!real.has_filename()) real = real.parent_path();  // "/models/" and "/models" are one root
+        if (std::none_of(out.begin(), out.end(), [&](const Root& r) { return r.real == real; })) out.push_back({root, real});
+    }
+    return out;
+}
+
 }  // namespace
 
 fs::path resolve_inside_roots(const fs::path& path, const std::vector<fs::path>& roots, std::string_view where) {
@@ -62,14 +85,13 @@ fs::path resolve_inside_roots(const fs::path& path, const std::vector<fs::path>&
     // weakly_canonical resolves the symlinks of the part that exists, so a link pointing out of a root is seen.
     const fs::path real = fs::weakly_canonical(path, ec);
     if (ec) throw LaunchError(std::string(where) + ": cannot resolve '" + path.string() + "': " + ec.message());
-    for (const auto& root : roots) {
-        const fs::path real_root = fs::weakly_canonical(root, ec);
-        if (!ec && is_inside(real, real_root)) return real;
-    }
+    const auto allowed = distinct_roots(roots);
+    for (const auto& root : allowed)
+        if (is_inside(real, root.real)) return real;
     std::string list;
-    for (const auto& root : roots) list += (list.empty() ? "" : ", ") + root.string();
+    for (const auto& root : allowed) list += (list.empty() ? "" : ", ") + root.configured.string();
     throw LaunchError(std::string(where) + ": '" + path.string() + "' resolves to '" + real.string() +
-                      "', outside the allowed roots (" + list + ")");
+                      "', outside the allowed roots (" + list + "); move it under one of them or configure allowed_mount_roots");
 }
 
 bool port_is_free(const std::string& host, int port) {
@@ -94,27 +116,25 @@ int allocate_port(const std::string& host, int first, int last, const std::set<i
                       "; stop an engine or widen the configured range");
 }
 
-ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config, const std::set<int>& taken) {
-    ResolvedLaunch out;
-    out.recipe_id = recipe.id;
-    out.kind = recipe.launch.kind;
-    out.host = config.host;
-    out.port = allocate_port(config.host, config.port_first, config.port_last, taken);
-    out.gpu_uuids = config.gpu_uuids;
-    out.ready_timeout = recipe.launch.ready_timeout_seconds ? std::chrono::seconds(*recipe.launch.ready_timeout_seconds) : config.ready_timeout;
-    out.container_port = recipe.launch.container_port;
-    out.ipc = recipe.launch.ipc;
-    out.shm_size = recipe.launch.shm_size;
+namespace {
 
+std::map<std::string, std::string> placeholder_values(const LaunchConfig& config, int port) {
     auto values = config.placeholders;
-    values["PORT"] = std::to_string(out.port);
+    values["PORT"] = std::to_string(port);
     values["HOST"] = config.host;
-    const std::string at = "recipe " + recipe.id + " at /launch/";
+    return values;
+}
 
-    for (size_t i = 0; i < recipe.launch.arguments.size(); ++i)
-        out.arguments.push_back(expand_placeholders(recipe.launch.arguments[i], values, at + "arguments/" + std::to_string(i)));
-    for (const auto& [name, value] : recipe.launch.environment)
-        out.environment[name] = expand_placeholders(value, values, at + "environment/" + name);
+std::string field_prefix(const registry::Recipe& recipe) { return "recipe " + recipe.id + " at /launch/"; }
+
+void refuse_loader_environment(const registry::Recipe& recipe) {
+    if (auto why = registry::environment_refusal(recipe.launch)) throw LaunchError("recipe " + recipe.id + ": " + *why);
+}
+
+// Mount sources and the model path, each inside an allowed root.
+void resolve_paths(const registry::Recipe& recipe, const LaunchConfig& config, const std::map<std::string, std::string>& values,
+                   ResolvedLaunch& out) {
+    const std::string at = field_prefix(recipe);
     for (size_t i = 0; i < recipe.launch.mounts.size(); ++i) {
         const auto& m = recipe.launch.mounts[i];
         const std::string where = at + "mounts/" + std::to_string(i);
@@ -126,6 +146,41 @@ ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig
         const fs::path path = expand_placeholders(recipe.launch.model->path, values, at + "model/path");
         out.model_path = resolve_inside_roots(path, config.allowed_roots, at + "model/path");
     }
+}
+
+}  // namespace
+
+std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const LaunchConfig& config) {
+    try {
+        refuse_loader_environment(recipe);
+        ResolvedLaunch scratch;
+        resolve_paths(recipe, config, placeholder_values(config, 0), scratch);  // no port is needed to place a path
+    } catch (const LaunchError& e) {
+        return e.what();
+    }
+    return std::nullopt;
+}
+
+ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config, const std::set<int>& taken) {
+    refuse_loader_environment(recipe);  // refused on paper already; checked again so no path around it starts one
+    ResolvedLaunch out;
+    out.recipe_id = recipe.id;
+    out.kind = recipe.launch.kind;
+    out.host = config.host;
+    out.port = allocate_port(config.host, config.port_first, config.port_last, taken);
+    out.gpu_uuids = config.gpu_uuids;
+    out.ready_timeout = recipe.launch.ready_timeout_seconds ? std::chrono::seconds(*recipe.launch.ready_timeout_seconds) : config.ready_timeout;
+    out.container_port = recipe.launch.container_port;
+    out.ipc = recipe.launch.ipc;
+    out.shm_size = recipe.launch.shm_size;
+
+    const auto values = placeholder_values(config, out.port);
+    const std::string at = field_prefix(recipe);
+    for (size_t i = 0; i < recipe.launch.arguments.size(); ++i)
+        out.arguments.push_back(expand_placeholders(recipe.launch.arguments[i], values, at + "arguments/" + std::to_string(i)));
+    for (const auto& [name, value] : recipe.launch.environment)
+        out.environment[name] = expand_placeholders(value, values, at + "environment/" + name);
+    resolve_paths(recipe, config, values, out);
     if (recipe.launch.image) out.image = expand_placeholders(*recipe.launch.image, values, at + "image");
     if (auto name = recipe.served_model_name()) out.served_model_name = *name;
     else if (out.model_path) out.served_model_name = out.model_path->filename().string();

@@ -70,7 +70,13 @@ bool port_is_free(const std::string& host, int port);
 // The first port in [first, last] that is free and not in `taken`; a LaunchError if none is.
 int allocate_port(const std::string& host, int first, int last, const std::set<int>& taken = {});
 
+// What resolve_launch would refuse whatever the moment, judged on paper before anything starts:
+// loader variables in launch.environment, and mount sources or a model path outside the allowed roots
+// (or with a placeholder nobody configured). One line naming the field, or nothing.
+std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const LaunchConfig& config);
+
 // Resolves `recipe`'s launch with `config`. `taken` holds ports already handed to other engines.
+// Refuses loader variables in the environment (registry::environment_refusal) as paper_refusal does.
 ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config,
                               const std::set<int>& taken = {});
 
