@@ -109,8 +109,14 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
     if (!scheduler_.fits_ever(length))
         throw InvalidRequest("the prompt needs more KV-cache blocks than this server has (" +
                              std::to_string(blocks_.total()) + " of " + std::to_string(blocks_.block_size()) + " tokens)");
+    const auto unknown = [this](const char* field, int32_t t) {
+        return InvalidRequest(std::string(field) + ": token id " + std::to_string(t) + " does not exist (the vocabulary has " +
+                              std::to_string(config_.vocab_size) + " tokens)");
+    };
     for (int32_t t : prompt)
-        if (t < 0 || t >= config_.vocab_size) throw InvalidRequest("token id " + std::to_string(t) + " is outside the vocabulary");
+        if (t < 0 || t >= config_.vocab_size) throw unknown("prompt", t);
+    for (const LogitBias& b : params.logit_bias)
+        if (b.token < 0 || b.token >= config_.vocab_size) throw unknown("logit_bias", b.token);
     if (params.max_tokens <= 0) throw InvalidRequest("max_tokens must be at least 1");
     if (n < 1 || n > options_.max_seqs)
         throw InvalidRequest("n must be between 1 and " + std::to_string(options_.max_seqs) +
@@ -309,7 +315,9 @@ void Engine::step() {
         auto it = active_.find(id);
         if (it == active_.end()) continue;
         Active& active = *it->second;
-        const float* logits = runner_->logits(logits_row);
+        // The bias goes in before everything else, so the reported logprobs include it too.
+        const float* logits =
+            apply_logit_bias(runner_->logits(logits_row), config_.vocab_size, active.params.logit_bias, sampler_scratch_);
         const int32_t token = sample_token(logits, config_.vocab_size, active.params, active.rng, sampler_scratch_);
         emit_token(active, token, logits);
     }

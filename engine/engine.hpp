@@ -57,7 +57,8 @@ public:
     // from the request's seed and i, so a seeded choice is reproducible; choice 0 is what n = 1
     // gives. Each sequence computes the prompt itself: there is no prefix sharing between them.
     // Throws InvalidRequest for an empty prompt, a prompt that does not leave room for one token
-    // in the context, one the KV cache could never hold, or n outside 1..max_seqs.
+    // in the context, one the KV cache could never hold, a token id (of the prompt or of
+    // params.logit_bias) outside the vocabulary, or n outside 1..max_seqs.
     std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt, SamplingParams params, int n = 1);
 
     const ModelConfig& config() const { return config_; }

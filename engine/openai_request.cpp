@@ -1,6 +1,10 @@
 #include "engine/openai_request.hpp"
 
+#include <algorithm>
+#include <limits>
+
 #include "engine/engine.hpp"
+#include "engine/unicode.hpp"
 
 namespace anvil::engine {
 
@@ -30,6 +34,45 @@ bool boolean(const json& body, const char* field) {
     if (!body.contains(field) || body[field].is_null()) return false;
     if (!body[field].is_boolean()) bad(field, "must be true or false");
     return body[field].get<bool>();
+}
+
+// A logit_bias key's token id, or nullopt unless the key is decimal digits. Past 2^40 it stops
+// counting: no vocabulary comes near, and the id is refused either way.
+std::optional<long long> token_id_key(const std::string& key) {
+    if (key.empty()) return std::nullopt;
+    long long id = 0;
+    for (char c : key) {
+        if (c < '0' || c > '9') return std::nullopt;
+        id = std::min(id * 10 + (c - '0'), 1LL << 40);
+    }
+    return id;
+}
+
+// logit_bias: {"<token id>": bias from -100 to 100}, kept sorted by id.
+std::vector<LogitBias> logit_bias(const json& body) {
+    std::vector<LogitBias> out;
+    if (!body.contains("logit_bias") || body["logit_bias"].is_null()) return out;
+    const json& map = body["logit_bias"];
+    if (!map.is_object())
+        bad("logit_bias", "must be an object mapping token ids to biases from -100 to 100, e.g. {\"50256\": -100}");
+    for (const auto& [key, value] : map.items()) {
+        const auto token = token_id_key(key);
+        if (!token)
+            bad("logit_bias:", "key \"" + sanitize_utf8(key) + "\" is not a token id (a decimal number such as \"50256\")");
+        // Whether an id below 2^31 exists is the engine's to say (Engine::submit knows the vocabulary).
+        if (*token > std::numeric_limits<int32_t>::max()) bad("logit_bias:", "token id " + key + " does not exist");
+        if (!value.is_number())
+            bad("logit_bias:", "the bias of token id " + key + " must be a number from -100 to 100");
+        const double bias = value.get<double>();
+        if (!(bias >= -100.0 && bias <= 100.0))
+            bad("logit_bias:", "the bias of token id " + key + " is " + value.dump() + "; it must be from -100 to 100");
+        out.push_back({int32_t(*token), float(bias)});
+    }
+    std::sort(out.begin(), out.end(), [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+    for (size_t i = 1; i < out.size(); ++i)
+        if (out[i].token == out[i - 1].token)
+            bad("logit_bias:", "token id " + std::to_string(out[i].token) + " appears more than once");
+    return out;
 }
 
 void common(const json& body, ParsedRequest& r) {
@@ -63,6 +106,7 @@ void common(const json& body, ParsedRequest& r) {
         for (const auto& s : r.params.stop)
             if (s.empty()) bad("stop", "must not hold an empty string");
     }
+    r.params.logit_bias = logit_bias(body);
 }
 
 }  // namespace
@@ -85,7 +129,12 @@ ParsedRequest parse_completion_request(const json& body) {
     } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
         for (const auto& t : prompt) {
             if (!t.is_number_integer()) bad("prompt", "must be a string or a list of token ids");
-            r.prompt_tokens.push_back(t.get<int32_t>());
+            // Read whole: get<int32_t>() would wrap 2^32 + 5 into token 5.
+            constexpr uint64_t kLargest = uint64_t(std::numeric_limits<int32_t>::max());
+            const bool fits = t.is_number_unsigned() ? t.get<uint64_t>() <= kLargest
+                                                     : t.get<int64_t>() >= 0 && uint64_t(t.get<int64_t>()) <= kLargest;
+            if (!fits) bad("prompt:", "token id " + t.dump() + " does not exist");
+            r.prompt_tokens.push_back(int32_t(t.get<int64_t>()));
         }
     } else {
         bad("prompt", "must be a string, a list of one string, or a list of token ids");

@@ -47,6 +47,15 @@ double log_sum_exp(const float* logits, int vocab) {
 }
 }  // namespace
 
+const float* apply_logit_bias(const float* logits, int vocab, const std::vector<LogitBias>& bias, SamplerScratch& scratch) {
+    if (bias.empty()) return logits;
+    scratch.reserve(vocab);
+    float* out = scratch.biased.data();
+    std::copy(logits, logits + vocab, out);
+    for (const LogitBias& b : bias) out[b.token] += b.bias;
+    return out;
+}
+
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch) {
     if (params.temperature <= 0.0f || params.top_k == 1) return argmax(logits, vocab);
     scratch.reserve(vocab);

@@ -1,5 +1,5 @@
-// Choosing the next token from logits: greedy, temperature, top-k, top-p, each request with its
-// own seeded generator; and the log-probabilities a client can ask for.
+// Choosing the next token from logits: logit bias, greedy, temperature, top-k, top-p, each request
+// with its own seeded generator; and the log-probabilities a client can ask for.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,12 @@
 #include <vector>
 
 namespace anvil::engine {
+
+// OpenAI's logit_bias: `bias` (-100..100) added to token `token`'s logit before anything else.
+struct LogitBias {
+    int32_t token = 0;
+    float bias = 0.0f;
+};
 
 struct SamplingParams {
     float temperature = 1.0f;  // 0: greedy
@@ -18,6 +24,7 @@ struct SamplingParams {
     std::vector<std::string> stop;
     bool ignore_eos = false;
     int logprobs = -1;  // -1: none; otherwise how many alternatives (top_logprobs) besides the chosen token
+    std::vector<LogitBias> logit_bias;  // by token id, each id once; the engine refuses ids outside its vocabulary
 };
 
 // A small, fast, reproducible generator (xoshiro256**), seeded by splitmix64.
@@ -40,15 +47,22 @@ struct TokenLogprob {
 struct SamplerScratch {
     std::vector<float> probs;
     std::vector<int32_t> order;
+    std::vector<float> biased;  // [vocab]: a row of logits with a request's logit_bias added
     void reserve(int vocab) {
         probs.resize(size_t(vocab));
         order.resize(size_t(vocab));
+        biased.resize(size_t(vocab));
     }
 };
 
+// The logits a request samples from: `logits` itself when it has no bias (no copy), otherwise a
+// copy in scratch.biased with each bias added. Every bias's token must be below `vocab`.
+const float* apply_logit_bias(const float* logits, int vocab, const std::vector<LogitBias>& bias, SamplerScratch& scratch);
+
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch);
 
-// log softmax(logits)[token] of the model's own distribution (before temperature), and the
+// log softmax(logits)[token] of the distribution `logits` gives (the engine passes them with the
+// request's logit_bias added, before temperature), and the
 // `top` most likely tokens with theirs, most likely first.
 float token_logprob(const float* logits, int vocab, int32_t token);
 std::vector<TokenLogprob> top_logprobs(const float* logits, int vocab, int top);
