@@ -1,5 +1,6 @@
 #include "registry/catalog.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -18,15 +19,36 @@ std::string_view to_string(SyncReport::Mode mode) {
     return "unchanged";
 }
 
-std::string Catalog::id_key(const Document& doc) {
-    return std::string(to_string(doc.kind)) + ":" + doc.id;
+std::string Catalog::id_key(DocumentKind kind, const std::string& id) {
+    return std::string(to_string(kind)) + ":" + id;
 }
 
+std::string Catalog::id_key(const Document& doc) { return id_key(doc.kind, doc.id); }
+
 void Catalog::put(Document doc) {
+    // A changed document that keeps its id keeps its place among the id's claimants: an owner
+    // edited in place stays the owner.
+    if (auto old = documents_.find(doc.provenance.path); old != documents_.end() && !doc.id.empty() && old->second.id == doc.id &&
+                                                          old->second.kind == doc.kind) {
+        old->second = std::move(doc);
+        return;
+    }
     erase(doc.provenance.path);
-    if (!doc.id.empty()) by_id_[id_key(doc)].insert(doc.provenance.path);
+    if (!doc.id.empty()) claims_[id_key(doc)].push_back(doc.provenance.path);
     std::string path = doc.provenance.path;
     documents_.emplace(std::move(path), std::move(doc));
+}
+
+void Catalog::put_all(std::vector<Document> docs, const std::map<std::string, std::string>& owners) {
+    std::sort(docs.begin(), docs.end(), [](const Document& a, const Document& b) { return a.provenance.path < b.provenance.path; });
+    // Known owners first, so a newcomer whose path sorts before the owner's cannot take its id.
+    auto owns = [&](const Document& doc) {
+        if (doc.id.empty()) return false;
+        auto it = owners.find(id_key(doc));
+        return it != owners.end() && it->second == doc.provenance.path;
+    };
+    std::stable_partition(docs.begin(), docs.end(), owns);
+    for (auto& doc : docs) put(std::move(doc));
 }
 
 void Catalog::erase(const std::string& raw_path) {
@@ -34,37 +56,42 @@ void Catalog::erase(const std::string& raw_path) {
     auto it = documents_.find(path);
     if (it == documents_.end()) return;
     if (!it->second.id.empty()) {
-        auto key = id_key(it->second);
-        auto ids = by_id_.find(key);
-        if (ids != by_id_.end()) {
-            ids->second.erase(path);
-            if (ids->second.empty()) by_id_.erase(ids);
+        auto claims = claims_.find(id_key(it->second));
+        if (claims != claims_.end()) {
+            std::erase(claims->second, path);
+            if (claims->second.empty()) claims_.erase(claims);
         }
     }
     documents_.erase(it);
 }
 
+std::map<std::string, std::string> Catalog::owners() const {
+    std::map<std::string, std::string> out;
+    for (const auto& [key, paths] : claims_) out.emplace(key, paths.front());
+    return out;
+}
+
 std::optional<std::string> Catalog::duplicate_of(const Document& doc) const {
     if (doc.id.empty()) return std::nullopt;
-    auto ids = by_id_.find(id_key(doc));
-    if (ids == by_id_.end() || ids->second.empty()) return std::nullopt;
-    const std::string& first = *ids->second.begin();
-    if (first == doc.provenance.path) return std::nullopt;
-    return first;
+    auto claims = claims_.find(id_key(doc));
+    if (claims == claims_.end() || claims->second.empty()) return std::nullopt;
+    const std::string& owner = claims->second.front();
+    if (owner == doc.provenance.path) return std::nullopt;
+    return owner;
 }
 
 std::vector<std::string> Catalog::problems(const Document& doc) const {
     auto lines = doc.error_lines();
-    if (auto first = duplicate_of(doc))
+    if (auto owner = duplicate_of(doc))
         lines.push_back(format_error(doc.provenance.path, {"/id", "an id no other " + std::string(to_string(doc.kind)) + " uses",
-                                                           "\"" + doc.id + "\", already defined by " + *first}));
+                                                           "\"" + doc.id + "\", already defined by " + *owner}));
     return lines;
 }
 
 const Document* Catalog::find(DocumentKind kind, const std::string& id) const {
-    auto ids = by_id_.find(std::string(to_string(kind)) + ":" + id);
-    if (ids == by_id_.end() || ids->second.empty()) return nullptr;
-    auto it = documents_.find(*ids->second.begin());
+    auto claims = claims_.find(id_key(kind, id));
+    if (claims == claims_.end() || claims->second.empty()) return nullptr;
+    auto it = documents_.find(claims->second.front());
     return it == documents_.end() ? nullptr : &it->second;
 }
 
@@ -90,17 +117,22 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     if (!report.full_reason.empty()) {
         if (!commit_.empty()) spdlog::warn("registry {}: {}; reading every document again", source.url(), report.full_reason);
         report.mode = SyncReport::Mode::full;
+        // Ownership survives the re-read: this catalog's owners, else those remembered from outside.
+        std::map<std::string, std::string> owners = this->owners();
+        owners.insert(remembered_owners_.begin(), remembered_owners_.end());
         std::map<std::string, Document> previous;
         previous.swap(documents_);
-        by_id_.clear();
+        claims_.clear();
+        std::vector<Document> docs;
         for (const auto& entry : source.list_documents(commit)) {
             auto old = previous.find(to_valid_utf8(entry.path));
             if (old == previous.end()) ++report.added;
             else if (old->second.provenance.blob_id != entry.blob_id) ++report.modified;
             if (old == previous.end() || old->second.provenance.blob_id != entry.blob_id) report.changed_paths.push_back(to_valid_utf8(entry.path));
             if (old != previous.end()) previous.erase(old);
-            put(read(entry.path, entry.blob_id));
+            docs.push_back(read(entry.path, entry.blob_id));
         }
+        put_all(std::move(docs), owners);
         for (const auto& [path, _] : previous) {
             ++report.deleted;
             report.changed_paths.push_back(path);
@@ -128,19 +160,22 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     return report;
 }
 
-Catalog Catalog::from_filesystem(const std::filesystem::path& root) {
-    Catalog catalog;
+Catalog Catalog::from_filesystem(const std::filesystem::path& root, const std::map<std::string, std::string>& owners,
+                                 DocumentLimits limits) {
+    Catalog catalog(limits);
+    std::vector<Document> docs;
     catalog.source_url_ = root.string();
     auto load = [&](const std::filesystem::path& file, const std::string& relative) {
         std::ifstream in(file, std::ios::binary);
         std::ostringstream bytes;
         bytes << in.rdbuf();
         if (!in && !in.eof()) throw SourceError(file.string() + ": cannot read");
-        catalog.put(parse_document(bytes.str(), Provenance{root.string(), "", relative, "", ""}));
+        docs.push_back(parse_document(bytes.str(), Provenance{root.string(), "", relative, "", ""}, limits));
     };
     std::error_code ec;
     if (std::filesystem::is_regular_file(root, ec)) {
         load(root, root.string());
+        catalog.put_all(std::move(docs), owners);
         return catalog;
     }
     if (!std::filesystem::is_directory(root, ec)) throw SourceError(root.string() + ": no such file or directory");
@@ -154,6 +189,7 @@ Catalog Catalog::from_filesystem(const std::filesystem::path& root) {
         std::string relative = std::filesystem::relative(it->path(), root).generic_string();
         if (is_document_path(relative)) load(it->path(), relative);
     }
+    catalog.put_all(std::move(docs), owners);
     return catalog;
 }
 

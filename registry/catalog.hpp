@@ -34,14 +34,25 @@ public:
     // Brings the catalog to `commit` of an already fetched source.
     SyncReport apply(const GitSource& source, const std::string& commit);
     // Reads a plain directory (every document path below it) or one file of any name, outside git.
-    static Catalog from_filesystem(const std::filesystem::path& root);
+    // `owners` keeps ids with the paths that had them (see owners()).
+    static Catalog from_filesystem(const std::filesystem::path& root, const std::map<std::string, std::string>& owners = {},
+                                   DocumentLimits limits = {});
+
+    // An id stays with the path that had it first: a newcomer claiming it is a duplicate, whatever
+    // its path, until the owner goes away. Keys are "<kind>:<id>" (id_key), values paths.
+    std::map<std::string, std::string> owners() const;
+    // Owners known from elsewhere (the ledger's path for each recipe), honoured when the catalog is
+    // read in full and this catalog does not know the id (first read after a restart). A rebuild
+    // after a force-push keeps this catalog's own owners first.
+    void remember_owners(std::map<std::string, std::string> owners) { remembered_owners_ = std::move(owners); }
+    static std::string id_key(DocumentKind kind, const std::string& id);
 
     const std::string& commit() const { return commit_; }
     // By path; a path that is not UTF-8 is keyed (and reported) with U+FFFD for its bad bytes.
     const std::map<std::string, Document>& documents() const { return documents_; }
     std::size_t size() const { return documents_.size(); }
 
-    // The path that defined this document's id first (in path order), if it is a duplicate.
+    // The path that owns this document's id (it had it first), if this document is a duplicate.
     std::optional<std::string> duplicate_of(const Document& doc) const;
     // Field errors plus a duplicate-id error, formatted one per line.
     std::vector<std::string> problems(const Document& doc) const;
@@ -50,14 +61,17 @@ public:
 
 private:
     void put(Document doc);
+    // Puts a whole read (in path order), each id's known owner first.
+    void put_all(std::vector<Document> docs, const std::map<std::string, std::string>& owners);
     void erase(const std::string& path);
     static std::string id_key(const Document& doc);
 
     DocumentLimits limits_;
     std::string source_url_;
     std::string commit_;
-    std::map<std::string, Document> documents_;             // by path
-    std::map<std::string, std::set<std::string>> by_id_;    // kind:id → paths defining it
+    std::map<std::string, Document> documents_;                  // by path
+    std::map<std::string, std::vector<std::string>> claims_;     // kind:id → paths defining it, the owner first, then in arrival order
+    std::map<std::string, std::string> remembered_owners_;       // kind:id → path, from outside (see remember_owners)
 };
 
 }  // namespace anvil::registry

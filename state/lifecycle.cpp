@@ -19,6 +19,7 @@ constexpr std::array<std::pair<Status, std::string_view>, 7> kNames{{
 
 // Edges of the lifecycle. retired → promoted is a rollback; rejected → candidate is a re-evaluation
 // after the evidence or the machine changed; anything not promoted may be retired when superseded.
+// retired → candidate: the same bytes are back in the registry (a revert, or a force-push back).
 const std::map<Status, std::set<Status>>& edges() {
     using S = Status;
     static const std::map<S, std::set<S>> all{
@@ -26,7 +27,7 @@ const std::map<Status, std::set<Status>>& edges() {
         {S::qualifying, {S::validated, S::failed, S::rejected, S::retired}},
         {S::validated, {S::promoted, S::qualifying, S::rejected, S::retired}},
         {S::promoted, {S::retired}},
-        {S::retired, {S::promoted}},
+        {S::retired, {S::promoted, S::candidate}},
         {S::rejected, {S::candidate, S::retired}},
         {S::failed, {S::qualifying, S::rejected, S::retired}},
     };

@@ -160,6 +160,19 @@ CREATE TABLE settings (
 );
 )sql";
 
+// Version 5: a document is stored once. The search text was the whole lower-cased description, kept
+// in recipes, again as the FTS table's own content, and again in its trigram index: a 20 MB
+// description cost four copies. Now the search text is bounded (the id and the description's
+// first 4 KiB) and the index reads it from recipes (external content) instead of copying it.
+// The status index lets each pass find superseded revisions without reading every status.
+constexpr std::string_view kVersion5 = R"sql(
+DROP TABLE recipe_search;
+UPDATE recipes SET search_text = substr(search_text, 1, 4096) WHERE length(search_text) > 4096;
+CREATE VIRTUAL TABLE recipe_search USING fts5(search_text, content = 'recipes', content_rowid = 'rowid', tokenize = 'trigram');
+INSERT INTO recipe_search (recipe_search) VALUES ('rebuild');
+CREATE INDEX revision_status_by_status ON revision_status(status);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -168,6 +181,7 @@ const std::vector<Migration>& migrations() {
         {2, "engines, events, listing indexes", kVersion2},
         {3, "trigram search over recipe ids and descriptions", kVersion3},
         {4, "engine keys and roles, operator settings", kVersion4},
+        {5, "search text bounded and indexed without a copy; statuses indexed", kVersion5},
     };
     return all;
 }

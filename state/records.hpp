@@ -160,6 +160,24 @@ struct RecipeDetail {
     std::vector<TransitionRow> history;  // oldest first
 };
 
+// The newest revision of a recipe without its document: what a pass compares with the registry.
+struct RevisionHead {
+    Id revision_id = 0;
+    std::string recipe_id;
+    std::string sha256;
+    std::string source_url;  // empty when it came from no recorded source
+    std::string path;
+    Status status = Status::candidate;
+};
+
+// A revision still open (candidate, qualifying, validated or failed) though its recipe has a newer one.
+struct SupersededRevision {
+    Id revision_id = 0;
+    std::string recipe_id;
+    Status status = Status::candidate;
+    Id newest_revision_id = 0;
+};
+
 // UTC, ISO 8601 with milliseconds: "2026-11-30T06:14:00.123Z".
 std::string now_iso8601();
 

@@ -48,6 +48,18 @@ std::string lower(std::string s) {
     return s;
 }
 
+// What `?q=` searches: the id and the start of the description. Bounded, so a huge description is
+// stored once (in the document), not again as search text and again in the trigram index.
+constexpr std::size_t kSearchTextBytes = 4096;
+std::string search_text_of(const registry::Recipe& recipe) {
+    std::string text = lower(recipe.id + "\n" + recipe.description);
+    if (text.size() <= kSearchTextBytes) return text;
+    std::size_t cut = kSearchTextBytes;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // never split a UTF-8 sequence
+    text.resize(cut);
+    return text;
+}
+
 Status status_from(const std::string& text) {
     auto s = parse_status(text);
     if (!s) throw StoreError("state database holds an unknown status '" + text + "'");
@@ -240,6 +252,47 @@ struct Store::Impl {
         return insert_transition(r.revision_id, recipe_id, slot, facts.from, r, now);
     }
 
+    // The recipes row's summary columns and search index follow the newest revision.
+    void make_newest(const registry::Document& doc, Id revision_id) {
+        const auto* recipe = doc.recipe();
+        // The external-content search index forgets the old text before the row changes.
+        auto& unindex = w("INSERT INTO recipe_search (recipe_search, rowid, search_text) SELECT 'delete', rowid, search_text FROM recipes "
+                          "WHERE id = ? AND search_text != ''");
+        unindex.bind(1, recipe->id);
+        unindex.run();
+        auto& summary = w("UPDATE recipes SET latest_revision_id = ?2, engine = ?3, hardware_id = ?4, pinned = ?5, "
+                          "verdict = (SELECT coalesce(class, result) FROM verdicts WHERE revision_id = ?2 AND gate = 'feasibility' "
+                          "ORDER BY id DESC LIMIT 1), status = (SELECT status FROM revision_status WHERE revision_id = ?2), "
+                          "search_text = ?6 WHERE id = ?1");
+        summary.bind(1, recipe->id).bind(2, revision_id).bind(3, recipe->engine_name).bind(4, recipe->hardware_id);
+        summary.bind(5, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(6, search_text_of(*recipe));
+        summary.run();
+        auto& index = w("INSERT INTO recipe_search (rowid, search_text) SELECT rowid, search_text FROM recipes WHERE id = ?");
+        index.bind(1, recipe->id);
+        index.run();
+    }
+
+    // Bytes already recorded as a revision that is not the newest: the registry went back to them.
+    void return_to_newest(const registry::Document& doc, Id revision_id, const std::string& actor) {
+        const auto* recipe = doc.recipe();
+        auto& newest = w("SELECT latest_revision_id FROM recipes WHERE id = ?");
+        newest.bind(1, recipe->id);
+        const bool already = newest.step() && !newest.is_null(0) && newest.integer(0) == revision_id;
+        newest.reset();
+        if (already) return;
+        make_newest(doc, revision_id);
+        auto& status = w("SELECT status FROM revision_status WHERE revision_id = ?");
+        status.bind(1, revision_id);
+        const bool retired = status.step() && status.text(0) == "retired";
+        status.reset();
+        if (!retired) return;
+        TransitionRequest back{revision_id, Status::candidate,
+                               "back in the registry at " + doc.provenance.path +
+                                   (doc.provenance.commit.empty() ? std::string() : " at commit " + doc.provenance.commit.substr(0, 12)),
+                               actor, {}, {}, doc.provenance.commit.empty() ? std::nullopt : std::optional(doc.provenance.commit)};
+        guarded_transition(back, now_iso8601());
+    }
+
     Store::Ingested ingest(Id source_id, const registry::Document& doc, const std::string& actor) {
         const auto* recipe = doc.recipe();
         auto& existing = w("SELECT id FROM recipe_revisions WHERE recipe_id = ? AND sha256 = ?");
@@ -247,6 +300,7 @@ struct Store::Impl {
         if (existing.step()) {
             Store::Ingested out{existing.integer(0), false};
             existing.reset();
+            return_to_newest(doc, out.revision_id, actor);
             return out;
         }
         existing.reset();
@@ -270,18 +324,7 @@ struct Store::Impl {
         insert.bind(13, doc.to_json().dump()).bind(14, now);
         insert.run();
         const Id revision_id = writer->conn.last_insert_id();
-
-        auto& summary = w("UPDATE recipes SET latest_revision_id = ?2, engine = ?3, hardware_id = ?4, pinned = ?5, verdict = NULL, "
-                          "search_text = ?6 WHERE id = ?1");
-        summary.bind(1, recipe->id).bind(2, revision_id).bind(3, recipe->engine_name).bind(4, recipe->hardware_id);
-        summary.bind(5, static_cast<std::int64_t>(doc.pins.pinned() ? 1 : 0)).bind(6, lower(recipe->id + "\n" + recipe->description));
-        summary.run();
-        auto& unindex = w("DELETE FROM recipe_search WHERE rowid = (SELECT rowid FROM recipes WHERE id = ?)");
-        unindex.bind(1, recipe->id);
-        unindex.run();
-        auto& index = w("INSERT INTO recipe_search (rowid, text) SELECT rowid, search_text FROM recipes WHERE id = ?");
-        index.bind(1, recipe->id);
-        index.run();
+        make_newest(doc, revision_id);
 
         TransitionRequest first;
         first.revision_id = revision_id;
@@ -348,6 +391,9 @@ Store::Store(std::filesystem::path file, StoreOptions options) : impl_(std::make
         db.exec("PRAGMA journal_mode = WAL");
         db.exec("PRAGMA synchronous = FULL");  // a committed transition survives power loss, not only a crash
         db.exec("PRAGMA foreign_keys = ON");
+        // A large transaction grows the WAL; once checkpointed it is cut back instead of keeping
+        // a second copy of what the database already holds.
+        db.exec("PRAGMA journal_size_limit = 16777216");
         const int found = migrate(db, impl_->options.target_schema_version);
         if (found != schema_version()) spdlog::info("state database {}: migrated schema {} → {}", path_.string(), found, schema_version());
     } catch (const StoreError& e) {
@@ -605,7 +651,7 @@ RecipePage Store::list_recipes(const RecipeFilter& f) const {
             if (c == '*' || c == '?' || c == '[') term += std::string("[") + c + "]";
             else term += c;
         }
-        add(" AND rowid IN (SELECT rowid FROM recipe_search WHERE text GLOB ?)", "*" + term + "*");
+        add(" AND rowid IN (SELECT rowid FROM recipe_search WHERE search_text GLOB ?)", "*" + term + "*");
     }
 
     auto r = impl_->reader();
@@ -644,7 +690,10 @@ std::optional<RecipeDetail> Store::recipe(const std::string& id) const {
     auto r = impl_->reader();
     RecipeDetail detail;
     detail.id = id;
-    auto& revisions = r.prepare(std::string(kRevisionColumns) + "WHERE r.recipe_id = ? ORDER BY r.id DESC");
+    // Newest first, and the newest is the registry's (recipes.latest_revision_id): bytes the registry
+    // went back to come before a later revision it no longer holds.
+    auto& revisions = r.prepare(std::string(kRevisionColumns) +
+                                "JOIN recipes rc ON rc.id = r.recipe_id WHERE r.recipe_id = ? ORDER BY (r.id = rc.latest_revision_id) DESC, r.id DESC");
     revisions.bind(1, id);
     while (revisions.step()) detail.revisions.push_back(impl_->read_revision(revisions));
     revisions.reset();
@@ -905,6 +954,30 @@ std::vector<Id> Store::candidates_without_feasibility(int limit) const {
     s.bind(1, static_cast<std::int64_t>(limit));
     std::vector<Id> out;
     while (s.step()) out.push_back(s.integer(0));
+    s.reset();
+    return out;
+}
+
+std::vector<RevisionHead> Store::latest_revision_heads() const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT r.id, r.recipe_id, r.sha256, src.url, r.path, s.status FROM recipes rc "
+                        "JOIN recipe_revisions r ON r.id = rc.latest_revision_id JOIN revision_status s ON s.revision_id = r.id "
+                        "LEFT JOIN sources src ON src.id = r.source_id ORDER BY rc.id");
+    std::vector<RevisionHead> out;
+    while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))});
+    s.reset();
+    return out;
+}
+
+std::vector<SupersededRevision> Store::superseded_open_revisions(int limit) const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT s.revision_id, r.recipe_id, s.status, rc.latest_revision_id FROM revision_status s "
+                        "JOIN recipe_revisions r ON r.id = s.revision_id JOIN recipes rc ON rc.id = r.recipe_id "
+                        "WHERE s.status IN ('candidate', 'qualifying', 'validated', 'failed') AND rc.latest_revision_id != s.revision_id "
+                        "ORDER BY s.revision_id LIMIT ?");
+    s.bind(1, static_cast<std::int64_t>(std::max(limit, 1)));
+    std::vector<SupersededRevision> out;
+    while (s.step()) out.push_back({s.integer(0), s.text(1), status_from(s.text(2)), s.integer(3)});
     s.reset();
     return out;
 }

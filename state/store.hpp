@@ -52,7 +52,9 @@ public:
         bool created = false;  // false: these exact bytes were already a revision of this recipe
     };
     // Records a valid recipe document as a revision (a new one starts as `candidate`; a new
-    // revision of a promoted recipe does not inherit its status).
+    // revision of a promoted recipe does not inherit its status). Bytes that are already a revision
+    // make it the recipe's newest again (a revert or a force-push back): the registry decides what
+    // is newest, and a retired revision that returns is a candidate again.
     Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
     // Every document of one registry commit in one transaction: the commit lands whole or not at all,
     // with the sync that read it (`sync`, as record_sync) when given.
@@ -94,6 +96,10 @@ public:
     std::vector<Id> latest_revision_ids_with_status(Status status, int limit = 100000) const;
     // Newest revisions still `candidate` with no feasibility verdict yet (a pass died before judging them).
     std::vector<Id> candidates_without_feasibility(int limit = 1000) const;
+    // The newest revision of every recipe, without documents.
+    std::vector<RevisionHead> latest_revision_heads() const;
+    // Older revisions still open while their recipe has a newer one; the pass retires them.
+    std::vector<SupersededRevision> superseded_open_revisions(int limit = 1000) const;
     // Every recipe id with at least one revision, and its newest revision's id and status.
     std::map<std::string, std::pair<Id, Status>> latest_revisions() const;
     RecipePage list_recipes(const RecipeFilter& filter) const;

@@ -3,11 +3,15 @@
 // one. SIGHUP reloads the configuration (a bad one is refused and the old one kept); SIGTERM stops
 // accepting, finishes the pass and exits 0, leaving engines running unless configured otherwise.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -103,6 +107,27 @@ std::string status_line(const nlohmann::json& s) {
     return line;
 }
 
+// The data directory holds the ledger, the API token, engine logs, receipts and quality samples:
+// only anvild's user may read it. New files are private by the process umask (077, set first in
+// main); what an older anvild left readable (0755 directories, 0644 files) is tightened here, once
+// at start. Symbolic links are not followed: what they point to is not ours to change.
+void restrict_data_dir(const std::filesystem::path& data_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(data_dir, ec);
+    auto tighten = [](const fs::path& p) {
+        struct stat st {};
+        if (::lstat(p.c_str(), &st) != 0 || S_ISLNK(st.st_mode)) return;
+        if ((st.st_mode & 077) == 0) return;
+        if (::chmod(p.c_str(), st.st_mode & 07700) != 0) spdlog::warn("cannot make {} private: {}", p.string(), std::strerror(errno));
+    };
+    tighten(data_dir);
+    for (auto it = fs::recursive_directory_iterator(data_dir, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        tighten(it->path());
+    if (ec) spdlog::warn("data directory {}: {} (some files may still be readable by others)", data_dir.string(), ec.message());
+}
+
 // One life of the daemon's parts under one configuration. Returns when asked to stop or reload.
 void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, Loop& loop, const std::string& token) {
     daemon::DaemonMetrics metrics;
@@ -151,6 +176,8 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Everything anvild creates (ledger, WAL, token, logs, receipts, records) is its user's alone.
+    ::umask(077);
     spdlog::set_default_logger(spdlog::stderr_color_mt("anvild"));
     const char* level = std::getenv("ANVIL_LOG");
     spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
@@ -198,6 +225,7 @@ int main(int argc, char** argv) {
 
     int code = 0;
     try {
+        restrict_data_dir(config.data_dir);
         const std::string token = daemon::ensure_token(daemon::token_path(config));
         state::Store store(config.data_dir / "anvil.db");
         if (!store.writable()) spdlog::error("{}", store.write_error());
@@ -207,6 +235,7 @@ int main(int argc, char** argv) {
         eo.port = config.serve.port;
         eo.model_alias = config.served_model_alias;
         eo.drain_timeout = config.promotion.drain_timeout;
+        eo.max_body_bytes = config.max_request_body_bytes;
         endpoint::StableEndpoint endpoint(eo);
         endpoint.start();
 

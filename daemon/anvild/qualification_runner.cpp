@@ -45,8 +45,8 @@ qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& confi
     return plan;
 }
 
-QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines)
-    : config_(config), store_(store), engines_(engines) {}
+QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines, RegistryCheck in_registry)
+    : config_(config), store_(store), engines_(engines), in_registry_(std::move(in_registry)) {}
 
 QualificationRunner::~QualificationRunner() {
     cancel();
@@ -62,12 +62,20 @@ std::filesystem::path QualificationRunner::samples_path(state::Id revision_id) c
     return config_.data_dir / "quality" / (std::to_string(revision_id) + ".json");
 }
 
+void QualificationRunner::withdraw(state::Id revision_id, const std::string& why) {
+    std::lock_guard lock(mutex_);
+    if (current_ != revision_id || withdrawn_) return;
+    spdlog::info("withdrawing the qualification of revision {}: {}", revision_id, why);
+    withdrawn_ = why;
+    cancel_ = true;
+}
+
 void QualificationRunner::wait() {
     if (worker_.joinable()) worker_.join();
 }
 
 bool QualificationRunner::run(QualificationJob job, std::function<void()> done) {
-    if (busy_ || cancel_) return false;
+    if (busy_ || stopping_) return false;
     wait();
     busy_ = true;
     {
@@ -83,6 +91,9 @@ bool QualificationRunner::run(QualificationJob job, std::function<void()> done) 
         {
             std::lock_guard lock(mutex_);
             current_.reset();
+            // A withdrawn job ends here; the next one runs unless anvild is stopping.
+            if (withdrawn_ && !stopping_) cancel_ = false;
+            withdrawn_.reset();
         }
         busy_ = false;
         if (done) done();
@@ -99,6 +110,17 @@ void QualificationRunner::execute(const QualificationJob& job) {
     };
 
     auto cut_short = [&](const std::string& what) {
+        std::optional<std::string> withdrawn;
+        {
+            std::lock_guard lock(mutex_);
+            withdrawn = withdrawn_;
+        }
+        if (withdrawn) {
+            spdlog::info("{}: withdrawn ({}), its engine stopped", what, *withdrawn);
+            store_.append_event("qualification", job.recipe.id,
+                                "revision " + std::to_string(job.revision_id) + " withdrawn, its engine stopped: " + *withdrawn);
+            return;
+        }
         spdlog::info("{}: left qualifying, to start again", what);
         store_.append_event("qualification", job.recipe.id,
                             "revision " + std::to_string(job.revision_id) + " cut short by anvild stopping; it is qualified again from the start");
@@ -133,6 +155,7 @@ void QualificationRunner::execute(const QualificationJob& job) {
     target.engine_id = engine.handle.engine_id;
     target.driver = engine.handle.driver;
     if (engine.handle.pid > 0) target.pid = engine.handle.pid;
+    target.api_key = engine.handle.api_key;
 
     qualify::Report report;
     qualify::Plan plan = plan_for(job.recipe, config_);
@@ -187,6 +210,13 @@ void QualificationRunner::execute(const QualificationJob& job) {
         std::string reason = "hard gates failed: ";
         for (std::size_t i = 0; i < failed_gates.size(); ++i) reason += (i ? ", " : "") + failed_gates[i];
         fail(reason, verdict_ids, all_evidence);
+        return;
+    }
+    // Only a revision whose document is at the synced commit is validated: one removed or replaced
+    // while it was measured is retired instead, its measurements kept as evidence.
+    if (auto why = in_registry_ ? in_registry_(job.revision_id) : std::nullopt) {
+        store_.transition({job.revision_id, state::Status::retired, "not validated: " + *why, "reconciler", all_evidence, verdict_ids, std::nullopt});
+        store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " passed but was retired: " + *why);
         return;
     }
     write_atomically(samples_path(job.revision_id), report.quality_samples.dump());

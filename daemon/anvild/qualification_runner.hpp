@@ -27,9 +27,13 @@ struct QualificationJob {
     std::optional<state::Id> control_revision;  // the default it is compared with
 };
 
+// Why a revision may not be validated now (its document is not at the synced commit of its
+// source), or nothing when it may. Called on the runner's thread.
+using RegistryCheck = std::function<std::optional<std::string>(state::Id revision_id)>;
+
 class QualificationRunner {
 public:
-    QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines);
+    QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines, RegistryCheck in_registry = {});
     ~QualificationRunner();  // cancels the running job and waits for it
 
     bool busy() const { return busy_; }
@@ -41,7 +45,14 @@ public:
     // Cuts the running job short (anvild stopping or reloading): its engine start or its requests
     // end within a poll, its engine is stopped, and nothing is recorded but an event: the revision
     // stays `qualifying`, and the next anvild qualifies it again from the start.
-    void cancel() { cancel_ = true; }
+    void cancel() {
+        stopping_ = true;
+        cancel_ = true;
+    }
+    // Cuts the job of `revision_id` short because it must not go on (removed from the registry,
+    // superseded): as cancel(), but the runner takes the next job afterwards. The caller retires the
+    // revision once the runner is no longer busy with it.
+    void withdraw(state::Id revision_id, const std::string& why);
 
     // Where a validated revision's quality samples are kept for later candidates to be compared with.
     std::filesystem::path samples_path(state::Id revision_id) const;
@@ -52,10 +63,13 @@ private:
     const DaemonConfig& config_;
     state::Store& store_;
     EngineSupervisor& engines_;
+    RegistryCheck in_registry_;
     std::atomic<bool> busy_{false};
-    std::atomic<bool> cancel_{false};
+    std::atomic<bool> cancel_{false};    // the running job stops at its next poll (stopping or withdrawn)
+    std::atomic<bool> stopping_{false};  // anvild stops or reloads: no job starts any more
     mutable std::mutex mutex_;
     std::optional<state::Id> current_;
+    std::optional<std::string> withdrawn_;  // why the running job was withdrawn
     std::thread worker_;
 };
 

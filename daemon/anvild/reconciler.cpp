@@ -90,10 +90,26 @@ int fidelity_rank(const registry::Recipe& recipe) {
 }
 
 Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, DaemonMetrics& metrics)
-    : config_(config), store_(store), endpoint_(endpoint), metrics_(metrics), engines_(config, store), runner_(config, store, engines_) {
+    : config_(config),
+      store_(store),
+      endpoint_(endpoint),
+      metrics_(metrics),
+      engines_(config, store),
+      runner_(config, store, engines_, [this](state::Id id) -> std::optional<std::string> {
+          const auto revision = store_.revision(id);
+          if (!revision) return "revision " + std::to_string(id) + " is not in the ledger";
+          return not_in_registry(*revision);
+      }) {
+    // Which file owns each recipe id, as the ledger last saw it: the first read after a restart
+    // keeps every id with that file, so a newcomer cannot take it by sorting first.
+    const auto heads = store_.latest_revision_heads();
     for (const auto& source : config.sources) {
         watches_.push_back(std::make_unique<RegistryWatch>(source, config.data_dir));
         source_ids_[source.name] = store_.upsert_source(source.url, source.ref);
+        std::map<std::string, std::string> paths;
+        for (const auto& head : heads)
+            if (head.source_url == source.url) paths.emplace(head.recipe_id, head.path);
+        watches_.back()->remember_recipe_paths(paths);
     }
     if (config.inventory_mode == "declared" && config.inventory) {
         inventory_ = config.inventory;
@@ -151,6 +167,7 @@ void Reconciler::pass() {
         steps[name] = std::chrono::duration<double, std::milli>(Clock::now() - t).count();
     };
     step("registry_ms", &Reconciler::registry_step);
+    step("retire_ms", &Reconciler::retire_step);
     step("judge_ms", &Reconciler::judge_stragglers);
     step("engines_ms", &Reconciler::engine_step);
     step("promotion_ms", &Reconciler::promotion_step);
@@ -212,27 +229,7 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
     for (std::size_t i = 0; i < ingested.size(); ++i)
         if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
     timed("ingest_judge_ms", [&] { judge(created); });
-    // Recipes gone from the registry stop being considered; a removed default keeps serving until
-    // another is promoted, since serving nothing would be worse.
-    if (!result.removed_recipe_ids.empty()) {
-        const auto latest = store_.latest_revisions();
-        std::vector<state::TransitionRequest> retire;
-        for (const auto& id : result.removed_recipe_ids) {
-            auto it = latest.find(id);
-            if (it == latest.end()) continue;
-            const Status s = it->second.second;
-            if (s == Status::promoted) {
-                note("removed:" + id, id, "the default recipe was removed from the registry; it serves until another is promoted");
-                continue;
-            }
-            if (s == Status::retired || s == Status::qualifying) continue;
-            retire.push_back({it->second.first, Status::retired,
-                              "removed from registry " + watch.config().name +
-                                  (watch.catalog().commit().empty() ? std::string() : " at commit " + watch.catalog().commit().substr(0, 12)),
-                              "reconciler", {}, {}, watch.catalog().commit().empty() ? std::nullopt : std::optional(watch.catalog().commit())});
-        }
-        if (!retire.empty()) store_.transition_batch(retire);
-    }
+    // Recipes gone from the registry are retired by the retire step, which runs next.
     spdlog::info("registry {}: {} {} ({} recipe documents changed, {} new revisions, {} recipes removed)", watch.config().name,
                  registry::to_string(result.report.mode), watch.catalog().commit().empty() ? "directory" : watch.catalog().commit().substr(0, 12),
                  result.changed_recipes.size(), created.size(), result.removed_recipe_ids.size());
@@ -240,6 +237,87 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
         store_.append_event("registry", watch.config().name,
                             std::to_string(created.size()) + " new revisions, " + std::to_string(result.removed_recipe_ids.size()) + " recipes removed",
                             {{"commit", watch.catalog().commit()}, {"mode", std::string(registry::to_string(result.report.mode))}});
+}
+
+std::optional<std::string> Reconciler::not_in_registry(const std::string& source_url, const std::string& recipe_id,
+                                                       const std::string& sha256) const {
+    std::lock_guard lock(mutex_);  // the registry step replaces catalogs; the runner asks from its thread
+    std::optional<std::string> why;
+    for (const auto& watch : watches_) {
+        if (!source_url.empty() && watch->config().url != source_url) continue;
+        const auto& catalog = watch->catalog();
+        const std::string at = catalog.commit().empty() ? std::string() : " at commit " + catalog.commit().substr(0, 12);
+        if (!watch->read_once()) {
+            why = "registry " + watch->config().name + " has not been read yet";
+            continue;
+        }
+        const auto* doc = catalog.find(registry::DocumentKind::recipe, recipe_id);
+        if (doc && catalog.usable(*doc) && doc->provenance.sha256 == sha256) return std::nullopt;
+        if (doc && catalog.usable(*doc))
+            why = "replaced in registry " + watch->config().name + at + " (" + doc->provenance.path + " holds other bytes)";
+        else
+            why = "removed from registry " + watch->config().name + at;
+    }
+    if (!why) why = "its source " + (source_url.empty() ? std::string("(none)") : source_url) + " is not configured";
+    return why;
+}
+
+void Reconciler::retire_step() {
+    std::string key = std::to_string(store_.write_generation());
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& watch : watches_) {
+            // Until every source has been read, absence proves nothing: retire nothing.
+            if (!watch->read_once()) return;
+            key += ";" + watch->catalog().commit() + ":" + std::to_string(watch->catalog().size());
+        }
+    }
+    if (key == retire_checked_key_) return;
+    const auto running = runner_.current();
+    std::vector<state::TransitionRequest> retire;
+    // A revision under qualification is withdrawn first (its engine stops); it is retired at the
+    // pass after the runner lets it go, so the runner and the pass never record it both.
+    auto withdraw_or_retire = [&](state::Id id, Status status, const std::string& reason, std::optional<std::string> commit) {
+        if (status == Status::qualifying && running == id) {
+            runner_.withdraw(id, reason);
+            return;
+        }
+        retire.push_back({id, Status::retired, reason, "reconciler", {}, {}, std::move(commit)});
+    };
+    for (const auto& r : store_.superseded_open_revisions())
+        withdraw_or_retire(r.revision_id, r.status, "superseded by revision " + std::to_string(r.newest_revision_id), std::nullopt);
+    for (const auto& head : store_.latest_revision_heads()) {
+        if (head.status == Status::retired || head.status == Status::rejected) continue;
+        const auto why = not_in_registry(head.source_url, head.recipe_id, head.sha256);
+        if (!why) continue;
+        if (head.status == Status::promoted) {
+            // Serving nothing would be worse: a removed default serves until another is promoted.
+            note("removed:" + head.recipe_id, head.recipe_id, "the default " + *why + "; it serves until another is promoted");
+            continue;
+        }
+        std::optional<std::string> commit;
+        for (const auto& watch : watches_)
+            if (watch->config().url == head.source_url && !watch->catalog().commit().empty()) commit = watch->catalog().commit();
+        withdraw_or_retire(head.revision_id, head.status, *why, commit);
+    }
+    if (retire.empty()) {
+        retire_checked_key_ = key;
+        return;
+    }
+    for (const auto& r : retire) spdlog::info("retiring revision {}: {}", r.revision_id, r.reason);
+    try {
+        store_.transition_batch(retire);
+    } catch (const state::TransitionRefused& e) {
+        spdlog::warn("{}; retiring one by one", e.what());
+        for (const auto& r : retire) {
+            try {
+                store_.transition(r);
+            } catch (const state::TransitionRefused& one) {
+                spdlog::warn("{}", one.what());
+            }
+        }
+    }
+    // The transitions moved the write generation: the next pass looks again, and finds nothing.
 }
 
 const Reconciler::GateInputs& Reconciler::gate_inputs() const {
@@ -367,12 +445,23 @@ void Reconciler::qualification_step() {
     // The move to `qualifying`, made only once nothing (the exclusive window) holds the run back:
     // a revision that waits for the window stays what it was.
     std::optional<state::TransitionRequest> begin;
+    // Only a revision whose document is at the synced commit is qualified; the retire step retires
+    // the others, so one skipped here is on its way out.
+    auto in_registry = [this](const state::RevisionRow& r) {
+        const auto why = not_in_registry(r);
+        if (why) note("absent:" + std::to_string(r.id), r.recipe_id, "revision " + std::to_string(r.id) + " is not qualified: " + *why);
+        return !why;
+    };
     // 1. A revision already `qualifying` (asked for through the API, or cut short by a restart).
-    auto qualifying = store_.latest_revisions_with_status(Status::qualifying, 1);
-    if (!qualifying.empty()) next = qualifying.front();
+    for (auto& r : store_.latest_revisions_with_status(Status::qualifying, 100))
+        if (in_registry(r)) {
+            next = std::move(r);
+            break;
+        }
     // 2. A failed one whose backoff has run out.
     if (!next) {
         for (auto& r : store_.latest_revisions_with_status(Status::failed, 100)) {
+            if (!in_registry(r)) continue;
             auto& b = retry_backoff_[r.id];
             if (b.failures == 0) {
                 const auto detail = store_.recipe(r.recipe_id);
@@ -401,7 +490,7 @@ void Reconciler::qualification_step() {
             }
             if (best && rank->second >= best->first) continue;
             if (!row) row = store_.revision(id);
-            if (row && row->status == Status::candidate) best = std::make_pair(rank->second, std::move(*row));
+            if (row && row->status == Status::candidate && in_registry(*row)) best = std::make_pair(rank->second, std::move(*row));
         }
         if (best) {
             begin = state::TransitionRequest{best->second.id, Status::qualifying, "passed on paper; qualifying on this machine", "reconciler", {}, {},
@@ -464,6 +553,8 @@ void Reconciler::request_qualification(const std::string& recipe_id, const std::
     if (latest.status != Status::candidate && latest.status != Status::failed && latest.status != Status::validated)
         throw RequestRefused(409, "conflict", recipe_id + " is " + std::string(state::to_string(latest.status)) +
                                                   "; only a candidate, failed or validated revision can be qualified");
+    if (const auto why = not_in_registry(latest))
+        throw RequestRefused(409, "conflict", recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
     try {
         store_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
     } catch (const state::TransitionRefused& e) {
@@ -543,6 +634,8 @@ void Reconciler::promotion_step() {
         return;
     }
     auto validated = store_.latest_revisions_with_status(Status::validated, 1000);
+    // Only what is at the synced commit may become the default.
+    std::erase_if(validated, [this](const state::RevisionRow& r) { return not_in_registry(r).has_value(); });
     if (validated.empty()) {
         set_condition("Promotion", true, "NothingToPromote", current ? "no validated candidate is waiting" : "no validated candidate yet");
         return;
@@ -664,14 +757,19 @@ void Reconciler::serving_step() {
     }
     const auto upstream = endpoint_.current();
     if (!upstream || upstream->engine_id != engine->handle.engine_id) {
-        endpoint::Upstream next{engine->handle.host, engine->handle.port, engine->handle.served_model_name, engine->handle.engine_id,
-                                current->recipe_id};
+        endpoint::Upstream next;
+        next.host = engine->handle.host;
+        next.port = engine->handle.port;
+        next.model = engine->handle.served_model_name;
+        next.engine_id = engine->handle.engine_id;
+        next.recipe_id = current->recipe_id;
+        next.api_key = engine->handle.api_key;
         const auto result = endpoint_.switch_to(next);
         store_.append_event("endpoint", current->recipe_id,
                             "the stable endpoint now forwards to engine " + engine->handle.engine_id + " (drained " +
                                 std::to_string(result.drained) + " requests, " + std::to_string(result.still_running) + " still running)");
         // After the switch the new default must still answer as promised; if not, roll back.
-        if (!driver::models_list(next.host, next.port, next.model, std::chrono::seconds(5))) {
+        if (!driver::models_list(next.host, next.port, next.model, std::chrono::seconds(5), next.api_key)) {
             rollback("the new default " + current->recipe_id + " stopped answering /v1/models after the switch");
             return;
         }
@@ -701,10 +799,16 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
     }
     const auto detail = store_.recipe(*recipe_id);
     if (!detail) throw RequestRefused(404, "not_found", "no recipe " + *recipe_id);
-    // The newest revision that has been validated: a pin never serves unqualified weights.
+    // The newest revision that has been validated: a pin never serves unqualified weights, nor a
+    // revision whose document is not at the synced commit of the registry.
     std::optional<state::RevisionRow> target;
+    std::optional<std::string> absent;
     for (const auto& r : detail->revisions)
         if (r.status == Status::validated || r.status == Status::promoted || r.status == Status::retired) {
+            if (auto why = not_in_registry(r)) {
+                if (!absent) absent = "revision " + std::to_string(r.id) + " is " + *why;
+                continue;
+            }
             target = r;
             break;
         }
@@ -712,7 +816,8 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
         bool ever_validated = false;
         for (const auto& t : detail->history)
             if (target && t.revision_id == target->id && t.to == Status::validated) ever_validated = true;
-        if (!ever_validated) throw RequestRefused(409, "conflict", *recipe_id + " has no validated revision to pin");
+        if (!ever_validated)
+            throw RequestRefused(409, "conflict", *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
     }
     if (target->status != Status::promoted) {
         try {

@@ -79,6 +79,16 @@ private:
 
     void registry_step();
     void ingest(RegistryWatch& watch, const WatchResult& result, state::Id source_id);
+    // Retires what must no longer be considered: revisions superseded by a newer one of their recipe,
+    // and newest revisions whose document is not at the synced commit of its source (removed, or
+    // replaced by a force-push). Level-triggered: finds them whatever pass or crash left them.
+    void retire_step();
+    // Why this revision's document is not at the synced commit of its source, or nothing when it
+    // is. Every decision to qualify, validate, pin or promote asks first. Takes mutex_.
+    std::optional<std::string> not_in_registry(const std::string& source_url, const std::string& recipe_id, const std::string& sha256) const;
+    std::optional<std::string> not_in_registry(const state::RevisionRow& revision) const {
+        return not_in_registry(revision.source_url, revision.recipe_id, revision.sha256);
+    }
     // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
     void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);
     void judge_stragglers();
@@ -127,6 +137,7 @@ private:
     std::map<state::Id, Backoff> retry_backoff_;
     std::map<std::string, std::string> last_notes_;
     std::map<state::Id, int> fidelity_ranks_;
+    std::string retire_checked_key_;  // catalogs and ledger as the retire step last saw them (reconcile thread only)
     mutable std::optional<GateInputs> gate_inputs_;
     mutable std::string gate_inputs_key_;  // revision → fidelity_rank, computed once  // de-duplicates repeated hold reasons
 };

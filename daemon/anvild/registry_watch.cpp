@@ -13,6 +13,12 @@ RegistryWatch::RegistryWatch(SourceConfig config, const std::filesystem::path& d
 
 RegistryWatch::~RegistryWatch() = default;
 
+void RegistryWatch::remember_recipe_paths(const std::map<std::string, std::string>& paths) {
+    remembered_owners_.clear();
+    for (const auto& [id, path] : paths) remembered_owners_.emplace(registry::Catalog::id_key(registry::DocumentKind::recipe, id), path);
+    catalog_.remember_owners(remembered_owners_);
+}
+
 WatchResult RegistryWatch::poll() {
     WatchResult out;
     next_poll_ = std::chrono::steady_clock::now() + config_.poll_interval;
@@ -24,7 +30,9 @@ WatchResult RegistryWatch::poll() {
             changed_paths.insert(out.report.changed_paths.begin(), out.report.changed_paths.end());
         } else {
             // A plain directory has no history: read it whole and compare document digests.
-            registry::Catalog fresh = registry::Catalog::from_filesystem(config_.url);
+            auto owners = catalog_.owners();
+            owners.insert(remembered_owners_.begin(), remembered_owners_.end());
+            registry::Catalog fresh = registry::Catalog::from_filesystem(config_.url, owners, config_.document_limits);
             for (const auto& [path, doc] : fresh.documents()) {
                 auto it = catalog_.documents().find(path);
                 if (it == catalog_.documents().end() || it->second.provenance.sha256 != doc.provenance.sha256) changed_paths.insert(path);
@@ -52,6 +60,14 @@ WatchResult RegistryWatch::poll() {
         for (const auto& [path, id] : recipe_at_path_) changed_paths.insert(path);
         for (const auto& [path, doc] : catalog_.documents()) changed_paths.insert(path);
     }
+    // An owner that went away hands its id to the next file claiming it, whose own path did not
+    // change: that file is new to the ledger all the same.
+    std::set<std::string> heirs;
+    for (const auto& path : changed_paths)
+        if (auto old = recipe_at_path_.find(path); old != recipe_at_path_.end())
+            if (const auto* heir = catalog_.find(registry::DocumentKind::recipe, old->second); heir && heir->provenance.path != path)
+                heirs.insert(heir->provenance.path);
+    changed_paths.insert(heirs.begin(), heirs.end());
     for (const auto& path : changed_paths) {
         if (auto old = recipe_at_path_.find(path); old != recipe_at_path_.end()) {
             if (!catalog_.find(registry::DocumentKind::recipe, old->second)) out.removed_recipe_ids.insert(old->second);

@@ -38,6 +38,10 @@ public:
     const std::optional<std::string>& last_error() const { return last_error_; }
     const std::string& last_sync_at() const { return last_sync_at_; }
 
+    // Which path owns each recipe id, as the ledger last saw it (recipe id → path): read before
+    // the first poll, so a restart keeps ids with the files that had them.
+    void remember_recipe_paths(const std::map<std::string, std::string>& paths);
+
     // Fetches (git) or re-reads (directory) and applies what changed. Never throws: a source that
     // cannot be read leaves the catalog as it was and sets last_error().
     WatchResult poll();
@@ -47,6 +51,7 @@ private:
     std::unique_ptr<registry::GitSource> git_;
     registry::Catalog catalog_;
     std::map<std::string, std::string> recipe_at_path_;  // path → recipe id, to see what a change removed
+    std::map<std::string, std::string> remembered_owners_;  // Catalog::id_key → path, from the ledger
     bool read_once_ = false;
     std::chrono::steady_clock::time_point next_poll_{};
     std::optional<std::string> last_error_;

@@ -244,3 +244,57 @@ TEST_CASE("a source on this machine shares its objects with the clone instead of
     CHECK_THROWS_WITH(topic.fetch(), Catch::Contains("'topic' not found"));
 }
 
+
+TEST_CASE("an id stays with the file that had it first, even when a newcomer's path sorts first", "[git][catalog]") {
+    Fixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    f.upstream.write("recipes/0-thief.json", recipe_with_id("recipe-b"));
+    f.upstream.commit("a newcomer claims recipe-b");
+    catalog.sync(source);
+    const auto& thief = catalog.documents().at("recipes/0-thief.json");
+    CHECK_FALSE(catalog.usable(thief));
+    CHECK(catalog.duplicate_of(thief) == "recipes/b.json");
+    CHECK_THAT(catalog.problems(thief).back(), Catch::StartsWith("recipes/0-thief.json") && Catch::Contains("already defined by recipes/b.json"));
+    CHECK(catalog.find(DocumentKind::recipe, "recipe-b")->provenance.path == "recipes/b.json");
+
+    // The owner edited in place stays the owner.
+    f.upstream.write("recipes/b.json", recipe_with_id("recipe-b") + "\n");
+    f.upstream.commit("touch b");
+    catalog.sync(source);
+    CHECK(catalog.find(DocumentKind::recipe, "recipe-b")->provenance.path == "recipes/b.json");
+
+    // A force-push reads everything again; the owner keeps the id.
+    f.upstream.git({"commit", "-q", "--amend", "-m", "touch b, rewritten"});
+    auto report = catalog.sync(source);
+    REQUIRE(report.mode == SyncReport::Mode::full);
+    CHECK(catalog.duplicate_of(catalog.documents().at("recipes/0-thief.json")) == "recipes/b.json");
+
+    // Once the owner goes, the newcomer has it.
+    f.upstream.git({"rm", "-q", "recipes/b.json"});
+    f.upstream.commit("b goes");
+    catalog.sync(source);
+    CHECK(catalog.usable(catalog.documents().at("recipes/0-thief.json")));
+}
+
+TEST_CASE("a first read honours the owners remembered from before (the ledger after a restart)", "[git][catalog]") {
+    Fixture f;
+    f.upstream.write("recipes/0-thief.json", recipe_with_id("recipe-b"));
+    f.upstream.commit("a newcomer claims recipe-b");
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog remembering;
+    remembering.remember_owners({{Catalog::id_key(DocumentKind::recipe, "recipe-b"), "recipes/b.json"}});
+    remembering.sync(source);
+    CHECK(remembering.duplicate_of(remembering.documents().at("recipes/0-thief.json")) == "recipes/b.json");
+    // Without a memory, path order decides, as it always did.
+    Catalog fresh;
+    fresh.sync(source);
+    CHECK(fresh.duplicate_of(fresh.documents().at("recipes/b.json")) == "recipes/0-thief.json");
+
+    anvil::test::TempDir dir;
+    anvil::test::write_file(dir / "0-thief.json", recipe_with_id("recipe-b"));
+    anvil::test::write_file(dir / "b.json", recipe_with_id("recipe-b"));
+    auto from_directory = Catalog::from_filesystem(dir.path(), {{Catalog::id_key(DocumentKind::recipe, "recipe-b"), "b.json"}});
+    CHECK(from_directory.duplicate_of(from_directory.documents().at("0-thief.json")) == "b.json");
+}

@@ -425,3 +425,59 @@ TEST_CASE("read-only file: the store opens, refuses writes clearly, and serves r
     REQUIRE(result.exit_code == 0);
     CHECK_THAT(result.output, Catch::Contains("cannot write") && Catch::Contains("read-only"));
 }
+
+TEST_CASE("a document is stored once: a huge description is not copied into the search text and its index", "[state][hardening]") {
+    TempDir tmp;
+    const std::string description(900 * 1024, 'x');  // under the 1 MiB document limit
+    const auto doc = recipe_doc("huge", "003_", "Needle " + description);
+    {
+        Store store(tmp / "state.db");
+        store.ingest_revision(0, doc);
+        // Search still finds what the start of the description says, through the bounded index.
+        RecipeFilter f;
+        f.text = "needle";
+        CHECK(store.list_recipes(f).total == 1);
+        // A new revision replaces the indexed text: the old words no longer match.
+        store.ingest_revision(0, recipe_doc("huge", "003_", "Haystack"));
+        CHECK(store.list_recipes(f).total == 0);
+        f.text = "haystack";
+        CHECK(store.list_recipes(f).total == 1);
+        CHECK(store.integrity_check() == "ok");
+    }
+    // Closed, the WAL checkpointed into the file: one copy of the description, not four.
+    const auto size = std::filesystem::file_size(tmp / "state.db");
+    CHECK(size < description.size() * 3 / 2);
+    CHECK(size > description.size());
+}
+
+TEST_CASE("bytes the registry went back to make their revision the newest again, a retired one a candidate", "[state][lifecycle][hardening]") {
+    TempDir tmp;
+    Store store(tmp / "state.db");
+    const auto v1 = recipe_doc("r", "003_", "first"), v2 = recipe_doc("r", "003_", "second");
+    const Id first = store.ingest_revision(0, v1).revision_id;
+    const Id second = store.ingest_revision(0, v2).revision_id;
+    // The pass retires the older one ("superseded"): what superseded_open_revisions lists.
+    const auto open = store.superseded_open_revisions();
+    REQUIRE(open.size() == 1);
+    CHECK(open[0].revision_id == first);
+    CHECK(open[0].newest_revision_id == second);
+    store.transition({first, Status::retired, "superseded by revision " + std::to_string(second), "reconciler", {}, {}, std::nullopt});
+    CHECK(store.superseded_open_revisions().empty());
+
+    // A force-push back to the first bytes.
+    const auto again = store.ingest_revision(0, v1);
+    CHECK_FALSE(again.created);
+    CHECK(again.revision_id == first);
+    CHECK(store.status_of(first) == Status::candidate);
+    CHECK(store.recipe("r")->revisions.front().id == first);
+    CHECK(store.list_recipes({}).items.at(0).revision_id == first);
+    CHECK(store.list_recipes({}).items.at(0).status == "candidate");
+    const auto heads = store.latest_revision_heads();
+    REQUIRE(heads.size() == 1);
+    CHECK(heads[0].revision_id == first);
+    CHECK(heads[0].sha256 == v1.provenance.sha256);
+    // The second is now the older open one.
+    REQUIRE(store.superseded_open_revisions().size() == 1);
+    CHECK(store.superseded_open_revisions()[0].revision_id == second);
+    CHECK(store.statuses() == store.statuses_from_ledger());
+}

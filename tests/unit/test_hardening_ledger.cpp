@@ -1,0 +1,304 @@
+// Issue 16, the ledger's half: the ledger never serves a revision that is not in the registry, an id
+// stays with the file that had it first, a newer revision supersedes older open ones, and what
+// anvild writes is its user's alone. Each against a real anvild on a real git registry.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon_fixture.hpp"
+#include "state/store.hpp"
+#include "test_support.hpp"
+
+#ifdef ANVILD
+
+using namespace anvil::test::daemon;
+
+namespace {
+
+// The recipe's transitions, oldest first.
+json history_of(const Daemon& d, const std::string& recipe) { return d.get("/api/v1/recipes/" + recipe + "/history").second["data"]; }
+
+json revisions_of(const Daemon& d, const std::string& recipe) { return d.get("/api/v1/recipes/" + recipe).second["data"]["revisions"]; }
+
+bool has_transition(const json& history, const std::string& from, const std::string& to, const std::string& reason_part) {
+    for (const auto& t : history)
+        if ((from.empty() || t["from"] == from) && t["to"] == to && t["reason"].get<std::string>().find(reason_part) != std::string::npos) return true;
+    return false;
+}
+
+std::size_t qualification_engines(const Daemon& d) {
+    std::size_t n = 0;
+    for (const auto& e : d.get("/api/v1/engines").second["data"]) n += e["role"] == "qualification";
+    return n;
+}
+
+// Engines that wait while `held` exists before they start: a qualification that stays under way as
+// long as a test needs it to. Each engine's wrapper writes its pid where the test can find it.
+struct EngineGate {
+    fs::path held, pids;
+
+    explicit EngineGate(Daemon& d) : held(d.dir / "engines-held"), pids(d.dir / "engine-pids") {
+        const fs::path wrapper = d.dir / "held-engine.sh";
+        anvil::test::write_file(wrapper, "#!/bin/sh\necho $$ >> '" + pids.string() + "'\nwhile [ -e '" + held.string() +
+                                             "' ]; do sleep 0.1; done\nexec '" + ANVIL_ENGINE + "' \"$@\"\n");
+        fs::permissions(wrapper, fs::perms::owner_all);
+        json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+        config["engine_binary"] = wrapper.string();
+        anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    }
+    void hold() const { anvil::test::write_file(held, ""); }
+    void release() const { fs::remove(held); }
+    // The engines started so far that are still alive.
+    std::size_t alive() const {
+        std::size_t n = 0;
+        if (!fs::exists(pids)) return 0;
+        std::istringstream in(anvil::test::read_file(pids));
+        for (pid_t pid = 0; in >> pid;) n += ::kill(pid, 0) == 0;
+        return n;
+    }
+};
+
+std::string recipe_with_description(const std::string& id, const std::string& weights, const std::string& digest, const std::string& description) {
+    json r = json::parse(embedded_recipe(id, weights, digest));
+    r["description"] = description;
+    return r.dump(2);
+}
+
+}  // namespace
+
+TEST_CASE("a revision a force-push took out of the registry is never qualified, pinned or promoted", "[daemon][e2e][hardening][ledger]") {
+    Daemon d("manual");
+    EngineGate gate(d);
+    d.repo.write("recipes/tiny.json", embedded_recipe("tiny", "f32", d.digest));
+    const std::string first = d.repo.commit("tiny f32");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "validated"; }, 120s));
+
+    // A second revision arrives and supersedes the first, which was validated.
+    d.repo.write("recipes/tiny.json", embedded_recipe("tiny", "bf16", d.digest));
+    d.repo.commit("tiny bf16");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return revisions_of(d, "tiny").size() == 2 && d.status_of("tiny") == "validated"; }, 120s));
+    const auto revisions = revisions_of(d, "tiny");
+    const std::int64_t orphan = revisions[0]["revision_id"], original = revisions[1]["revision_id"];
+    CHECK(revisions[1]["status"] == "retired");
+    CHECK(has_transition(history_of(d, "tiny"), "validated", "retired", "superseded by revision " + std::to_string(orphan)));
+
+    // The branch is force-pushed back: the second revision's bytes are no longer in the registry.
+    // Engines are held from now on, so the first revision's new qualification waits where we can see it.
+    gate.hold();
+    d.repo.git({"reset", "-q", "--hard", first});
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.get("/api/v1/registry").second["data"][0]["commit"] == first; }, 30s));
+    // The first revision is the newest again and is qualified again; the orphan is retired.
+    REQUIRE(eventually([&] {
+        const auto r = revisions_of(d, "tiny");
+        for (const auto& rev : r)
+            if (rev["revision_id"] == orphan && rev["status"] != "retired") return false;
+        return r[0]["revision_id"] == original && r[0]["status"] == "qualifying";
+    }, 30s));
+    CHECK(has_transition(history_of(d, "tiny"), "retired", "candidate", "back in the registry"));
+    CHECK(has_transition(history_of(d, "tiny"), "validated", "retired", "superseded by revision " + std::to_string(original)));
+    // Nothing of tiny in the registry is validated now: the orphan, validated before, is not pinned.
+    auto pin = d.post("/api/v1/default", json{{"recipe_id", "tiny"}}.dump());
+    CHECK(pin.first == 409);
+    CHECK_THAT(pin.second.dump(), Catch::Contains("no validated revision in the registry") && Catch::Contains("revision " + std::to_string(orphan)));
+    CHECK(d.get("/api/v1/default").second["data"].is_null());
+    gate.release();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "validated"; }, 120s));
+    REQUIRE(d.cli({"pin", "tiny"}).exit_code == 0);
+    REQUIRE(eventually([&] { return d.serving() == "tiny"; }, 60s));
+    auto def = d.get("/api/v1/default").second["data"];
+    CHECK(def["revision_id"] == original);
+    for (const auto& t : history_of(d, "tiny"))
+        if (t["revision_id"] == orphan) CHECK(t["to"] != "promoted");
+    d.stop();
+    check_ledger(d);
+}
+
+TEST_CASE("an id stays with the file that had it first, across commits, force-pushes and restarts", "[daemon][e2e][hardening][ledger]") {
+    Daemon d;
+    d.repo.write("recipes/m-tiny.json", embedded_recipe("tiny", "f32", d.digest));
+    const std::string first = d.repo.commit("tiny");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "promoted"; }, 120s));
+    const std::int64_t owner_revision = revisions_of(d, "tiny")[0]["revision_id"];
+
+    auto thief_is_refused = [&] {
+        const auto registry = d.get("/api/v1/registry").second["data"][0];
+        bool named = false;
+        for (const auto& bad : registry["invalid"])
+            if (bad["path"] == "recipes/a-thief.json")
+                for (const auto& p : bad["problems"]) named = named || p.get<std::string>().find("recipes/m-tiny.json") != std::string::npos;
+        return named;
+    };
+    // A newcomer whose path sorts first claims the default's id: it is invalid, naming both paths.
+    d.repo.write("recipes/a-thief.json", embedded_recipe("tiny", "q8", d.digest));
+    const std::string second = d.repo.commit("a newcomer claims tiny");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.get("/api/v1/registry").second["data"][0]["commit"] == second; }, 30s));
+    CHECK(thief_is_refused());
+    CHECK(revisions_of(d, "tiny").size() == 1);
+
+    // A restart reads the registry in full: the ledger remembers which file owned the id.
+    d.stop();
+    d.start();
+    CHECK(thief_is_refused());
+    CHECK(revisions_of(d, "tiny").size() == 1);
+
+    // A force-push that rewrites history with the newcomer in it: a full read keeps the owner too.
+    d.repo.git({"reset", "-q", "--hard", first});
+    d.repo.write("recipes/a-thief.json", embedded_recipe("tiny", "q8", d.digest) + "\n");
+    d.repo.write("recipes/other.json", embedded_recipe("other", "bf16", d.digest));
+    const std::string rewritten = d.repo.commit("history rewritten");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.get("/api/v1/registry").second["data"][0]["commit"] == rewritten; }, 30s));
+    CHECK(thief_is_refused());
+    CHECK(revisions_of(d, "tiny").size() == 1);
+    CHECK(d.get("/api/v1/default").second["data"]["revision_id"] == owner_revision);
+
+    // Once the owner goes away, the newcomer has the id.
+    d.repo.git({"rm", "-q", "recipes/m-tiny.json"});
+    d.repo.commit("the owner goes");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return revisions_of(d, "tiny").size() == 2; }, 30s));
+    CHECK_FALSE(thief_is_refused());
+    d.stop();
+    check_ledger(d);
+}
+
+TEST_CASE("a recipe removed while it is qualified is withdrawn, its engine stopped, and retired for good", "[daemon][e2e][hardening][ledger]") {
+    Daemon d("manual");
+    EngineGate gate(d);
+    gate.hold();
+    d.repo.write("recipes/tiny.json", embedded_recipe("tiny", "f32", d.digest));
+    d.repo.commit("tiny");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "qualifying" && gate.alive() == 1; }, 60s));
+
+    d.repo.git({"rm", "-q", "recipes/tiny.json"});
+    const std::string removal = d.repo.commit("tiny goes");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "retired"; }, 30s));
+    CHECK(has_transition(history_of(d, "tiny"), "qualifying", "retired", "removed from registry test at commit " + removal.substr(0, 12)));
+    // The engine it was starting is stopped, and nothing qualifies it again.
+    CHECK(eventually([&] { return gate.alive() == 0; }, 30s));
+    gate.release();
+    std::this_thread::sleep_for(3s);
+    CHECK(d.status_of("tiny") == "retired");
+    CHECK(d.get("/api/v1/status").second["qualifying"].is_null());
+    CHECK(qualification_engines(d) == 0);
+    CHECK(gate.alive() == 0);
+    d.stop();
+    check_ledger(d);
+}
+
+TEST_CASE("a newer revision supersedes the one being qualified, and the newer one is qualified", "[daemon][e2e][hardening][ledger]") {
+    Daemon d("manual");
+    EngineGate gate(d);
+    gate.hold();
+    d.repo.write("recipes/tiny.json", embedded_recipe("tiny", "f32", d.digest));
+    d.repo.commit("tiny");
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "qualifying" && gate.alive() == 1; }, 60s));
+    const std::int64_t older = revisions_of(d, "tiny")[0]["revision_id"];
+
+    d.repo.write("recipes/tiny.json", recipe_with_description("tiny", "f32", d.digest, "a newer revision"));
+    d.repo.commit("describe tiny");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return revisions_of(d, "tiny").size() == 2; }, 30s));
+    const std::int64_t newer = revisions_of(d, "tiny")[0]["revision_id"];
+    REQUIRE(eventually([&] {
+        for (const auto& r : revisions_of(d, "tiny"))
+            if (r["revision_id"] == older) return r["status"] == "retired";
+        return false;
+    }, 30s));
+    CHECK(has_transition(history_of(d, "tiny"), "qualifying", "retired", "superseded by revision " + std::to_string(newer)));
+    gate.release();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "validated"; }, 60s));
+    CHECK(revisions_of(d, "tiny")[0]["revision_id"] == newer);
+    d.stop();
+    check_ledger(d);
+}
+
+TEST_CASE("revisions an older anvild left open behind a newer one are retired at start", "[daemon][e2e][hardening][ledger]") {
+    Daemon d("manual");
+    const std::string older_text = recipe_with_description("tiny", "f32", d.digest, "the older one");
+    const std::string newer_text = embedded_recipe("tiny", "f32", d.digest);
+    d.repo.write("recipes/tiny.json", newer_text);
+    const std::string commit = d.repo.commit("tiny");
+    std::int64_t older = 0, newer = 0;
+    {
+        // The ledger as an anvild without the supersede rule left it: two open revisions of tiny.
+        anvil::state::Store store(d.dir / "data" / "anvil.db");
+        const auto source = store.upsert_source((d.dir / "registry").string(), "main");
+        const std::string url = (d.dir / "registry").string();
+        older = store.ingest_revision(source, anvil::registry::parse_document(older_text, {url, commit, "recipes/tiny.json", std::string(40, 'b'), ""}))
+                    .revision_id;
+        newer = store.ingest_revision(source, anvil::registry::parse_document(newer_text, {url, commit, "recipes/tiny.json", std::string(40, 'c'), ""}))
+                    .revision_id;
+        REQUIRE(store.status_of(older) == anvil::state::Status::candidate);
+    }
+    d.start();
+    REQUIRE(eventually([&] { return d.status_of("tiny") == "validated"; }, 120s));
+    CHECK(has_transition(history_of(d, "tiny"), "candidate", "retired", "superseded by revision " + std::to_string(newer)));
+    CHECK(revisions_of(d, "tiny")[0]["revision_id"] == newer);
+    d.stop();
+    check_ledger(d);
+}
+
+TEST_CASE("the data directory and every file anvild writes are its user's alone, also in an older data directory", "[daemon][e2e][hardening][ledger]") {
+    Daemon d;
+    // An older anvild's data directory: world-readable directory, ledger and log.
+    const auto data = d.dir / "data";
+    const mode_t previous = ::umask(022);
+    {
+        anvil::state::Store old(data / "anvil.db");
+    }
+    anvil::test::write_file(data / "logs" / "old-engine.log", "an older engine's log\n");
+    ::umask(previous);
+    fs::permissions(data, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+    fs::permissions(data / "anvil.db", fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+    fs::permissions(data / "logs" / "old-engine.log", fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+
+    d.repo.write("recipes/tiny.json", embedded_recipe("tiny", "f32", d.digest));
+    d.repo.commit("tiny");
+    d.start();
+    // A qualification writes receipts, quality samples and engine logs; the default serves.
+    REQUIRE(eventually([&] { return d.serving() == "tiny"; }, 120s));
+
+    auto mode_of = [](const fs::path& p) {
+        struct stat st {};
+        REQUIRE(::lstat(p.c_str(), &st) == 0);
+        return st.st_mode & 0777;
+    };
+    CHECK(mode_of(data) == 0700);
+    for (const char* name : {"anvil.db", "anvil.db-wal", "anvil.db-shm", "api-token", "addresses.json"}) {
+        INFO(name);
+        REQUIRE(fs::exists(data / name));
+        CHECK(mode_of(data / name) == 0600);
+    }
+    std::size_t files = 0;
+    bool receipts = false, samples = false;
+    for (auto it = fs::recursive_directory_iterator(data); it != fs::recursive_directory_iterator(); ++it) {
+        if (it->is_symlink()) continue;
+        INFO(it->path().string());
+        CHECK((mode_of(it->path()) & 077) == 0);
+        ++files;
+        receipts = receipts || it->path().string().find("/receipts/") != std::string::npos;
+        samples = samples || it->path().string().find("/quality/") != std::string::npos;
+    }
+    CHECK(files > 10);
+    CHECK(receipts);
+    CHECK(samples);
+    d.stop();
+}
+
+#endif  // ANVILD
