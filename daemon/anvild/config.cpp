@@ -330,7 +330,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
                          "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "container_api_socket",
                          "engine_binary",
                          "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
-                         "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit"},
+                         "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit", "max_request_body_bytes"},
                         reader);
 
     read_sources(top, cr, config);
@@ -383,6 +383,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     read_promotion(top, cr, config.promotion);
     if (auto v = cr.seconds(top, "reconcile_interval_seconds", false)) config.reconcile_interval = *v;
     if (auto v = cr.seconds(top, "engine_ready_timeout_seconds", false)) config.engine_ready_timeout = *v;
+    if (auto n = reader.integer(top, "max_request_body_bytes", Presence::optional, 1024)) config.max_request_body_bytes = static_cast<std::size_t>(*n);
     if (auto v = reader.boolean(top, "stop_engines_on_exit", Presence::optional)) config.stop_engines_on_exit = *v;
     if (config.listen.host == config.serve.host && config.listen.port == config.serve.port && config.listen.port != 0)
         reader.fail("/serve", "an address other than listen's (" + config.listen.str() + ")",

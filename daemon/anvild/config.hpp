@@ -93,6 +93,8 @@ struct DaemonConfig {
     int port_first = 20000;  // engines' ports
     int port_last = 20999;
     std::filesystem::path token_file;  // empty: <data_dir>/api-token (created 0600 at first start)
+    // Request bodies larger than this get 413 before they are read, on the API and the endpoint.
+    std::size_t max_request_body_bytes = std::size_t(16) << 20;
 
     PromotionConfig promotion;
     std::chrono::milliseconds reconcile_interval{std::chrono::seconds(10)};

@@ -104,7 +104,10 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     if (auto why = startable(recipe)) throw driver::EngineError("recipe " + recipe.id + " cannot start: " + *why);
     std::set<int> taken;
     for (const auto& e : engines()) taken.insert(e.handle.port);
-    const auto launch = driver::resolve_launch(recipe, launch_config(config_), taken);
+    auto launch = driver::resolve_launch(recipe, launch_config(config_), taken);
+    // Each embedded engine gets a key of its own: another local process cannot use it behind the
+    // endpoint's back. (Other engines take their keys by flags anvild does not know.)
+    if (launch.kind == "embedded") launch.api_key = driver::fresh_api_key();
     driver::Driver& d = driver_for(recipe.launch.kind);
     RunningEngine engine;
     engine.revision_id = revision_id;

@@ -54,6 +54,8 @@ struct ResolvedLaunch {
     std::string served_model_name;  // the id /v1/models must list before the engine is ready
     std::vector<std::string> gpu_uuids;
     std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
+    // The bearer token the engine is started with (anvil-engine: ANVIL_ENGINE_API_KEY); empty: none.
+    std::string api_key;
 };
 
 // Replaces every ${NAME} in `text`; `where` names the field for the error ("/launch/arguments/3").

@@ -368,6 +368,11 @@ private:
     // Hands a complete head to the workers, refuses a bad one, or returns false: wait for more.
     bool judge_head(Connection& c) {
         const RequestHead head = parse_request_head(c.buffer);
+        const bool too_large = head.state == RequestHead::State::complete ? head.length > limits_.max_head_bytes : c.buffer.size() > limits_.max_head_bytes;
+        if (too_large) {
+            refuse(c, 431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
+            return true;
+        }
         if (head.state == RequestHead::State::complete) {
             if (c.fd >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
             {
@@ -379,10 +384,6 @@ private:
         }
         if (head.state == RequestHead::State::invalid) {
             refuse(c, 400, head.error);
-            return true;
-        }
-        if (c.buffer.size() > limits_.max_head_bytes) {
-            refuse(c, 431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
             return true;
         }
         return false;

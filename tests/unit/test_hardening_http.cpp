@@ -1,0 +1,235 @@
+// Issue 16's HTTP defects, each against a real anvild on a real git registry (and the real engine
+// it starts): requests no client library would send, bodies that are too large or unauthenticated,
+// and sockets held open to starve the servers. Each test first reproduced the defect on the old
+// servers (a dead daemon, a 712 MB peak, a /healthz that never answered).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "daemon_fixture.hpp"
+
+#ifdef ANVILD
+
+using namespace anvil::test::daemon;
+
+namespace {
+
+// One raw HTTP exchange: the bytes as written, the answer until the server closes.
+std::string raw_exchange(int port, const std::string& request, std::chrono::milliseconds timeout = 5000ms) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(fd);
+        return "";
+    }
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        pollfd p{fd, POLLIN, 0};
+        if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+        char buf[4096];
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return out;
+}
+
+int status_of(const std::string& response) { return response.size() >= 12 && response.starts_with("HTTP/1.1 ") ? std::stoi(response.substr(9, 3)) : 0; }
+
+json body_of(const std::string& response) {
+    const auto at = response.find("\r\n\r\n");
+    return at == std::string::npos ? json() : json::parse(response.substr(at + 4), nullptr, false);
+}
+
+long peak_rss_kb(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.starts_with("VmHWM:")) return std::stol(line.substr(6));
+    return -1;
+}
+
+bool alive(const Daemon& d) { return ::kill(d.process->pid(), 0) == 0 && d.get("/healthz").first == 200; }
+
+std::string chat_request() {
+    return json{{"model", "anvil-default"}, {"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 4}, {"temperature", 0}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("no request ends anvild: invalid UTF-8 in paths, ids, parameters and bodies gets a JSON error on both ports", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    const std::vector<std::string> api_paths = {"/x%ff", "/api/v1/recipes/%ff", "/api/v1/recipes/%ff/history", "/api/v1/recipes/%ff/feasibility",
+                                                "/api/v1/recipes?q=%ff&engine=%fe&hardware=%c0", "/api/v1/events?after=%ff", "/%c3%28"};
+    for (const auto& path : api_paths) {
+        INFO(path);
+        const std::string r = raw_exchange(d.api_port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        CHECK(status_of(r) >= 200);
+        CHECK(status_of(r) < 500);
+        CHECK(body_of(r).is_object());
+        CHECK(r.find("EXCEPTION_WHAT") == std::string::npos);
+    }
+    for (const auto& path : {std::string("/x%ff"), std::string("/v1/x%ff"), std::string("/healthz%ff")}) {
+        INFO(path);
+        const std::string r = raw_exchange(d.serve_port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        CHECK(status_of(r) == 404);
+        CHECK(body_of(r).is_object());
+    }
+    // A body with invalid UTF-8 and a request line that is not HTTP, on both ports.
+    const std::string bad_body = "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}";
+    for (int port : {d.api_port, d.serve_port}) {
+        const std::string r = raw_exchange(port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(bad_body.size()) +
+                                                     "\r\nConnection: close\r\n\r\n" + bad_body);
+        CHECK(status_of(r) >= 400);
+        CHECK(body_of(r).is_object());
+        const std::string garbage = raw_exchange(port, "\xff\xfe GARBAGE\r\n\r\n");
+        CHECK(status_of(garbage) == 400);
+        CHECK(body_of(garbage)["error"]["message"].get<std::string>() != "HTTP 400");
+    }
+    CHECK(alive(d));
+}
+
+TEST_CASE("writes: a bodiless POST works, an unauthenticated or oversized body is refused before it is read", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("README.md", "no recipes yet\n");
+    d.repo.commit("an empty registry");
+    d.start();
+    // What `curl -X POST -H 'Authorization: Bearer …' …/sync` sends: no Content-Length, no body.
+    const std::string sync = raw_exchange(d.api_port, "POST /api/v1/registry/sync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token() +
+                                                          "\r\nConnection: close\r\n\r\n");
+    CHECK(status_of(sync) == 202);
+    CHECK(d.cli({"sync"}).exit_code == 0);
+
+    // 400 MB announced, none sent: the 401 comes at once and anvild reads nothing.
+    const long before = peak_rss_kb(d.process->pid());
+    const auto started = std::chrono::steady_clock::now();
+    const std::string unauthenticated =
+        raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nContent-Length: 400000000\r\n\r\n", 3000ms);
+    CHECK(status_of(unauthenticated) == 401);
+    CHECK(body_of(unauthenticated)["error"]["code"] == "unauthorized");
+    CHECK(std::chrono::steady_clock::now() - started < 2s);
+    const std::string wrong = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                                           std::string(d.token().size(), 'x') + "\r\nContent-Length: 2\r\n\r\n{}");
+    CHECK(status_of(wrong) == 401);
+    const std::string oversized = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token() +
+                                                               "\r\nContent-Length: 400000000\r\n\r\n",
+                                               3000ms);
+    CHECK(status_of(oversized) == 413);
+    CHECK(body_of(oversized)["error"]["code"] == "payload_too_large");
+    // And really sending a large unauthenticated body does not grow the daemon.
+    {
+        httplib::Client c("127.0.0.1", d.api_port);
+        auto r = c.Post("/api/v1/promotion/freeze", std::string(64u << 20, 'a'), "application/json");
+        if (r) CHECK(r->status == 401);
+    }
+    CHECK(peak_rss_kb(d.process->pid()) - before < 32 * 1024);
+    CHECK(d.get("/api/v1/status").second["policy"]["frozen"] == false);
+    CHECK(alive(d));
+}
+
+TEST_CASE("200 idle and 40 trickling connections on each port: /healthz and the stable endpoint still answer within 1 s", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+
+    std::vector<int> held;
+    auto open = [&](int port, const std::string& first_bytes) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        if (!first_bytes.empty()) ::send(fd, first_bytes.data(), first_bytes.size(), MSG_NOSIGNAL);
+        held.push_back(fd);
+        return fd;
+    };
+    std::vector<int> trickling;
+    for (int port : {d.api_port, d.serve_port}) {
+        for (int i = 0; i < 200; ++i) open(port, "");
+        for (int i = 0; i < 40; ++i) trickling.push_back(open(port, "GET /healthz HTTP/1.1\r\n"));
+    }
+    for (int round = 0; round < 4; ++round) {
+        for (int fd : trickling) ::send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL);
+        auto started = std::chrono::steady_clock::now();
+        CHECK(d.get("/healthz").first == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        httplib::Client endpoint("127.0.0.1", d.serve_port);
+        endpoint.set_read_timeout(5, 0);
+        started = std::chrono::steady_clock::now();
+        auto health = endpoint.Get("/healthz");
+        REQUIRE(health);
+        CHECK(health->status == 200);
+        auto chat = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
+        REQUIRE(chat);
+        CHECK(chat->status == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        std::this_thread::sleep_for(2s);
+    }
+    // By now (8 s) the tricklers are still within the 10 s head deadline; after it they are cut off.
+    std::this_thread::sleep_for(4s);
+    int cut = 0;
+    for (int fd : trickling) {
+        pollfd p{fd, POLLIN, 0};
+        char buf[512];
+        if (::poll(&p, 1, 100) > 0) {
+            const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+            if (n == 0 || (n > 12 && std::string(buf, 12) == "HTTP/1.1 408")) ++cut;
+        }
+    }
+    CHECK(cut == static_cast<int>(trickling.size()));
+    for (int fd : held) ::close(fd);
+    CHECK(alive(d));
+}
+
+TEST_CASE("each engine anvild starts has a key of its own: the engine refuses requests without it, the endpoint forwards with it", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+    const json engines = d.get("/api/v1/engines").second["data"];
+    REQUIRE(engines.size() == 1);
+    const int engine_port = engines[0]["port"].get<int>();
+    const int engine_pid = engines[0]["pid"].get<int>();
+
+    httplib::Client direct("127.0.0.1", engine_port);
+    auto models = direct.Get("/v1/models");
+    REQUIRE(models);
+    CHECK(models->status == 401);
+    auto chat = direct.Post("/v1/chat/completions", chat_request(), "application/json");
+    REQUIRE(chat);
+    CHECK(chat->status == 401);
+    auto health = direct.Get("/health");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    auto through = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
+    REQUIRE(through);
+    CHECK(through->status == 200);
+
+    // The key is in neither the engine's argv (readable by every local user) nor the API.
+    std::ifstream cmdline("/proc/" + std::to_string(engine_pid) + "/cmdline");
+    const std::string argv((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    CHECK(argv.find("api-key") == std::string::npos);
+    CHECK(d.get("/api/v1/engines").second.dump().find("api_key") == std::string::npos);
+}
+
+#endif  // ANVILD

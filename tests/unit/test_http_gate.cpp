@@ -1,0 +1,313 @@
+// The connection gate every anvil HTTP server runs behind (engine/http), on real loopback sockets
+// with small limits: hostile clients (idle, trickling, oversized, malformed) neither stop it from
+// answering others nor end the process, and ordinary clients (keep-alive, pipelining, bodiless POST,
+// chunked bodies) are served as before.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/http/guarded_server.hpp"
+#include "engine/http/request_head.hpp"
+#include "engine/http/safe_text.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using anvil::http::GuardedServer;
+
+namespace {
+
+std::string error_body(int status, const std::string& message) { return anvil::http::dump_json({{"error", {{"status", status}, {"message", message}}}}); }
+
+// A server with a few routes on a free loopback port, served on its own thread.
+struct TestServer {
+    explicit TestServer(anvil::http::ServerLimits limits = small_limits()) : server(limits, error_body) {
+        server.Get("/ping", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"pong\":true}", "application/json"); });
+        server.Post("/echo", [](const httplib::Request& req, httplib::Response& res) {
+            res.set_content(anvil::http::dump_json({{"bytes", req.body.size()}, {"body", req.body}}), "application/json");
+        });
+        server.Get("/throw", [](const httplib::Request&, httplib::Response&) -> void { throw std::runtime_error("secret internal detail"); });
+        server.Get("/slow", [](const httplib::Request&, httplib::Response& res) {
+            std::this_thread::sleep_for(300ms);
+            res.set_content("{}", "application/json");
+        });
+        server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (res.status != 404) return httplib::Server::HandlerResponse::Unhandled;
+            // Serialising the raw path throws on invalid UTF-8: the guard must catch what a careless handler does.
+            res.set_content(json{{"error", "no route " + req.path}}.dump(), "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        });
+        port = server.bind_to_any_port("127.0.0.1");
+        REQUIRE(port > 0);
+        thread = std::thread([this] { server.listen_after_bind(); });
+        while (!server.is_running()) std::this_thread::sleep_for(1ms);
+    }
+    ~TestServer() {
+        server.stop();
+        thread.join();
+    }
+    static anvil::http::ServerLimits small_limits() {
+        anvil::http::ServerLimits l;
+        l.head_deadline = 500ms;
+        l.idle_timeout = 1000ms;
+        l.max_body_bytes = 4096;
+        l.max_head_bytes = 2048;
+        l.workers = 2;
+        return l;
+    }
+    GuardedServer server;
+    int port = 0;
+    std::thread thread;
+};
+
+// A raw client socket: for what client libraries never send.
+struct Raw {
+    int fd = -1;
+    explicit Raw(int port) {
+        fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    }
+    ~Raw() {
+        if (fd >= 0) ::close(fd);
+    }
+    void send(const std::string& bytes) const { REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())); }
+    // Everything until the server closes or `timeout` passes.
+    std::string read_all(std::chrono::milliseconds timeout = 3000ms) const {
+        std::string out;
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+            if (left <= 0) break;
+            pollfd p{fd, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+            char buf[4096];
+            const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            out.append(buf, static_cast<std::size_t>(n));
+        }
+        return out;
+    }
+    bool closed_by_server(std::chrono::milliseconds timeout) const {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+        char buf[4096];
+        return ::recv(fd, buf, sizeof buf, MSG_PEEK) == 0 || (p.revents & (POLLHUP | POLLERR));
+    }
+};
+
+int status_of(const std::string& response) {
+    if (response.size() < 12 || response.compare(0, 9, "HTTP/1.1 ") != 0) return 0;
+    return std::stoi(response.substr(9, 3));
+}
+
+json body_of(const std::string& response) {
+    const auto at = response.find("\r\n\r\n");
+    return at == std::string::npos ? json() : json::parse(response.substr(at + 4), nullptr, false);
+}
+
+}  // namespace
+
+TEST_CASE("request heads: framing is read from the head alone, and ambiguous framing is refused", "[http]") {
+    using anvil::http::BodyFraming;
+    using anvil::http::parse_request_head;
+    using State = anvil::http::RequestHead::State;
+    CHECK(parse_request_head("GET / HTTP/1.1\r\nHost: x\r\n").state == State::incomplete);
+    const auto get = parse_request_head("GET / HTTP/1.1\r\nHost: x\r\n\r\nrest");
+    CHECK(get.state == State::complete);
+    CHECK(get.length == 27);
+    CHECK(get.framing == BodyFraming::none);
+    const auto post = parse_request_head("POST /a HTTP/1.1\r\ncontent-length:  12 \r\n\r\n");
+    CHECK(post.framing == BodyFraming::length);
+    CHECK(post.content_length == 12);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").framing == BodyFraming::chunked);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").state == State::invalid);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n").state == State::complete);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n").state == State::invalid);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: -1\r\n\r\n").state == State::invalid);
+    CHECK(parse_request_head("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").state == State::invalid);
+}
+
+TEST_CASE("safe text: invalid UTF-8 is replaced, valid text kept byte for byte", "[http]") {
+    CHECK(anvil::http::valid_utf8("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
+    CHECK(anvil::http::valid_utf8("/x\xff") == "/x\xef\xbf\xbd");
+    CHECK(anvil::http::valid_utf8("\xc0\xaf") == "\xef\xbf\xbd\xef\xbf\xbd");           // overlong
+    CHECK(anvil::http::valid_utf8("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
+    CHECK(anvil::http::dump_json(json("\xff")) == "\"\xef\xbf\xbd\"");
+}
+
+TEST_CASE("an invalid UTF-8 path, a throwing handler and a throwing error handler each get a JSON error; the server goes on", "[http]") {
+    TestServer t;
+    {
+        Raw c(t.port);
+        c.send("GET /x%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        const std::string r = c.read_all();
+        CHECK(status_of(r) == 404);
+        CHECK(body_of(r).is_object());
+    }
+    {
+        Raw c(t.port);
+        c.send("GET /throw HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        const std::string r = c.read_all();
+        CHECK(status_of(r) == 500);
+        CHECK(body_of(r)["error"]["message"].get<std::string>().find("secret") == std::string::npos);
+        CHECK(r.find("EXCEPTION_WHAT") == std::string::npos);
+        CHECK(r.find("secret internal detail") == std::string::npos);
+    }
+    httplib::Client client("127.0.0.1", t.port);
+    auto res = client.Get("/ping");
+    REQUIRE(res);
+    CHECK(res->status == 200);
+}
+
+TEST_CASE("a request without Content-Length has an empty body; keep-alive and pipelined requests are answered in order", "[http]") {
+    TestServer t;
+    Raw c(t.port);
+    // A bodiless POST, then two pipelined requests in one write, on one connection.
+    c.send("POST /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string r;
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (r.find("\"bytes\":0") == std::string::npos && std::chrono::steady_clock::now() < deadline) r += c.read_all(200ms);
+    CHECK(status_of(r) == 200);
+    CHECK(body_of(r)["bytes"] == 0);
+    c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    r = c.read_all();
+    const auto hello = r.find("\"body\":\"hello\"");
+    const auto pong = r.find("\"pong\":true");
+    CHECK(hello != std::string::npos);
+    CHECK(pong != std::string::npos);
+    CHECK(hello < pong);
+}
+
+TEST_CASE("bodies over the limit get 413 before they are read; admission refuses before the body; the connection closes", "[http]") {
+    TestServer t;
+    t.server.set_admission([](const httplib::Request& req) -> std::optional<anvil::http::Refusal> {
+        if (req.method == "POST" && req.get_header_value("Authorization") != "Bearer right") return anvil::http::Refusal{401, "no token"};
+        return std::nullopt;
+    });
+    {
+        // A head that promises 400 MB, and not a byte of it sent: the answer comes anyway.
+        Raw c(t.port);
+        c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 400000000\r\n\r\n");
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 401);
+        CHECK(c.closed_by_server(1000ms));
+    }
+    {
+        Raw c(t.port);
+        c.send("POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer right\r\nContent-Length: 400000000\r\n\r\n");
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 413);
+        CHECK(body_of(r)["error"]["message"].get<std::string>().find("4096") != std::string::npos);
+    }
+    {
+        // A chunked body has no length up front: it is cut off where it passes the limit.
+        Raw c(t.port);
+        std::string chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer right\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (int i = 0; i < 10; ++i) chunked += "400\r\n" + std::string(1024, 'a') + "\r\n";
+        chunked += "0\r\n\r\n";
+        c.send(chunked);
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 413);
+    }
+    {
+        Raw c(t.port);
+        c.send("POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer right\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        const std::string r = c.read_all();
+        CHECK(status_of(r) == 200);
+        CHECK(body_of(r)["body"] == "hello");
+    }
+}
+
+TEST_CASE("heads that trickle are cut off at the deadline, oversized heads get 431, idle keep-alive connections close", "[http]") {
+    TestServer t;
+    Raw trickle(t.port);
+    trickle.send("GET /ping HTTP/1.1\r\n");
+    const auto start = std::chrono::steady_clock::now();
+    std::string r;
+    for (int i = 0; i < 10 && r.empty(); ++i) {
+        ::send(trickle.fd, "X-A: b\r\n", 8, MSG_NOSIGNAL);
+        r = trickle.read_all(150ms);
+    }
+    CHECK(status_of(r) == 408);
+    CHECK(std::chrono::steady_clock::now() - start < 1500ms);
+
+    Raw big(t.port);
+    big.send("GET /ping HTTP/1.1\r\nX-Big: " + std::string(4000, 'a') + "\r\n\r\n");
+    CHECK(status_of(big.read_all()) == 431);
+
+    Raw idle(t.port);
+    idle.send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string first;
+    for (int i = 0; i < 20 && first.find("pong") == std::string::npos; ++i) first += idle.read_all(100ms);
+    CHECK(status_of(first) == 200);
+    CHECK(idle.closed_by_server(3000ms));  // idle_timeout is 1 s
+}
+
+TEST_CASE("hundreds of idle and trickling connections do not stop a server with two workers from answering", "[http]") {
+    TestServer t;
+    std::vector<std::unique_ptr<Raw>> idle, trickling;
+    for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<Raw>(t.port));
+    for (int i = 0; i < 40; ++i) {
+        trickling.push_back(std::make_unique<Raw>(t.port));
+        trickling.back()->send("GET /ping HTTP/1.1\r\n");
+    }
+    // A slow request holds one worker; the other still answers everyone else at once.
+    std::thread slow([&] {
+        httplib::Client c("127.0.0.1", t.port);
+        c.Get("/slow");
+    });
+    for (int i = 0; i < 5; ++i) {
+        for (auto& s : trickling) ::send(s->fd, "X-A: b\r\n", 8, MSG_NOSIGNAL);
+        const auto started = std::chrono::steady_clock::now();
+        httplib::Client c("127.0.0.1", t.port);
+        c.set_read_timeout(2, 0);
+        auto res = c.Get("/ping");
+        REQUIRE(res);
+        CHECK(res->status == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1000ms);
+        std::this_thread::sleep_for(50ms);
+    }
+    slow.join();
+}
+
+TEST_CASE("over the connection limit the connection waiting longest makes room", "[http]") {
+    auto limits = TestServer::small_limits();
+    limits.max_connections = 20;
+    limits.head_deadline = 10s;
+    TestServer t(limits);
+    std::vector<std::unique_ptr<Raw>> held;
+    for (int i = 0; i < 40; ++i) held.push_back(std::make_unique<Raw>(t.port));
+    std::this_thread::sleep_for(200ms);
+    int closed = 0;
+    for (auto& s : held) closed += s->closed_by_server(10ms) ? 1 : 0;
+    CHECK(closed >= 20);
+    CHECK(held.front()->closed_by_server(10ms));
+    httplib::Client c("127.0.0.1", t.port);
+    auto res = c.Get("/ping");
+    REQUIRE(res);
+    CHECK(res->status == 200);
+}
+
+TEST_CASE("handle_bytes runs raw bytes through parsing, routing and handlers without a socket", "[http]") {
+    TestServer t;
+    const std::string r = t.server.handle_bytes("GET /x%ff HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+    CHECK(status_of(r) == 404);
+    CHECK(r.find("\"body\":\"hi\"") != std::string::npos);
+    CHECK(status_of(t.server.handle_bytes("POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")) == 400);
+    CHECK(status_of(t.server.handle_bytes("garbage\r\n\r\n")) == 400);
+}
