@@ -290,11 +290,10 @@ void Reconciler::retire_step() {
         if (head.status == Status::retired || head.status == Status::rejected) continue;
         const auto why = not_in_registry(head.source_url, head.recipe_id, head.sha256);
         if (!why) continue;
-        if (head.status == Status::promoted) {
-            // Serving nothing would be worse: a removed default serves until another is promoted.
-            note("removed:" + head.recipe_id, head.recipe_id, "the default " + *why + "; it serves until another is promoted");
-            continue;
-        }
+        // The default too: the ledger never serves what the registry no longer holds. The promotion
+        // step then makes the best validated recipe the default, and until one is, nothing serves.
+        if (head.status == Status::promoted)
+            store_.append_event("registry", head.recipe_id, "the default " + head.recipe_id + " was " + *why + "; retiring it and stopping its engine");
         std::optional<std::string> commit;
         for (const auto& watch : watches_)
             if (watch->config().url == head.source_url && !watch->catalog().commit().empty()) commit = watch->catalog().commit();
@@ -708,6 +707,10 @@ void Reconciler::rollback(const std::string& why) {
     const state::Id previous_id = (*last)["previous_revision_id"].get<state::Id>();
     const auto previous = store_.revision(previous_id);
     if (!previous) return;
+    if (const auto gone = not_in_registry(*previous)) {
+        set_condition("DefaultServing", false, "NoRollbackTarget", why + "; the previous default " + previous->recipe_id + " cannot come back: it was " + *gone);
+        return;
+    }
     try {
         promote(*previous, "rollback: " + why, "reconciler");
         store_.append_event("rollback", previous->recipe_id, "rolled back to revision " + std::to_string(previous_id) + ": " + why);
@@ -730,7 +733,12 @@ void Reconciler::serving_step() {
     }
     const auto current = store_.current_default();
     if (!current) {
-        set_condition("DefaultServing", false, "NoDefault", "no recipe has been promoted yet");
+        // The default was retired (removed from the registry) and nothing replaced it: stop
+        // admitting, then stop what served it.
+        if (endpoint_.current()) endpoint_.switch_to(std::nullopt);
+        for (const auto& e : engines_.engines())
+            if (e.role == "serving") engines_.stop(e);
+        set_condition("DefaultServing", false, "NoDefault", "no recipe is promoted: the stable endpoint answers 503");
         return;
     }
     auto engine = engines_.serving_for(current->id);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -170,6 +171,32 @@ inline void check_ledger(const Daemon& d) {
     CHECK(store.statuses() == store.statuses_from_ledger());
     CHECK(store.running_engines().empty());
 }
+
+// Engines that wait while `held` exists before they start: a qualification that stays under way as
+// long as a test needs it to. Each engine's wrapper writes its pid where the test can find it.
+struct EngineGate {
+    fs::path held, pids;
+
+    explicit EngineGate(Daemon& d) : held(d.dir / "engines-held"), pids(d.dir / "engine-pids") {
+        const fs::path wrapper = d.dir / "held-engine.sh";
+        anvil::test::write_file(wrapper, "#!/bin/sh\necho $$ >> '" + pids.string() + "'\nwhile [ -e '" + held.string() +
+                                             "' ]; do sleep 0.1; done\nexec '" + ANVIL_ENGINE + "' \"$@\"\n");
+        fs::permissions(wrapper, fs::perms::owner_all);
+        json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+        config["engine_binary"] = wrapper.string();
+        anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    }
+    void hold() const { anvil::test::write_file(held, ""); }
+    void release() const { fs::remove(held); }
+    // The engines started so far that are still alive.
+    std::size_t alive() const {
+        std::size_t n = 0;
+        if (!fs::exists(pids)) return 0;
+        std::istringstream in(anvil::test::read_file(pids));
+        for (pid_t pid = 0; in >> pid;) n += ::kill(pid, 0) == 0;
+        return n;
+    }
+};
 
 }  // namespace anvil::test::daemon
 

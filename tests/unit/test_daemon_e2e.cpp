@@ -177,6 +177,7 @@ TEST_CASE("anvild follows a git registry: recipes added, broken and changed by c
 
 TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothing lost or duplicated", "[daemon][e2e]") {
     Daemon d;
+    EngineGate gate(d);
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
     d.repo.commit("f32");
     d.start();
@@ -184,14 +185,17 @@ TEST_CASE("anvild killed with SIGKILL in the middle of work restarts with nothin
     const json engines_before = d.get("/api/v1/engines").second["data"];
     REQUIRE(engines_before.size() == 1);
 
-    // A new recipe arrives; the daemon dies while qualifying it.
+    // A new recipe arrives; the daemon dies while qualifying it (its engine held back from starting:
+    // the tiny model qualifies in a fraction of a second, too fast to catch otherwise).
+    gate.hold();
     d.repo.write("recipes/tiny-bf16.json", embedded_recipe("tiny-bf16", "bf16", d.digest));
     d.repo.commit("bf16");
     d.post("/api/v1/registry/sync", "");
-    REQUIRE(eventually([&] { return d.status_of("tiny-bf16") == "qualifying"; }, 30s));
+    REQUIRE(eventually([&] { return d.status_of("tiny-bf16") == "qualifying" && gate.alive() == 2; }, 30s));
     CHECK(d.get("/api/v1/status").second["qualifying"].is_number());
     d.kill();
 
+    gate.release();
     d.start();
     // The serving engine was adopted, not started twice; the qualification started over and ended.
     REQUIRE(eventually([&] { auto s = d.status_of("tiny-bf16"); return s == "validated" || s == "promoted" || s == "failed"; }, 120s));

@@ -39,32 +39,6 @@ std::size_t qualification_engines(const Daemon& d) {
     return n;
 }
 
-// Engines that wait while `held` exists before they start: a qualification that stays under way as
-// long as a test needs it to. Each engine's wrapper writes its pid where the test can find it.
-struct EngineGate {
-    fs::path held, pids;
-
-    explicit EngineGate(Daemon& d) : held(d.dir / "engines-held"), pids(d.dir / "engine-pids") {
-        const fs::path wrapper = d.dir / "held-engine.sh";
-        anvil::test::write_file(wrapper, "#!/bin/sh\necho $$ >> '" + pids.string() + "'\nwhile [ -e '" + held.string() +
-                                             "' ]; do sleep 0.1; done\nexec '" + ANVIL_ENGINE + "' \"$@\"\n");
-        fs::permissions(wrapper, fs::perms::owner_all);
-        json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
-        config["engine_binary"] = wrapper.string();
-        anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
-    }
-    void hold() const { anvil::test::write_file(held, ""); }
-    void release() const { fs::remove(held); }
-    // The engines started so far that are still alive.
-    std::size_t alive() const {
-        std::size_t n = 0;
-        if (!fs::exists(pids)) return 0;
-        std::istringstream in(anvil::test::read_file(pids));
-        for (pid_t pid = 0; in >> pid;) n += ::kill(pid, 0) == 0;
-        return n;
-    }
-};
-
 std::string recipe_with_description(const std::string& id, const std::string& weights, const std::string& digest, const std::string& description) {
     json r = json::parse(embedded_recipe(id, weights, digest));
     r["description"] = description;
@@ -299,6 +273,40 @@ TEST_CASE("the data directory and every file anvild writes are its user's alone,
     CHECK(receipts);
     CHECK(samples);
     d.stop();
+}
+
+TEST_CASE("a default removed from the registry is retired and its engine stopped; the next validated recipe takes over, or nothing serves", "[daemon][e2e][hardening][ledger]") {
+    Daemon d;  // auto: f32 is the first default; bf16 does not beat it on the tiny model and stays validated
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.write("recipes/tiny-bf16.json", embedded_recipe("tiny-bf16", "bf16", d.digest));
+    d.repo.commit("two recipes");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32" && d.status_of("tiny-bf16") == "validated"; }, 120s));
+
+    d.repo.git({"rm", "-q", "recipes/tiny-f32.json"});
+    d.repo.commit("the default goes");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.status_of("tiny-f32") == "retired" && d.serving() == "tiny-bf16"; }, 60s));
+    const json history = d.get("/api/v1/recipes/tiny-f32/history").second["data"];
+    CHECK(has_transition(history, "promoted", "retired", "removed from registry"));
+    // The old default's engine is stopped once nothing is admitted to it.
+    CHECK(eventually([&] {
+        const json engines = d.get("/api/v1/engines").second["data"];
+        if (!engines.is_array() || engines.size() != 1) return false;
+        return engines[0]["role"] == "serving" && engines[0]["recipe_id"] == "tiny-bf16";
+    }, 30s));
+
+    d.repo.git({"rm", "-q", "recipes/tiny-bf16.json"});
+    d.repo.commit("nothing left");
+    d.post("/api/v1/registry/sync", "");
+    REQUIRE(eventually([&] { return d.status_of("tiny-bf16") == "retired" && d.serving().empty(); }, 60s));
+    CHECK(d.get("/api/v1/engines").second["data"].empty());
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    auto r = endpoint.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    d.stop();
+    check_ledger(d);
 }
 
 #endif  // ANVILD
