@@ -4,9 +4,17 @@
 //   2. GET /api/v1/recipes?status=candidate&limit=100 under load from a second process
 //      (targets >= 5,000 requests/s, p99 < 5 ms), against GET /healthz under the same load;
 //   3. a new recipe commit until it serves on the stable endpoint, broken into sync + feasibility,
-//      waiting, qualification, promotion and switch (the embedded engine, tiny model).
-// Usage: bench_daemon [--load HOST PORT PATH SECONDS THREADS]   (the second mode is the load process)
+//      waiting, qualification, promotion and switch (the embedded engine, tiny model);
+//   4. with that recipe serving: /healthz on both ports and a chat completion through the endpoint
+//      while 200 idle and 40 trickling sockets are held against each (target: every answer < 1 s),
+//      against the same requests on a quiet daemon.
+// Usage: bench_daemon [--serving]   (sections 3 and 4 only)
+//        bench_daemon --load HOST PORT PATH SECONDS THREADS   (the load process of section 2)
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -198,6 +206,114 @@ double iso_ms(const std::string& iso) {
     return ms;
 }
 
+// ---------------------------------------------------------------- 4. hostile connections
+
+// Sockets a hostile local process holds open against one port: idle ones that never send, and
+// trickling ones that send a header line every 2 s and never finish their head. A trickler the
+// server cuts off is opened again, so the pressure lasts.
+class HostileSockets {
+public:
+    HostileSockets(int port, int idle, int trickling) : port_(port) {
+        for (int i = 0; i < idle; ++i) idle_.push_back(open(false));
+        for (int i = 0; i < trickling; ++i) trickling_.push_back(open(true));
+    }
+    ~HostileSockets() {
+        for (int fd : idle_) ::close(fd);
+        for (int fd : trickling_) ::close(fd);
+    }
+    // Sends each trickler its next line; returns how many had been cut off (and were reopened).
+    int trickle() {
+        int cut = 0;
+        for (int& fd : trickling_) {
+            char byte;
+            const bool closed = ::recv(fd, &byte, 1, MSG_DONTWAIT) >= 0 || ::send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) < 0;
+            if (!closed) continue;
+            ::close(fd);
+            fd = open(true);
+            ++cut;
+        }
+        return cut;
+    }
+
+private:
+    int open(bool trickle) const {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port_));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && trickle) ::send(fd, "GET /healthz HTTP/1.1\r\n", 23, MSG_NOSIGNAL);
+        return fd;
+    }
+    int port_;
+    std::vector<int> idle_, trickling_;
+};
+
+struct Latencies {
+    std::vector<double> healthz_api, healthz_endpoint, chat_endpoint;
+    int failures = 0;
+};
+
+// A new client every 100 ms: GET /healthz on the API, GET /healthz and one short chat completion
+// through the stable endpoint, each on a new connection (a hostile socket holds a connection, so a
+// new one is what it could starve).
+Latencies probe_answers(int api, int serve, double seconds, HostileSockets* hostile_api, HostileSockets* hostile_serve, int& cut) {
+    Latencies l;
+    const std::string chat = json{{"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 4}, {"temperature", 0}}.dump();
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    auto last_trickle = Clock::now();
+    while (Clock::now() < end) {
+        if (hostile_api && ms_since(last_trickle) >= 2000) {
+            cut += hostile_api->trickle() + hostile_serve->trickle();
+            last_trickle = Clock::now();
+        }
+        auto timed = [&](int port, std::vector<double>& into, bool post) {
+            httplib::Client c("127.0.0.1", port);
+            c.set_connection_timeout(5, 0);
+            c.set_read_timeout(5, 0);
+            const auto t0 = Clock::now();
+            auto r = post ? c.Post("/v1/chat/completions", chat, "application/json") : c.Get("/healthz");
+            if (!r || r->status != 200) ++l.failures;
+            else into.push_back(ms_since(t0));
+        };
+        timed(api, l.healthz_api, false);
+        timed(serve, l.healthz_endpoint, false);
+        timed(serve, l.chat_endpoint, true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return l;
+}
+
+std::string summary(std::vector<double> v) {
+    if (v.empty()) return "no answer";
+    std::sort(v.begin(), v.end());
+    char text[96];
+    std::snprintf(text, sizeof text, "p50 %.2f ms, p99 %.2f ms, max %.2f ms", v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back());
+    return text;
+}
+
+double worst(const Latencies& l) {
+    double w = 0;
+    for (const auto* v : {&l.healthz_api, &l.healthz_endpoint, &l.chat_endpoint})
+        for (double x : *v) w = std::max(w, x);
+    return w;
+}
+
+void bench_hostile_connections(const ChildDaemon& daemon) {
+    int cut = 0;
+    const Latencies quiet = probe_answers(daemon.api, daemon.serve, 5, nullptr, nullptr, cut);
+    HostileSockets api(daemon.api, 200, 40), serve(daemon.serve, 200, 40);
+    // 15 s: longer than the 10 s head deadline, so tricklers are cut off and come back meanwhile.
+    const Latencies hostile = probe_answers(daemon.api, daemon.serve, 15, &api, &serve, cut);
+    std::printf("hostile connections (200 idle + 40 trickling on each of the API and the endpoint), a new client every 100 ms:\n"
+                "  quiet:   /healthz API %s; /healthz endpoint %s; chat through the endpoint %s; %d failed\n"
+                "  hostile: /healthz API %s; /healthz endpoint %s; chat through the endpoint %s; %d failed; %d tricklers cut off at the head deadline\n"
+                "  worst answer under attack %.1f ms (target < 1000 ms: %s); worst hostile/quiet = %.2f\n",
+                summary(quiet.healthz_api).c_str(), summary(quiet.healthz_endpoint).c_str(), summary(quiet.chat_endpoint).c_str(), quiet.failures,
+                summary(hostile.healthz_api).c_str(), summary(hostile.healthz_endpoint).c_str(), summary(hostile.chat_endpoint).c_str(), hostile.failures,
+                cut, worst(hostile), worst(hostile) < 1000 && hostile.failures == 0 ? "met" : "NOT met", worst(hostile) / std::max(worst(quiet), 1e-9));
+}
+
 void bench_commit_to_serving(const fs::path& dir) {
     const fs::path models = dir / "models";
     auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (models / "tiny").string(), "--preset", "tiny", "--seed", "5"});
@@ -239,6 +355,7 @@ void bench_commit_to_serving(const fs::path& dir) {
     }
     auto history = json::parse(c.Get("/api/v1/recipes/bench-tiny/history")->body)["data"];
     auto verdicts = json::parse(c.Get("/api/v1/recipes/bench-tiny")->body)["data"]["verdicts"];
+    if (serving >= 0) bench_hostile_connections(daemon);
     daemon.stop();
     double candidate = 0, qualifying = 0, validated = 0, promoted = 0, judged = 0;
     for (const auto& t : history) {
@@ -264,6 +381,10 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::err);
 
     anvil::test::TempDir dir;
+    if (args.size() == 1 && args[0] == "--serving") {  // sections 3 and 4 alone
+        bench_commit_to_serving(dir.path());
+        return 0;
+    }
     anvil::test::GitRepo repo(dir / "registry");
     const auto t = Clock::now();
     for (int i = 0; i < 10000; ++i) repo.write("recipes/bench-recipe-" + std::to_string(i) + ".json", gpu_recipe(i));
