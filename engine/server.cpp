@@ -48,6 +48,12 @@ bool same_secret(const std::string& given, const std::string& expected) {
     return diff == 0;
 }
 
+json parse_body(const std::string& text) {
+    http::ParsedBody body = http::parse_json_body(text);
+    if (!body.ok()) throw InvalidRequest("the request body is not valid JSON: " + body.error);
+    return std::move(body.value);
+}
+
 int64_t now_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -335,7 +341,7 @@ void Server::routes() {
     }));
 
     http.Post("/tokenize", with_engine([](Engine& engine, const httplib::Request& req, httplib::Response& res) {
-        const json body = json::parse(req.body);
+        const json body = parse_body(req.body);
         if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
         const bool add_special = body.value("add_special_tokens", true);
         std::vector<int32_t> tokens;
@@ -354,7 +360,7 @@ void Server::routes() {
 
     auto generate = [this](Api api) {
         return [this, api](Engine& engine, const httplib::Request& req, httplib::Response& res) {
-            const json body = json::parse(req.body);
+            const json body = parse_body(req.body);
             ParsedRequest parsed = api == Api::Chat ? parse_chat_request(body) : parse_completion_request(body);
             if (!parsed.model.empty() && parsed.model != options_.served_model_name) {
                 engine.metrics().requests_rejected += 1;

@@ -143,8 +143,9 @@ json transition_json(const state::TransitionRow& t) {
 // A JSON body, or an empty object when there is none; anything else that does not parse is a 400.
 json body_of(const httplib::Request& req) {
     if (req.body.empty()) return json::object();
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) throw ApiError{400, "invalid_json", "the request body is not valid JSON"};
+    http::ParsedBody parsed = http::parse_json_body(req.body);
+    if (!parsed.ok()) throw ApiError{400, "invalid_json", "the request body is not valid JSON: " + parsed.error};
+    json body = std::move(parsed.value);
     if (!body.is_object()) throw ApiError{400, "bad_request", "the request body must be a JSON object"};
     return body;
 }

@@ -201,8 +201,9 @@ struct StableEndpoint::Impl {
         // the engine to answer with its own error.
         std::string rewritten;
         bool stream = false;
-        json doc = json::parse(req.body, nullptr, false);
-        if (!doc.is_discarded() && doc.is_object()) {
+        // Too deep or malformed: relayed as it is, for the engine to refuse.
+        json doc = http::parse_json_body(req.body).value;
+        if (doc.is_object()) {
             const auto model = doc.find("model");
             if (model == doc.end() || model->is_null()) {
                 doc["model"] = upstream.model;
@@ -344,6 +345,8 @@ struct StableEndpoint::Impl {
 };
 
 StableEndpoint::StableEndpoint(EndpointOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+http::GuardedServer& StableEndpoint::http() { return impl_->server; }
 
 StableEndpoint::~StableEndpoint() { stop(); }
 

@@ -232,4 +232,80 @@ TEST_CASE("each engine anvild starts has a key of its own: the engine refuses re
     CHECK(d.get("/api/v1/engines").second.dump().find("api_key") == std::string::npos);
 }
 
+TEST_CASE("a body nested 100,000 levels deep is refused by the API and relayed by the endpoint without ending anvild", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    auto [code, body] = d.post("/api/v1/default", R"({"recipe_id": )" + deep + "}");
+    CHECK(code == 400);
+    CHECK(body["error"]["code"] == "invalid_json");
+    // The endpoint rewrites "model" in the bodies it forwards: a deep one must not reach its serialiser.
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    auto r = endpoint.Post("/v1/chat/completions", R"({"model": null, "messages": )" + deep + "}", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(json::parse(r->body, nullptr, false)["error"].is_object());
+    CHECK(alive(d));
+}
+
+TEST_CASE("anvil-engine: oversized bodies get 413 unread, bad text and deep bodies 400 with a body, and --api-key guards every route but /health", "[engine][hardening]") {
+    anvil::test::TempDir dir;
+    const auto model = dir / "tiny";
+    REQUIRE(anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "tiny", "--seed", "3"}).exit_code == 0);
+    setenv("ANVIL_ENGINE_API_KEY", "engine-key", 1);
+    anvil::test::ChildProcess engine({ANVIL_ENGINE, "serve", "--model", model.string(), "--port", "0", "--max-context", "256"});
+    unsetenv("ANVIL_ENGINE_API_KEY");
+    std::string line;
+    int port = 0;
+    while (port == 0 && engine.read_line(line, 30000))
+        if (auto at = line.rfind(':'); line.find("listening on") != std::string::npos && at != std::string::npos) port = std::stoi(line.substr(at + 1));
+    REQUIRE(port > 0);
+    httplib::Client c("127.0.0.1", port);
+    c.set_bearer_token_auth("engine-key");
+    REQUIRE(eventually([&] { auto h = c.Get("/health"); return h && h->status == 200; }, 30s));
+
+    // 60 MB to /tokenize: refused from its Content-Length, before it is read.
+    const auto started = std::chrono::steady_clock::now();
+    const std::string big = raw_exchange(port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer engine-key\r\nContent-Length: 60000000\r\n\r\n", 3000ms);
+    CHECK(status_of(big) == 413);
+    CHECK(body_of(big)["error"]["message"].get<std::string>().find("at most") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - started < 2s);
+
+    const std::string bad_text = "{\"prompt\": \"caf\xe9\", \"max_tokens\": 2}";
+    auto invalid = c.Post("/v1/completions", bad_text, "application/json");
+    REQUIRE(invalid);
+    CHECK(invalid->status == 400);
+    CHECK(json::parse(invalid->body, nullptr, false)["error"]["type"] == "invalid_request_error");
+    auto deep = c.Post("/v1/completions", R"({"prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}", "application/json");
+    REQUIRE(deep);
+    CHECK(deep->status == 400);
+    auto bias = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1, "logit_bias": {"99999999": 5}})", "application/json");
+    REQUIRE(bias);
+    CHECK(bias->status == 400);
+
+    httplib::Client anonymous("127.0.0.1", port);
+    for (const char* path : {"/v1/models", "/v1/x%ff"}) {
+        auto r = anonymous.Get(path);
+        REQUIRE(r);
+        CHECK(r->status == 401);
+        CHECK(json::parse(r->body, nullptr, false)["error"]["type"] == "authentication_error");
+    }
+    auto wrong = httplib::Client("127.0.0.1", port);
+    wrong.set_bearer_token_auth("engine-kez");
+    auto refused = wrong.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 401);
+    auto health = anonymous.Get("/health");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+    auto ok = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
+    REQUIRE(ok);
+    CHECK(ok->status == 200);
+    engine.kill(SIGTERM);
+    CHECK(engine.wait() == 0);
+}
+
 #endif  // ANVILD

@@ -150,6 +150,20 @@ TEST_CASE("safe text: invalid UTF-8 is replaced, valid text kept byte for byte",
     CHECK(anvil::http::dump_json(json("\xff")) == "\"\xef\xbf\xbd\"");
 }
 
+TEST_CASE("request bodies: nesting past the limit is refused while parsing, without building it", "[http]") {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    const auto refused = anvil::http::parse_json_body(deep);
+    CHECK_FALSE(refused.ok());
+    CHECK(refused.error.find("64 levels") != std::string::npos);
+    CHECK(refused.value.is_null());
+    CHECK(anvil::http::parse_json_body(std::string(64, '[') + std::string(64, ']')).ok());
+    CHECK_FALSE(anvil::http::parse_json_body(std::string(65, '[') + std::string(65, ']')).ok());
+    CHECK(anvil::http::parse_json_body(R"({"a": {"b": [1, 2, {"c": null}]}})").value["a"]["b"][2].contains("c"));
+    const auto malformed = anvil::http::parse_json_body("{\"a\": \"\xff\"}");
+    CHECK_FALSE(malformed.ok());
+    CHECK_NOTHROW(json(malformed.error).dump());
+}
+
 TEST_CASE("an invalid UTF-8 path, a throwing handler and a throwing error handler each get a JSON error; the server goes on", "[http]") {
     TestServer t;
     {
