@@ -34,6 +34,10 @@ public:
     void stop();
     int port() const { return port_; }
 
+    // The server itself, for feeding it raw bytes (GuardedServer::handle_bytes) in the fuzz target
+    // and tests: no socket, the real parsing, admission, routing and handlers.
+    http::GuardedServer& http() { return *http_; }
+
 private:
     void routes();
 

@@ -11,6 +11,10 @@
 #include <optional>
 #include <string>
 
+namespace anvil::http {
+class GuardedServer;
+}
+
 namespace anvil::endpoint {
 
 struct Upstream {
@@ -65,6 +69,10 @@ public:
     SwitchResult switch_to(std::optional<Upstream> next);
     std::optional<Upstream> current() const;
     EndpointStats stats() const;
+
+    // The server itself, for feeding it raw bytes (GuardedServer::handle_bytes) in the fuzz target
+    // and tests: no socket, the real parsing, admission, routing and handlers.
+    http::GuardedServer& http();
 
 private:
     struct Impl;
