@@ -513,6 +513,18 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
 
 GuardedServer::~GuardedServer() = default;
 
+bool GuardedServer::bind_to_port(const std::string& host, int port, int socket_flags) {
+    if (!Server::bind_to_port(host, port, socket_flags)) return false;
+    ::listen(svr_sock_, SOMAXCONN);  // Linux takes a second listen() as a new backlog
+    return true;
+}
+
+int GuardedServer::bind_to_any_port(const std::string& host, int socket_flags) {
+    const int port = Server::bind_to_any_port(host, socket_flags);
+    if (port > 0) ::listen(svr_sock_, SOMAXCONN);
+    return port;
+}
+
 void GuardedServer::set_admission(Admission admit) { admit_ = std::move(admit); }
 
 GuardedServer& GuardedServer::set_error_handler(HandlerWithResponse handler) {

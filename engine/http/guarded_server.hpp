@@ -51,6 +51,12 @@ public:
     GuardedServer(ServerLimits limits, ErrorBody error_body);
     ~GuardedServer() override;
 
+    // httplib's, with a listen backlog of SOMAXCONN instead of its 5: while the accept thread is not
+    // scheduled (a busy machine, a burst of hostile connects) the kernel's queue holds new clients;
+    // a full queue drops their SYNs and each waits a 1 s retransmission.
+    bool bind_to_port(const std::string& host, int port, int socket_flags = 0);
+    int bind_to_any_port(const std::string& host, int socket_flags = 0);
+
     void set_admission(Admission admit);
     // httplib's error handler, guarded: if it throws, the client gets a plain JSON error instead of
     // the process ending. Call this, not httplib::Server::set_error_handler.
