@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 struct RequestContext {
     bool refused = false;         // answered by admission: its body was never read
     bool body_too_large = false;  // a chunked body ran past the limit
+    bool close_after = false;     // httplib could not parse it: its framing cannot be trusted
 };
 thread_local RequestContext* current_request = nullptr;
 
@@ -426,7 +427,7 @@ private:
             current_request = &context;
             const bool ok = server_.process_one(stream, stopping_, closed);
             current_request = nullptr;
-            if (!ok || closed || stopping_ || !stream.body_consumed()) return close_connection(c);
+            if (!ok || closed || stopping_ || context.close_after || !stream.body_consumed()) return close_connection(c);
             c.buffer.erase(0, stream.position());
             if (parse_request_head(c.buffer).state == RequestHead::State::complete) continue;
             // A client that sends its next request as soon as it has read the answer is served on
@@ -536,6 +537,12 @@ GuardedServer& GuardedServer::set_error_handler(HandlerWithResponse handler) {
             res.set_content(error_body_(413, "the request body is over " + std::to_string(limits_.max_body_bytes) + " bytes"), "application/json");
             return HandlerResponse::Handled;
         }
+        // A bodiless 400 or 414 is httplib's own parser refusing the request: where it ends is
+        // unknown, so the connection ends with the answer.
+        if (res.body.empty() && (res.status == 400 || res.status == 414)) {
+            res.set_header("Connection", "close");
+            if (current_request) current_request->close_after = true;
+        }
         try {
             if (error_handler_ && error_handler_(req, res) == HandlerResponse::Handled) return HandlerResponse::Handled;
         } catch (const std::exception& e) {
@@ -587,7 +594,7 @@ std::string GuardedServer::handle_bytes(const std::string& request) {
         const bool ok = process_one(stream, false, closed);
         current_request = nullptr;
         responses += stream.output();
-        if (!ok || closed || !stream.body_consumed()) break;
+        if (!ok || closed || context.close_after || !stream.body_consumed()) break;
         buffer.erase(0, stream.position());
     }
     return responses;

@@ -324,4 +324,8 @@ TEST_CASE("handle_bytes runs raw bytes through parsing, routing and handlers wit
     CHECK(r.find("\"body\":\"hi\"") != std::string::npos);
     CHECK(status_of(t.server.handle_bytes("POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")) == 400);
     CHECK(status_of(t.server.handle_bytes("garbage\r\n\r\n")) == 400);
+    // After a request httplib cannot parse, nothing on the connection is trusted.
+    const std::string after_garbage = t.server.handle_bytes("garbage\r\n\r\nGET /ping HTTP/1.1\r\n\r\n");
+    CHECK(after_garbage.find("pong") == std::string::npos);
+    CHECK(after_garbage.find("Connection: close") != std::string::npos);
 }
