@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "registry/utf8.hpp"
+
 namespace anvil::engine {
 namespace {
 
@@ -101,21 +103,6 @@ size_t complete_utf8_prefix(std::string_view bytes) {
     return n;
 }
 
-std::string sanitize_utf8(std::string_view bytes) {
-    std::string out;
-    out.reserve(bytes.size());
-    for (size_t i = 0; i < bytes.size();) {
-        uint32_t value = 0;
-        const size_t length = sequence_length(bytes, i, &value);
-        if (length == 0) {
-            out += "\xEF\xBF\xBD";
-            ++i;
-        } else {
-            out.append(bytes.substr(i, length));
-            i += length;
-        }
-    }
-    return out;
-}
+std::string sanitize_utf8(std::string_view bytes) { return registry::to_valid_utf8(bytes); }
 
 }  // namespace anvil::engine
