@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/driver/api_key.hpp"
 #include "engine/driver/container_driver.hpp"
 #include "engine/driver/embedded_driver.hpp"
 #include "engine/driver/launch_resolution.hpp"
@@ -105,9 +106,9 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     std::set<int> taken;
     for (const auto& e : engines()) taken.insert(e.handle.port);
     auto launch = driver::resolve_launch(recipe, launch_config(config_), taken);
-    // Each embedded engine gets a key of its own: another local process cannot use it behind the
-    // endpoint's back. (Other engines take their keys by flags anvild does not know.)
-    if (launch.kind == "embedded") launch.api_key = driver::fresh_api_key();
+    // Each engine gets a key of its own (those that read one from their environment): another local
+    // process cannot use it behind the endpoint's back.
+    driver::assign_api_key(launch, recipe.engine_name);
     driver::Driver& d = driver_for(recipe.launch.kind);
     RunningEngine engine;
     engine.revision_id = revision_id;

@@ -37,8 +37,6 @@ struct EngineHandle {
     std::string api_key;  // what clients send as 'Authorization: Bearer'; empty: the engine takes none
 };
 
-// A new random bearer token for one engine (256 bits, hex).
-std::string fresh_api_key();
 
 enum class RunState { running, exited, missing };
 

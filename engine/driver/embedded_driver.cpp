@@ -1,10 +1,5 @@
 #include "engine/driver/embedded_driver.hpp"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <cstring>
-
 namespace anvil::driver {
 
 std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binary, const ResolvedLaunch& launch) {
@@ -33,26 +28,7 @@ EmbeddedDriver::EmbeddedDriver(std::filesystem::path engine_binary, ProcessDrive
 EngineHandle EmbeddedDriver::start(const RecipeRevision& recipe, const ResolvedLaunch& launch) {
     if (launch.kind != "embedded")
         throw LaunchError("recipe " + launch.recipe_id + " has launch kind '" + launch.kind + "', not 'embedded'; use the process or container driver");
-    if (launch.api_key.empty()) return processes_.start_command(recipe, launch, embedded_argv(binary_, launch));
-    // In the environment, not --api-key: another local user can read a process's argv, not its environment.
-    ResolvedLaunch keyed = launch;
-    keyed.environment["ANVIL_ENGINE_API_KEY"] = launch.api_key;
-    return processes_.start_command(recipe, keyed, embedded_argv(binary_, launch));
-}
-
-std::string fresh_api_key() {
-    unsigned char bytes[32];
-    std::size_t filled = 0;
-    while (filled < sizeof bytes) {
-        const ssize_t n = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw EngineError(std::string("cannot make an engine key: getrandom: ") + std::strerror(errno));
-        filled += static_cast<std::size_t>(n);
-    }
-    static const char* hex = "0123456789abcdef";
-    std::string key;
-    for (unsigned char b : bytes) key += {hex[b >> 4], hex[b & 15]};
-    return key;
+    return processes_.start_command(recipe, launch, embedded_argv(binary_, launch));
 }
 
 }  // namespace anvil::driver

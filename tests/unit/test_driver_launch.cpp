@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/driver/api_key.hpp"
 #include "engine/driver/embedded_driver.hpp"
 #include "engine/driver/launch_resolution.hpp"
 #include "test_support.hpp"
@@ -116,4 +117,33 @@ TEST_CASE("the embedded argv runs anvil-engine serve with the recipe's model, na
                                    "--weights", "q8", "--port", "1", "--host", "127.0.0.1", "--port", "23456"});
     l.model_path.reset();
     CHECK_THROWS_WITH(embedded_argv("/bin/anvil-engine", l), Catch::Contains("/launch/model/path"));
+}
+
+TEST_CASE("engine keys: a fresh one in the variable each engine reads, the recipe's own kept, none where only a flag would do", "[driver][launch]") {
+    using anvil::driver::api_key_variable;
+    CHECK(api_key_variable("embedded", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
+    CHECK(api_key_variable("process", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
+    CHECK(api_key_variable("docker", "vLLM") == "VLLM_API_KEY");
+    CHECK(api_key_variable("process", "llama.cpp") == "LLAMA_API_KEY");
+    CHECK_FALSE(api_key_variable("docker", "sglang"));
+
+    anvil::driver::ResolvedLaunch a, b;
+    a.kind = b.kind = "docker";
+    anvil::driver::assign_api_key(a, "vllm");
+    anvil::driver::assign_api_key(b, "vllm");
+    CHECK(a.api_key.size() == 64);
+    CHECK(a.environment.at("VLLM_API_KEY") == a.api_key);
+    CHECK(a.api_key != b.api_key);
+
+    anvil::driver::ResolvedLaunch own;
+    own.kind = "docker";
+    own.environment["VLLM_API_KEY"] = "the-recipe's";
+    anvil::driver::assign_api_key(own, "vllm");
+    CHECK(own.api_key == "the-recipe's");
+
+    anvil::driver::ResolvedLaunch flag_only;
+    flag_only.kind = "docker";
+    anvil::driver::assign_api_key(flag_only, "sglang");
+    CHECK(flag_only.api_key.empty());
+    CHECK(flag_only.environment.empty());
 }
