@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -82,9 +83,14 @@ ProcessResult run(const std::vector<std::string>& argv, const fs::path& cwd) {
 ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
     int pipefd[2];
     if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+        // A test that crashes (a sanitizer's abort) runs no destructor: the child must not outlive
+        // it, holding ctest's output pipe open until ctest's timeout.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
         dup2(pipefd[1], STDOUT_FILENO);
         close(pipefd[0]);
         close(pipefd[1]);

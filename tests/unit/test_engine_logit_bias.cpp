@@ -170,7 +170,8 @@ TEST_CASE("a +100 logit_bias forces a token, greedy or sampled, on both endpoint
     // The bias goes in before temperature, top-k and top-p.
     json sampled = completion;
     sampled.update({{"temperature", 1.5}, {"top_p", 0.9}, {"top_k", 50}, {"seed", 7}, {"n", 2}});
-    for (const auto& choice : served.post("/v1/completions", sampled)["choices"]) CHECK(choice["text"] == text + text + text);
+    const json reply = served.post("/v1/completions", sampled);  // kept: a range-for over a temporary's member dangles
+    for (const auto& choice : reply["choices"]) CHECK(choice["text"] == text + text + text);
 }
 
 TEST_CASE("reported logprobs are those of the biased distribution (before temperature)", "[engine][server][logit_bias]") {

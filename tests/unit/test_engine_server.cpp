@@ -397,7 +397,8 @@ TEST_CASE("echo puts the prompt before the completion, whole and streamed; echo 
 
     echoed["prompt"] = "The quick brown";
     echoed["n"] = 2;
-    for (const auto& c : served.post("/v1/completions", echoed)["choices"]) CHECK(c["text"] == "The quick brown" + completion);
+    const json echoed_reply = served.post("/v1/completions", echoed);  // kept: a range-for over a temporary's member dangles
+    for (const auto& c : echoed_reply["choices"]) CHECK(c["text"] == "The quick brown" + completion);
 
     echoed["stream"] = true;
     auto res = served.client().Post("/v1/completions", echoed.dump(), "application/json");

@@ -35,7 +35,8 @@ bool has_transition(const json& history, const std::string& from, const std::str
 
 std::size_t qualification_engines(const Daemon& d) {
     std::size_t n = 0;
-    for (const auto& e : d.get("/api/v1/engines").second["data"]) n += e["role"] == "qualification";
+    const json engines = d.get("/api/v1/engines").second;  // kept: a range-for over a temporary's member dangles
+    for (const auto& e : engines["data"]) n += e["role"] == "qualification";
     return n;
 }
 
