@@ -20,6 +20,7 @@
 
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/request_head.hpp"
+#include "daemon/anvild/config.hpp"
 #include "engine/http/safe_text.hpp"
 
 using namespace std::chrono_literals;
@@ -328,4 +329,12 @@ TEST_CASE("handle_bytes runs raw bytes through parsing, routing and handlers wit
     const std::string after_garbage = t.server.handle_bytes("garbage\r\n\r\nGET /ping HTTP/1.1\r\n\r\n");
     CHECK(after_garbage.find("pong") == std::string::npos);
     CHECK(after_garbage.find("Connection: close") != std::string::npos);
+}
+
+TEST_CASE("max_request_body_bytes is a daemon configuration key, 16 MiB unless set", "[http][config]") {
+    using anvil::daemon::parse_config;
+    CHECK(parse_config(R"({"sources": [{"url": "/srv/registry"}]})", "/etc/anvil/anvild.json").max_request_body_bytes == std::size_t(16) << 20);
+    CHECK(parse_config(R"({"sources": [{"url": "/a"}], "max_request_body_bytes": 65536})", "/etc/anvil/anvild.json").max_request_body_bytes == 65536);
+    for (const char* bad : {R"({"max_request_body_bytes": 10})", R"({"max_request_body_bytes": "16MiB"})"})
+        CHECK_THROWS_WITH(parse_config(bad, "/etc/anvil/anvild.json"), Catch::Contains("/max_request_body_bytes"));
 }
