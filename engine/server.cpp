@@ -40,14 +40,6 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
     res.set_content(error_json(status, message, type), "application/json");
 }
 
-// Compares without a timing side channel: the time taken does not depend on where they differ.
-bool same_secret(const std::string& given, const std::string& expected) {
-    if (given.size() != expected.size()) return false;
-    unsigned char diff = 0;
-    for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
-    return diff == 0;
-}
-
 json parse_body(const std::string& text) {
     http::ParsedBody body = http::parse_json_body(text);
     if (!body.ok()) throw InvalidRequest("the request body is not valid JSON: " + body.error);
@@ -255,8 +247,7 @@ Server::Server(ServerOptions options)
     if (!options_.api_key.empty())
         http_->set_admission([key = options_.api_key](const httplib::Request& req) -> std::optional<http::Refusal> {
             if (req.path == "/health" || req.path == "/metrics") return std::nullopt;
-            const std::string auth = req.get_header_value("Authorization");
-            if (auth.size() > 7 && auth.compare(0, 7, "Bearer ") == 0 && same_secret(auth.substr(7), key)) return std::nullopt;
+            if (http::has_bearer_token(req, key)) return std::nullopt;
             return http::Refusal{401, "this engine needs 'Authorization: Bearer <key>' with the key it was started with (--api-key)"};
         });
     // Stream chunks are small writes: with Nagle's algorithm each waits for the client's delayed

@@ -4,7 +4,6 @@
 #include "engine/http/safe_text.hpp"
 #include "kernels/gpu/inventory_report.hpp"
 
-#include <openssl/crypto.h>
 #include <openssl/sha.h>
 
 #include <charconv>
@@ -51,18 +50,6 @@ std::string error_json(const std::string& code, const std::string& message) {
 void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message) {
     res.status = status;
     res.set_content(error_json(code, message), "application/json");
-}
-
-// Whether the request carries the token, compared in time that does not depend on where a wrong
-// one differs (a plain != leaks the matching prefix's length to a local client that measures).
-bool has_token(const httplib::Request& req, const std::string& token) {
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.size() <= 7 || auth.compare(0, 7, "Bearer ") != 0) return false;
-    unsigned char expected[SHA256_DIGEST_LENGTH], given[SHA256_DIGEST_LENGTH];
-    // Digests first: equal lengths, so the comparison's time does not tell the token's length either.
-    SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), expected);
-    SHA256(reinterpret_cast<const unsigned char*>(auth.data() + 7), auth.size() - 7, given);
-    return CRYPTO_memcmp(expected, given, sizeof expected) == 0;
 }
 
 http::ServerLimits limits_of(const DaemonConfig& config) {
@@ -162,7 +149,7 @@ std::string token_id(const std::string& token) {
 }
 
 ApiServer::ApiServer(const DaemonConfig& config, state::Store& store, Reconciler& reconciler, DaemonMetrics& metrics, std::string token)
-    : config_(config), store_(store), reconciler_(reconciler), metrics_(metrics), token_(std::move(token)),
+    : config_(config), store_(store), reconciler_(reconciler), metrics_(metrics), token_(std::move(token)), actor_("api:" + token_id(token_)),
       http_(std::make_unique<http::GuardedServer>(limits_of(config), [](int status, const std::string& message) {
           return error_json(error_code(status), message);
       })) {
@@ -170,7 +157,7 @@ ApiServer::ApiServer(const DaemonConfig& config, state::Store& store, Reconciler
     http_->set_tcp_nodelay(true);
     // Every write needs the token, checked before a byte of its body is read.
     http_->set_admission([this](const httplib::Request& req) -> std::optional<http::Refusal> {
-        if (req.method == "GET" || req.method == "HEAD" || has_token(req, token_)) return std::nullopt;
+        if (req.method == "GET" || req.method == "HEAD" || http::has_bearer_token(req, token_)) return std::nullopt;
         return http::Refusal{401, "this write needs 'Authorization: Bearer <token>' with the token in " + token_path(config_).string()};
     });
     routes();
@@ -199,12 +186,8 @@ void ApiServer::routes() {
         return [this, route, write, handler](const httplib::Request& req, httplib::Response& res) {
             std::string actor;
             try {
-                if (write) {
-                    if (!has_token(req, token_))
-                        throw ApiError{401, "unauthorized", "this write needs 'Authorization: Bearer <token>' with the token in " +
-                                                                token_path(config_).string()};
-                    actor = "api:" + token_id(token_);
-                }
+                // Admission has refused every write without the token before its body was read.
+                if (write) actor = actor_;
                 handler(req, res, actor);
             } catch (const ApiError& e) {
                 send_error(res, e.status, e.code, e.message);

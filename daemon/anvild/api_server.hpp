@@ -46,6 +46,7 @@ private:
     Reconciler& reconciler_;
     DaemonMetrics& metrics_;
     std::string token_;
+    std::string actor_;  // "api:<token id>": who the ledger says made a write
     std::unique_ptr<http::GuardedServer> http_;
     // GET /api/v1/recipes pages by their query, while the ledger has not changed since.
     ResponseCache recipe_pages_{512};

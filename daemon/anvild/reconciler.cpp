@@ -304,18 +304,7 @@ void Reconciler::retire_step() {
         return;
     }
     for (const auto& r : retire) spdlog::info("retiring revision {}: {}", r.revision_id, r.reason);
-    try {
-        store_.transition_batch(retire);
-    } catch (const state::TransitionRefused& e) {
-        spdlog::warn("{}; retiring one by one", e.what());
-        for (const auto& r : retire) {
-            try {
-                store_.transition(r);
-            } catch (const state::TransitionRefused& one) {
-                spdlog::warn("{}", one.what());
-            }
-        }
-    }
+    record_transitions(retire);
     // The transitions moved the write generation: the next pass looks again, and finds nothing.
 }
 
@@ -352,6 +341,23 @@ registry::GateContext Reconciler::gate_context(const registry::Recipe& recipe) c
     return ctx;
 }
 
+void Reconciler::record_transitions(const std::vector<state::TransitionRequest>& moves) {
+    if (moves.empty()) return;
+    try {
+        store_.transition_batch(moves);
+    } catch (const state::TransitionRefused& e) {
+        // One refused move must not hold back the rest: record them one by one.
+        spdlog::warn("{}; recording the moves one by one", e.what());
+        for (const auto& m : moves) {
+            try {
+                store_.transition(m);
+            } catch (const state::TransitionRefused& one) {
+                spdlog::warn("{}", one.what());
+            }
+        }
+    }
+}
+
 void Reconciler::judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions) {
     if (revisions.empty()) return;
     // On paper first (pure), then every verdict and refusal of the batch in two transactions.
@@ -386,19 +392,7 @@ void Reconciler::judge(const std::vector<std::pair<state::Id, const registry::Do
     for (std::size_t i = 0; i < revisions.size(); ++i)
         if (!refusal_reasons[i].empty())
             rejections.push_back({revisions[i].first, Status::rejected, refusal_reasons[i], "reconciler", {}, {ids[i]}, std::nullopt});
-    try {
-        if (!rejections.empty()) store_.transition_batch(rejections);
-    } catch (const state::TransitionRefused& e) {
-        // One refused move must not hold back the rest: record them one by one.
-        spdlog::warn("{}; recording the rejections one by one", e.what());
-        for (const auto& r : rejections) {
-            try {
-                store_.transition(r);
-            } catch (const state::TransitionRefused& one) {
-                spdlog::warn("{}", one.what());
-            }
-        }
-    }
+    record_transitions(rejections);
 }
 
 void Reconciler::judge_stragglers() {

@@ -91,6 +91,8 @@ private:
     }
     // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
     void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);
+    // Records `moves` in one transaction, or, when the guard refuses one, each on its own.
+    void record_transitions(const std::vector<state::TransitionRequest>& moves);
     void judge_stragglers();
     void engine_step();
     void qualification_step();

@@ -460,6 +460,17 @@ private:
     std::vector<std::thread> workers_;
 };
 
+bool has_bearer_token(const httplib::Request& req, const std::string& secret) {
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view scheme = "Bearer ";
+    if (secret.empty() || auth.size() <= scheme.size() || auth.compare(0, scheme.size(), scheme) != 0) return false;
+    const std::string_view given = std::string_view(auth).substr(scheme.size());
+    // Every byte of the secret is compared, whatever the given token's length.
+    unsigned char diff = given.size() == secret.size() ? 0 : 1;
+    for (std::size_t i = 0; i < secret.size(); ++i) diff |= static_cast<unsigned char>(secret[i] ^ given[i % given.size()]);
+    return diff == 0;
+}
+
 GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits_(limits), error_body_(std::move(error_body)) {
     new_task_queue = [this] {
         auto* gate = new Gate(*this);

@@ -35,6 +35,10 @@ struct ServerLimits {
     int workers = 16;                                   // requests handled at once; more wait for a worker
 };
 
+// Whether `req` carries 'Authorization: Bearer <secret>'. The comparison's time depends on neither
+// where a wrong token differs nor its length, so a local client that measures learns nothing.
+bool has_bearer_token(const httplib::Request& req, const std::string& secret);
+
 // A response a server gives without running a handler.
 struct Refusal {
     int status = 400;

@@ -338,3 +338,15 @@ TEST_CASE("max_request_body_bytes is a daemon configuration key, 16 MiB unless s
     for (const char* bad : {R"({"max_request_body_bytes": 10})", R"({"max_request_body_bytes": "16MiB"})"})
         CHECK_THROWS_WITH(parse_config(bad, "/etc/anvil/anvild.json"), Catch::Contains("/max_request_body_bytes"));
 }
+
+TEST_CASE("bearer tokens match only exactly, whatever the given token's length", "[http]") {
+    auto with = [](const std::string& auth) {
+        httplib::Request req;
+        if (!auth.empty()) req.set_header("Authorization", auth);
+        return req;
+    };
+    CHECK(anvil::http::has_bearer_token(with("Bearer s3cret"), "s3cret"));
+    for (const char* wrong : {"Bearer s3cres", "Bearer s3cre", "Bearer s3crett", "Bearer ", "bearer s3cret", "s3cret", "Basic s3cret", ""})
+        CHECK_FALSE(anvil::http::has_bearer_token(with(wrong), "s3cret"));
+    CHECK_FALSE(anvil::http::has_bearer_token(with("Bearer "), ""));
+}
