@@ -26,4 +26,12 @@ void BlockManager::release(std::vector<int32_t>& table) {
     table.clear();
 }
 
+void BlockManager::shrink(std::vector<int32_t>& table, int tokens) {
+    const size_t keep = size_t(blocks_for(tokens));
+    while (table.size() > keep) {
+        free_.push_back(table.back());
+        table.pop_back();
+    }
+}
+
 }  // namespace anvil::engine

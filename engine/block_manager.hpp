@@ -21,6 +21,9 @@ public:
     // blocks do not suffice.
     bool grow(std::vector<int32_t>& table, int tokens);
     void release(std::vector<int32_t>& table);
+    // Returns the blocks past those `tokens` positions need: what a speculative step reserved for
+    // draft tokens the target rejected.
+    void shrink(std::vector<int32_t>& table, int tokens);
 
 private:
     int total_;

@@ -7,16 +7,6 @@
 
 namespace anvil::engine {
 
-struct Engine::Active {
-    Sequence sequence;
-    SamplingParams params;
-    Rng rng;
-    std::shared_ptr<RequestStream> stream;
-    StreamDecoder decoder;
-    std::string pending;  // decoded text not yet sent: it may be the start of a stop string
-    int generated = 0;
-    int index = 0;  // the request's choice this sequence samples
-};
 
 namespace {
 
@@ -59,13 +49,16 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     weights_ = std::make_unique<ModelWeights>(config_, model_dir, options.weights);
     RunnerOptions r;
     r.max_batch_tokens = options.max_batch_tokens;
-    r.max_logit_rows = options.max_seqs;
+    // A speculative step verifies a decoding sequence's draft tokens and the position before them.
+    const int draft_tokens = options.draft.kind == DraftKind::None ? 0 : options.draft.tokens;
+    r.max_logit_rows = options.max_seqs * (1 + draft_tokens);
     r.max_context = options.max_context;
     r.kv_blocks = blocks_.total();
     r.block_size = options.block_size;
     r.kv_type = options.kv_type;
     r.threads = options.threads;
     runner_ = std::make_unique<ModelRunner>(config_, *weights_, r);
+    load_draft(model_dir);
 
     stop_ids_ = config_.eos_token_ids;
     if (auto eos = tokenizer_.token_id(tokenizer_.eos_token()); eos && !tokenizer_.eos_token().empty()) stop_ids_.push_back(*eos);
@@ -80,7 +73,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     batch_.positions.reserve(size_t(options.max_batch_tokens));
     batch_.sequence.reserve(size_t(options.max_batch_tokens));
     batch_.block_tables.reserve(size_t(options.max_seqs));
-    batch_.logit_tokens.reserve(size_t(options.max_seqs));
+    batch_.logit_tokens.reserve(size_t(r.max_logit_rows));
     sampled_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
     spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
@@ -128,12 +121,13 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
     // The n sequences of one request, built before the lock and queued together.
     std::vector<std::unique_ptr<Active>> choices;
     for (int i = 0; i < n; ++i) {
-        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i});
+        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i, {}});
         active->sequence.tokens = i + 1 < n ? prompt : std::move(prompt);
         active->sequence.prompt_tokens = length;
         // Reserved whole, so that decoding never grows them.
         active->sequence.tokens.reserve(size_t(options_.max_context));
-        active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1)));
+        active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1 + kMaxDraftTokens)));
+        active->sequence.drafts.reserve(size_t(kMaxDraftTokens));
         choices.push_back(std::move(active));
     }
     {
@@ -230,7 +224,7 @@ void Engine::finish(Active& active, const std::string& reason) {
     active.stream->push(std::move(event));
 }
 
-void Engine::emit_token(Active& active, int32_t token, const float* logits) {
+bool Engine::emit_token(Active& active, int32_t token, const float* logits) {
     Sequence& s = active.sequence;
     StreamEvent event;
     event.index = active.index;
@@ -266,7 +260,7 @@ void Engine::emit_token(Active& active, int32_t token, const float* logits) {
         event.text = active.pending.substr(0, active.pending.size() - hold);
         active.pending.erase(0, active.pending.size() - hold);
         active.stream->push(std::move(event));
-        return;
+        return false;
     }
     // The last token travels with the final event.
     StreamEvent last;
@@ -276,15 +270,18 @@ void Engine::emit_token(Active& active, int32_t token, const float* logits) {
     const uint64_t id = s.id;
     finish(active, reason);
     active_.erase(id);
+    return true;
 }
 
 void Engine::step() {
+    if (options_.draft.kind != DraftKind::None) set_lookahead();
     const auto& plan = scheduler_.schedule();
     metrics_.running = int64_t(scheduler_.running());
     metrics_.waiting = int64_t(scheduler_.waiting());
     metrics_.kv_blocks_used = blocks_.used();
     metrics_.preemptions = scheduler_.preemptions();
     if (plan.empty()) return;
+    if (options_.draft.kind != DraftKind::None) propose(plan);
 
     batch_.clear();
     for (size_t i = 0; i < plan.size(); ++i) {
@@ -296,6 +293,15 @@ void Engine::step() {
             batch_.sequence.push_back(int32_t(i));
         }
         if (c.logits) batch_.logit_tokens.push_back(batch_.size() - 1);
+        // Draft tokens follow their sequence's last token; the target's logits at each of them
+        // verify the next one (and the last gives a token of its own when all are accepted).
+        const int end = c.start + c.count;
+        for (size_t d = 0; d < c.sequence->drafts.size(); ++d) {
+            batch_.tokens.push_back(c.sequence->drafts[d]);
+            batch_.positions.push_back(end + int(d));
+            batch_.sequence.push_back(int32_t(i));
+            batch_.logit_tokens.push_back(batch_.size() - 1);
+        }
         if (c.start < c.sequence->prompt_tokens)
             metrics_.prompt_tokens += uint64_t(std::min(c.start + c.count, c.sequence->prompt_tokens) - c.start);
     }
@@ -310,11 +316,19 @@ void Engine::step() {
     int row = 0;
     sampled_.clear();
     for (const auto& c : plan)
-        if (c.logits) sampled_.emplace_back(c.sequence->id, row++);
-    for (const auto& [id, logits_row] : sampled_) {
+        if (c.logits) {
+            const int drafts = int(c.sequence->drafts.size());
+            sampled_.push_back({c.sequence->id, row, drafts});
+            row += 1 + drafts;
+        }
+    for (const auto& [id, logits_row, drafts] : sampled_) {
         auto it = active_.find(id);
         if (it == active_.end()) continue;
         Active& active = *it->second;
+        if (drafts > 0) {
+            verify(active, logits_row);
+            continue;
+        }
         // The bias goes in before everything else, so the reported logprobs include it too.
         const float* logits =
             apply_logit_bias(runner_->logits(logits_row), config_.vocab_size, active.params.logit_bias, sampler_scratch_);

@@ -18,6 +18,7 @@
 #include "engine/block_manager.hpp"
 #include "engine/chat_template.hpp"
 #include "engine/config.hpp"
+#include "engine/draft.hpp"
 #include "engine/metrics.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/request_stream.hpp"
@@ -38,6 +39,7 @@ struct EngineOptions {
     kernels::KvType kv_type = kernels::KvType::F32;
     uint64_t seed = 0;           // seeds requests that bring none, in arrival order
     int threads = 0;             // OpenMP threads for the model; 0: every core
+    DraftOptions draft;          // speculative decoding: what proposes tokens (none by default)
 };
 
 // A request the client got wrong: the server answers 400 with the message.
@@ -69,14 +71,36 @@ public:
     const EngineOptions& options() const { return options_; }
     Metrics& metrics() { return metrics_; }
     size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
+    const DraftOptions& draft() const { return options_.draft; }
 
 private:
-    struct Active;  // a sequence with its sampling state and stream
+    struct Active {  // a sequence with its sampling state and stream
+        Sequence sequence;
+        SamplingParams params;
+        Rng rng;
+        std::shared_ptr<RequestStream> stream;
+        StreamDecoder decoder;
+        std::string pending;  // decoded text not yet sent: it may be the start of a stop string
+        int generated = 0;
+        int index = 0;  // the request's choice this sequence samples
+        // [draft tokens][vocab]: the distributions a model draft sampled its tokens from
+        std::vector<float> draft_probs;
+    };
     void loop();
     void step();
     void accept_new();
     void finish(Active& active, const std::string& reason);
-    void emit_token(Active& active, int32_t token, const float* logits);
+    // Sends a sampled token; true when it ended the sequence (which is then erased).
+    bool emit_token(Active& active, int32_t token, const float* logits);
+
+    // Speculative decoding (engine_speculation.cpp): loading the draft, proposing draft tokens
+    // for the plan's decoding sequences, and verifying them against the target's logits.
+    void load_draft(const std::filesystem::path& model_dir);
+    void set_lookahead();
+    void propose(const std::vector<ScheduledChunk>& plan);
+    void propose_with_model(ModelRunner& runner, int exit_after);
+    int32_t draft_token(Active& active, const float* logits, int step);
+    void verify(Active& active, int first_row);
 
     EngineOptions options_;
     ModelConfig config_;
@@ -91,7 +115,27 @@ private:
     std::vector<int32_t> stop_ids_;
     SamplerScratch sampler_scratch_;
     Batch batch_;
-    std::vector<std::pair<uint64_t, int>> sampled_;  // (sequence id, logits row) of this step
+    struct Sampled {
+        uint64_t id;
+        int row;     // its first logits row
+        int drafts;  // draft tokens verified after that row
+    };
+    std::vector<Sampled> sampled_;  // this step's sequences that sample
+
+    // The draft: its own config (--draft-model), weights and runner (--draft-self, --draft-model;
+    // none for --draft-layers, which runs the target's runner, and --draft-ngram).
+    std::optional<ModelConfig> draft_config_;
+    std::unique_ptr<ModelWeights> draft_weights_;
+    std::unique_ptr<ModelRunner> draft_runner_;
+    Batch draft_batch_;
+    struct Drafting {
+        Active* active;
+        int tokens;  // draft tokens to propose: the plan's reservation
+    };
+    std::vector<Drafting> drafting_;
+    std::vector<int> scratch_next_, scratch_rows_;  // [drafting]: per sequence, next position and logits row
+    std::vector<float> target_probs_;  // [vocab]: the target's distribution at a draft position
+    std::vector<float> residual_;      // [vocab]: max(0, p - q)
 
     std::mutex mutex_;  // guards incoming_ and stopping_
     std::condition_variable wake_;

@@ -22,10 +22,15 @@ commands:
   serve --model DIR [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
         [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
         [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N] [--api-key KEY]
+        [--draft-self q8|bf16 | --draft-model DIR [--draft-weights f32|bf16|q8] | --draft-layers N |
+         --draft-ngram N] [--draft-tokens K]
       load a Hugging Face model directory and serve the OpenAI API (/v1/completions,
       /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
       with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
-      and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413
+      and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413;
+      a draft makes decoding speculative (lossless: the output is the target's): the target's own
+      weights quantized, a second model with the same tokenizer, the target's first N layers
+      (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
   make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
              [--dtype f32|bf16|f16] [--shards N]
       write a deterministic model directory with random weights and a byte-level BPE tokenizer
@@ -89,7 +94,8 @@ int make_model_command(const std::vector<std::string>& words) {
 int serve_command(const std::vector<std::string>& words) {
     const auto flags = parse_flags(words, {"--model", "--host", "--port", "--served-model-name", "--max-context",
                                            "--max-seqs", "--threads", "--weights", "--kv-dtype", "--seed",
-                                           "--kv-blocks", "--max-batch-tokens", "--api-key"});
+                                           "--kv-blocks", "--max-batch-tokens", "--api-key", "--draft-self", "--draft-model",
+                                           "--draft-weights", "--draft-layers", "--draft-ngram", "--draft-tokens"});
     anvil::engine::ServeOptions o;
     if (!flags.count("--model")) throw UsageError("serve needs --model DIR");
     o.model_dir = flags.at("--model");
@@ -106,6 +112,19 @@ int serve_command(const std::vector<std::string>& words) {
     o.max_batch_tokens = int(number(flags, "--max-batch-tokens", o.max_batch_tokens));
     const char* key = std::getenv("ANVIL_ENGINE_API_KEY");
     o.api_key = text(flags, "--api-key", key ? key : "");
+    o.draft_self = text(flags, "--draft-self", "");
+    o.draft_model = text(flags, "--draft-model", "");
+    o.draft_weights = text(flags, "--draft-weights", "");
+    o.draft_layers = int(number(flags, "--draft-layers", 0));
+    o.draft_ngram = int(number(flags, "--draft-ngram", 0));
+    o.draft_tokens = int(number(flags, "--draft-tokens", 4));
+    if (flags.count("--draft-layers") && o.draft_layers == 0) throw UsageError("--draft-layers 0: expected at least 1");
+    if (flags.count("--draft-ngram") && o.draft_ngram == 0) throw UsageError("--draft-ngram 0: expected at least 1");
+    try {
+        (void)anvil::engine::draft_options(o);
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+    }
     return anvil::engine::serve(o);
 }
 

@@ -29,6 +29,23 @@ std::string Metrics::prometheus_text(const std::string& model_name) const {
     const int64_t total = kv_blocks_total.load();
     metric("anvil_engine_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
            total > 0 ? double(kv_blocks_used.load()) / double(total) : 0.0, label);
+    if (draft_kind != "none") {
+        const uint64_t proposed = draft_proposed.load(), accepted = draft_accepted.load(),
+                       verifications = draft_verifications.load();
+        const std::string draft_label = "{model=\"" + model_name + "\",draft=\"" + draft_kind + "\"}";
+        metric("anvil_engine_draft_proposed_tokens_total", "counter", "Draft tokens proposed and verified.", proposed,
+               draft_label);
+        metric("anvil_engine_draft_accepted_tokens_total", "counter", "Draft tokens the target accepted.", accepted,
+               draft_label);
+        metric("anvil_engine_draft_verifications_total", "counter",
+               "Verifications: one per sequence per speculative step.", verifications, draft_label);
+        metric("anvil_engine_draft_seconds_total", "counter", "Time spent proposing draft tokens.",
+               double(draft_microseconds.load()) / 1e6, draft_label);
+        metric("anvil_engine_draft_acceptance_ratio", "gauge", "Accepted over proposed draft tokens.",
+               proposed > 0 ? double(accepted) / double(proposed) : 0.0, draft_label);
+        metric("anvil_engine_draft_mean_accepted_tokens", "gauge", "Draft tokens accepted per verification.",
+               verifications > 0 ? double(accepted) / double(verifications) : 0.0, draft_label);
+    }
     return out.str();
 }
 

@@ -22,6 +22,13 @@ struct Metrics {
     std::atomic<int64_t> kv_blocks_total{0};
     std::atomic<uint64_t> forward_microseconds{0};
 
+    // Speculative decoding, reported only when the engine has a draft. Set before serving.
+    std::string draft_kind = "none";
+    std::atomic<uint64_t> draft_proposed{0};       // draft tokens verified
+    std::atomic<uint64_t> draft_accepted{0};       // of them, kept
+    std::atomic<uint64_t> draft_verifications{0};  // sequences' verifications
+    std::atomic<uint64_t> draft_microseconds{0};   // time proposing
+
     std::string prometheus_text(const std::string& model_name) const;
 };
 

@@ -68,8 +68,10 @@ void ModelRunner::check(const Batch& batch) const {
         if (t < 0 || t >= n) throw std::logic_error("logits asked for a token outside the batch");
 }
 
-void ModelRunner::forward(const Batch& batch) {
+void ModelRunner::forward(const Batch& batch, int exit_after) {
     check(batch);
+    if (exit_after < 0 || exit_after > config_.n_layers) throw std::logic_error("early exit after a layer the model lacks");
+    const int layers = exit_after > 0 ? exit_after : config_.n_layers;
     // OpenMP's thread count is per calling thread: fix it here, whichever thread runs the model,
     // because the attention scratch is sized for exactly this many.
     omp_set_num_threads(threads_);
@@ -86,7 +88,7 @@ void ModelRunner::forward(const Batch& batch) {
     double attention_work = 0;
     for (int i = 0; i < n; ++i) attention_work += double(batch.positions[i] + 1) * c.n_heads * hd;
 
-    for (int l = 0; l < c.n_layers; ++l) {
+    for (int l = 0; l < layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         for (int i = 0; i < n; ++i)
             kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);

@@ -47,8 +47,10 @@ public:
     ModelRunner& operator=(const ModelRunner&) = delete;
 
     // Writes the batch's keys and values into the cache slots its block tables name, and fills
-    // logits(i) for the i-th entry of batch.logit_tokens.
-    void forward(const Batch& batch);
+    // logits(i) for the i-th entry of batch.logit_tokens. `exit_after` > 0 stops after that many
+    // layers (an early exit: the draft of --draft-layers): only those layers' keys and values are
+    // written, and the logits come from the final norm and LM head applied there.
+    void forward(const Batch& batch, int exit_after = 0);
     const float* logits(int i) const { return logits_.data() + size_t(i) * config_.vocab_size; }
 
     const ModelConfig& config() const { return config_; }

@@ -56,8 +56,10 @@ const float* apply_logit_bias(const float* logits, int vocab, const std::vector<
     return out;
 }
 
-int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch) {
-    if (params.temperature <= 0.0f || params.top_k == 1) return argmax(logits, vocab);
+namespace {
+// The candidates sample_token chooses among: scratch.order[0..n) by probability (ties by id),
+// scratch.probs their unnormalized weights, `kept` their sum. Not for greedy params.
+int candidates(const float* logits, int vocab, const SamplingParams& params, SamplerScratch& scratch, double& kept) {
     scratch.reserve(vocab);
     float* probs = scratch.probs.data();
     int32_t* order = scratch.order.data();
@@ -74,7 +76,7 @@ int32_t sample_token(const float* logits, int vocab, const SamplingParams& param
     } else {
         std::sort(order, order + vocab, better);
     }
-    double kept = 0;
+    kept = 0;
     for (int i = 0; i < n; ++i) kept += probs[order[i]];
     if (params.top_p < 1.0f) {
         double cumulative = 0;
@@ -87,12 +89,39 @@ int32_t sample_token(const float* logits, int vocab, const SamplingParams& param
         kept = 0;
         for (int i = 0; i < n; ++i) kept += probs[order[i]];
     }
+    return n;
+}
+}  // namespace
+
+int32_t argmax_token(const float* logits, int vocab) { return argmax(logits, vocab); }
+
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch) {
+    if (is_greedy(params)) return argmax(logits, vocab);
+    double kept = 0;
+    const int n = candidates(logits, vocab, params, scratch, kept);
+    const float* probs = scratch.probs.data();
+    const int32_t* order = scratch.order.data();
     double target = rng.uniform() * kept;
     for (int i = 0; i < n; ++i) {
         target -= probs[order[i]];
         if (target < 0) return order[i];
     }
     return order[n - 1];
+}
+
+void sampling_distribution(const float* logits, int vocab, const SamplingParams& params, SamplerScratch& scratch,
+                           float* out) {
+    std::fill(out, out + vocab, 0.0f);
+    if (is_greedy(params)) {
+        out[argmax(logits, vocab)] = 1.0f;
+        return;
+    }
+    double kept = 0;
+    const int n = candidates(logits, vocab, params, scratch, kept);
+    for (int i = 0; i < n; ++i) {
+        const int32_t t = scratch.order[size_t(i)];
+        out[t] = float(double(scratch.probs[size_t(t)]) / kept);
+    }
 }
 
 float token_logprob(const float* logits, int vocab, int32_t token) {

@@ -61,6 +61,17 @@ const float* apply_logit_bias(const float* logits, int vocab, const std::vector<
 
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng, SamplerScratch& scratch);
 
+// Greedy choice: the params ask for no randomness (temperature 0 or top_k 1).
+inline bool is_greedy(const SamplingParams& params) { return params.temperature <= 0.0f || params.top_k == 1; }
+// The first largest logit: what greedy sampling picks.
+int32_t argmax_token(const float* logits, int vocab);
+
+// The distribution sample_token draws from, written densely to `out` [vocab]: the temperature,
+// top-k and top-p candidates with their normalized probabilities, 0 elsewhere. Greedy params give
+// a point mass on argmax_token. The speculative rule compares these distributions.
+void sampling_distribution(const float* logits, int vocab, const SamplingParams& params, SamplerScratch& scratch,
+                           float* out);
+
 // log softmax(logits)[token] of the distribution `logits` gives (the engine passes them with the
 // request's logit_bias added, before temperature), and the
 // `top` most likely tokens with theirs, most likely first.

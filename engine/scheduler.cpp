@@ -17,6 +17,7 @@ void Scheduler::add(Sequence* sequence) { waiting_.push_back(sequence); }
 void Scheduler::remove(Sequence* sequence) {
     blocks_.release(sequence->blocks);
     sequence->computed = 0;
+    sequence->draft_computed = 0;
     running_.erase(std::remove(running_.begin(), running_.end(), sequence), running_.end());
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), sequence), waiting_.end());
 }
@@ -24,6 +25,7 @@ void Scheduler::remove(Sequence* sequence) {
 void Scheduler::preempt(Sequence* victim) {
     blocks_.release(victim->blocks);
     victim->computed = 0;
+    victim->draft_computed = 0;
     running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
     waiting_.push_front(victim);
     ++preemptions_;
@@ -65,6 +67,18 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
         const int count = std::min(total - s->computed, budget);
         plan_.push_back({s, s->computed, count, s->computed + count == total});
         budget -= count;
+    }
+
+    // Draft positions last, from what the budget and the free blocks have left, so that
+    // speculation never preempts or delays anyone: only for decoding steps.
+    for (auto& chunk : plan_) {
+        Sequence* s = chunk.sequence;
+        if (budget <= 0) break;
+        if (s->lookahead <= 0 || chunk.count != 1 || !chunk.logits || chunk.start + 1 != int(s->tokens.size())) continue;
+        int draft = std::min(s->lookahead, budget);
+        while (draft > 0 && !blocks_.grow(s->blocks, chunk.start + 1 + draft)) --draft;
+        chunk.draft = draft;
+        budget -= draft;
     }
     return plan_;
 }

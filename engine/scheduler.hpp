@@ -7,6 +7,9 @@
 // there are sequence slots, batch tokens and free KV blocks for their whole prompt. A request that
 // does not fit waits. When a decoding sequence needs a block and none is free, the most recently
 // admitted sequence is preempted: its blocks are freed and it will be recomputed from its tokens.
+// A decoding sequence with a lookahead also gets blocks and batch tokens for that many draft
+// tokens when they are free; speculation never preempts anyone. The engine returns the blocks of
+// rejected draft tokens after verification (BlockManager::shrink).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,12 @@ struct Sequence {
     int computed = 0;             // leading tokens whose keys and values are in the cache
     std::vector<int32_t> blocks;  // the cache blocks holding them, in position order
     uint64_t admitted_order = 0;  // when it last entered the running set
+    // Speculative decoding: at most this many draft tokens may follow the next decode step (set
+    // by the engine before each schedule), the draft tokens proposed for it, and the leading
+    // tokens a draft model with its own cache has computed (0 after preemption).
+    int lookahead = 0;
+    std::vector<int32_t> drafts;
+    int draft_computed = 0;
 };
 
 struct ScheduledChunk {
@@ -32,6 +41,7 @@ struct ScheduledChunk {
     int start;    // first position fed
     int count;    // positions fed
     bool logits;  // the chunk reaches the last token: sample after it
+    int draft = 0;  // positions reserved (blocks and batch tokens) for draft tokens after it
 };
 
 class Scheduler {

@@ -23,6 +23,41 @@ extern "C" void on_signal(int) {
 }
 }  // namespace
 
+DraftOptions draft_options(const ServeOptions& o) {
+    DraftOptions d;
+    int kinds = 0;
+    if (!o.draft_self.empty()) {
+        ++kinds;
+        d.kind = DraftKind::Self;
+        d.weights = parse_weight_format(o.draft_self);
+    }
+    if (!o.draft_model.empty()) {
+        ++kinds;
+        d.kind = DraftKind::Model;
+        d.model_dir = o.draft_model;
+        d.weights = parse_weight_format(o.draft_weights.empty() ? "stored" : o.draft_weights);
+    } else if (!o.draft_weights.empty()) {
+        throw std::invalid_argument("--draft-weights applies to --draft-model only (--draft-self names its own format)");
+    }
+    if (o.draft_layers > 0) {
+        ++kinds;
+        d.kind = DraftKind::Layers;
+        d.layers = o.draft_layers;
+    }
+    if (o.draft_ngram > 0) {
+        ++kinds;
+        d.kind = DraftKind::Ngram;
+        d.ngram = o.draft_ngram;
+    }
+    if (kinds > 1)
+        throw std::invalid_argument("--draft-self, --draft-model, --draft-layers and --draft-ngram each name a draft; give one");
+    d.tokens = o.draft_tokens;
+    if (kinds == 1 && (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens))
+        throw std::invalid_argument("--draft-tokens " + std::to_string(o.draft_tokens) + ": expected 1 to " +
+                                    std::to_string(kMaxDraftTokens));
+    return d;
+}
+
 int serve(const ServeOptions& o) {
     if (o.max_seqs < 1 || o.max_context < 2 || o.max_batch_tokens < 1)
         throw std::runtime_error("--max-seqs, --max-context and --max-batch-tokens must be positive");
@@ -35,6 +70,7 @@ int serve(const ServeOptions& o) {
     e.kv_type = parse_kv_type(o.kv_dtype);
     e.seed = o.seed;
     e.threads = o.threads;
+    e.draft = draft_options(o);
 
     ServerOptions s;
     s.host = o.host;

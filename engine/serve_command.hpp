@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/draft.hpp"
+
 namespace anvil::engine {
 
 struct ServeOptions {
@@ -21,7 +23,17 @@ struct ServeOptions {
     int kv_blocks = 0;
     int max_batch_tokens = 256;
     std::string api_key;  // --api-key, or ANVIL_ENGINE_API_KEY (which ps does not show)
+    // Speculative decoding: at most one of these draft kinds.
+    std::string draft_self;           // --draft-self q8|bf16
+    std::filesystem::path draft_model;  // --draft-model DIR
+    std::string draft_weights;        // --draft-weights f32|bf16|q8|stored (with --draft-model)
+    int draft_layers = 0;             // --draft-layers N
+    int draft_ngram = 0;              // --draft-ngram N
+    int draft_tokens = 4;             // --draft-tokens K
 };
+
+// The draft the flags ask for; throws std::invalid_argument naming the flags that conflict.
+DraftOptions draft_options(const ServeOptions& options);
 
 // Runs until SIGINT or SIGTERM; returns the exit status.
 int serve(const ServeOptions& options);

@@ -324,6 +324,7 @@ void Server::routes() {
                       {"created", now_seconds()},
                       {"owned_by", "anvil"},
                       {"max_model_len", engine.options().max_context}};
+        if (engine.draft().kind != DraftKind::None) model["draft"] = engine.draft().describe();
         res.set_content(http::dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
     }));
 
