@@ -32,8 +32,11 @@ commands:
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
   make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
-             [--dtype f32|bf16|f16] [--shards N]
-      write a deterministic model directory with random weights and a byte-level BPE tokenizer
+             [--dtype f32|bf16|f16] [--shards N] [--early-exit N] [--layers N]
+      write a deterministic model directory with random weights and a byte-level BPE tokenizer;
+      --early-exit N: the layers past the first N only make small corrections, as in a model
+      trained for early exit, so that --draft-layers N predicts most of its tokens; --layers N
+      overrides the preset's depth (the first N layers of the same model: a --draft-model for it)
 
 environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
   OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)
@@ -76,7 +79,7 @@ std::string text(const std::map<std::string, std::string>& flags, const std::str
 }
 
 int make_model_command(const std::vector<std::string>& words) {
-    const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--shards"});
+    const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--shards", "--early-exit", "--layers"});
     anvil::engine::MakeModelOptions o;
     if (!flags.count("--out")) throw UsageError("make-model needs --out DIR");
     o.out = flags.at("--out");
@@ -85,6 +88,8 @@ int make_model_command(const std::vector<std::string>& words) {
     o.dtype = text(flags, "--dtype", "f32");
     o.seed = uint64_t(number(flags, "--seed", 1));
     o.shards = int(number(flags, "--shards", 1));
+    o.early_exit = int(number(flags, "--early-exit", 0));
+    o.layers = int(number(flags, "--layers", 0));
     const size_t bytes = anvil::engine::make_model(o);
     std::cout << "wrote " << o.out.string() << ": " << o.preset << " " << o.arch << " model, " << bytes
               << " bytes of " << o.dtype << " weights\n";

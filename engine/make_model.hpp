@@ -15,6 +15,16 @@ struct MakeModelOptions {
     std::string dtype = "f32";    // f32 | bf16 | f16: how the weights are stored
     uint64_t seed = 1;
     int shards = 1;               // >1 writes model-0000i-of-0000n.safetensors and the index
+    // >0: the layers past the first `early_exit` only make small corrections (their attention and
+    // MLP outputs scaled down), as in a model trained for early exit (LayerSkip): its first
+    // `early_exit` layers, final norm and LM head already predict most of its greedy tokens, and
+    // `serve --draft-layers` on it shows what self-speculation gains. 0 writes the same bytes as before.
+    int early_exit = 0;
+    // >0: this many layers instead of the preset's. Every tensor is drawn from a stream named after
+    // it, so a model with fewer layers is exactly the first layers of a deeper one of the same
+    // preset and seed: with --layers N it is the --early-exit N model's own early exit as a second
+    // model, a draft for `serve --draft-model`.
+    int layers = 0;
 };
 
 // Creates `out` (which must not exist or be empty). Returns the bytes of weights written.

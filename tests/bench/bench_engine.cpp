@@ -4,6 +4,8 @@
 //
 // usage: bench_engine [--threads N] [--tokens N] [--keep DIR] [--weights f32,bf16,q8] [--served yes|no]
 //        (default: all cores, 32 tokens, every format, the served figures too)
+//        bench_engine --draft self-q8,self-bf16,model,layers,ngram [--draft-tokens K] [--tokens N]
+//        speculative decoding instead (bench_engine_draft.hpp; default K 4, 64 tokens)
 #include <omp.h>
 
 #include <httplib.h>
@@ -26,6 +28,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/server.hpp"
 #include "bench_bandwidth.hpp"
+#include "bench_engine_draft.hpp"
 #include "bench_support.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/thread_policy.hpp"
@@ -162,9 +165,11 @@ double served_throughput(const std::filesystem::path& model, const std::string& 
 int main(int argc, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
-    int tokens = 32;
-    std::string keep, formats = "f32,bf16,q8", served = "yes";
+    int tokens = 32, draft_tokens = 4;
+    std::string keep, formats = "f32,bf16,q8", served = "yes", drafts;
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--draft")) drafts = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--draft-tokens")) draft_tokens = std::atoi(argv[i + 1]);
         if (!std::strcmp(argv[i], "--weights")) formats = argv[i + 1];
         else if (!std::strcmp(argv[i], "--served")) served = argv[i + 1];
         else if (!std::strcmp(argv[i], "--threads")) omp_set_num_threads(std::atoi(argv[i + 1]));
@@ -172,6 +177,16 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
     }
     anvil::test::TempDir scratch;
+    if (!drafts.empty()) {
+        std::printf("bench_engine --draft: %s kernels, %d threads, load average %s\n",
+                    anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
+                    anvil::bench::load_average().c_str());
+        const bool tokens_given = std::any_of(argv + 1, argv + argc, [](const char* a) { return !std::strcmp(a, "--tokens"); });
+        const int rc = anvil::bench::draft::run(keep.empty() ? scratch.path() : std::filesystem::path(keep), drafts,
+                                                tokens_given ? tokens : 64, draft_tokens);
+        std::printf("load average at the end %s\n", anvil::bench::load_average().c_str());
+        return rc;
+    }
     const std::filesystem::path model = keep.empty() ? scratch / "bench" : std::filesystem::path(keep);
     if (!std::filesystem::exists(model / "config.json")) make_model({model, "bench", "llama", "f32", 1, 1});
     const ModelConfig config = load_config(model);
