@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "registry/engine_environment.hpp"
+#include "registry/launch_models.hpp"
 
 namespace anvil::registry {
 
@@ -167,21 +168,6 @@ void read_mounts(const Node& launch, JsonReader& reader, Launch& l) {
     }
 }
 
-void read_model(const Node& launch, JsonReader& reader, Launch& l, bool required) {
-    Node m = reader.object(launch, "model", required ? Presence::required : Presence::optional);
-    if (!m.present()) return;
-    ModelRef ref;
-    if (auto s = reader.string(m, "path")) ref.path = *s;
-    ref.digest = reader.string(m, "digest", Presence::optional);
-    if (ref.digest && !is_sha256_digest(*ref.digest))
-        reader.fail(m.child("digest"), "null or \"sha256:<64 lowercase hex>\" (see `anvil model digest DIR`)");
-    ref.repository = reader.string(m, "repository", Presence::optional);
-    ref.revision = reader.string(m, "revision", Presence::optional);
-    ref.licence = reader.string(m, "licence", Presence::optional);
-    if (auto s = reader.string(m, "dtype", required ? Presence::required : Presence::optional)) ref.dtype = *s;
-    l.model = std::move(ref);
-}
-
 void read_launch(const Node& root, JsonReader& reader, Recipe& r, bool anvil_schema) {
     Node launch = reader.object(root, "launch");
     if (!launch.present()) return;
@@ -217,7 +203,8 @@ void read_launch(const Node& root, JsonReader& reader, Recipe& r, bool anvil_sch
     }
     read_container(launch, reader, l);
     read_mounts(launch, reader, l);
-    read_model(launch, reader, l, l.kind == "embedded");
+    read_launch_model(launch, reader, l, l.kind == "embedded");
+    if (anvil_schema) read_launch_draft(launch, reader, l);
     if (l.runs_container() && !l.image && !(l.container && l.container->image))
         reader.fail(launch.child("image"), "an image reference for a " + l.kind + " launch");
 }
@@ -291,12 +278,7 @@ void assess_pins(const Recipe& r, RecipeCheck& check) {
         }
     }
     if (l.kind == "native") reasons.push_back("a native launch runs a host binary that no digest pins");
-    if (l.model) {
-        if (l.kind == "embedded" && !l.model->digest)
-            reasons.push_back("model directory " + l.model->path + " has no content digest (compute it with `anvil model digest DIR`)");
-        if (l.model->revision && !is_commit_id(*l.model->revision))
-            reasons.push_back("model revision '" + *l.model->revision + "' is not a 40-hex commit");
-    }
+    pin_launch_models(l, reasons);
     for (const auto& mount : l.mounts) {
         if (mount.provision && !is_commit_id(mount.provision->revision))
             reasons.push_back("model " + mount.provision->repository + " mounted at " + mount.target + " is at revision '" +

@@ -1,12 +1,14 @@
 // The typed recipe: a local-ai-registry/v1 record (vLLM, SGLang, llama.cpp in containers) or an
-// anvil.recipe/v1 record (the same shape, plus launch kind `embedded` and a pinned model block).
-// Both read alike: engine, launch {kind, arguments, environment, mounts, model}, serving, capabilities.
+// anvil.recipe/v1 record (the same shape, plus launch kind `embedded`, a pinned model block and a
+// draft to speculate with). Both read alike: engine, launch {kind, arguments, environment, mounts,
+// model, draft}, serving, capabilities.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "registry/json_reader.hpp"
@@ -48,6 +50,22 @@ struct ModelRef {
     std::optional<std::string> licence;     // for weights no hub repository describes (a local model)
 };
 
+// anvil.recipe/v1 launch.draft: what anvil-engine speculates with (embedded launches only; vLLM and
+// SGLang recipes give their speculative flags in launch.arguments). Read by registry/launch_models.
+enum class DraftKind { self, model, layers, ngram };
+std::string_view to_string(DraftKind kind);
+
+struct Draft {
+    DraftKind kind = DraftKind::ngram;
+    // self: q8 | bf16, the target's own weights converted (required). model: f32 | bf16 | q8, the
+    // format the draft model is served in (optional: as stored, like the target without --weights).
+    std::optional<std::string> weights;
+    std::optional<ModelRef> model;      // model: a second model, pinned like launch.model
+    std::optional<std::int64_t> layers;  // layers: the target's first N layers, its final norm and LM head
+    std::optional<std::int64_t> ngram;   // ngram: the N-token match prompt lookup searches for
+    std::int64_t tokens = 4;             // K tokens proposed per verification, 1..16
+};
+
 struct Launch {
     std::string kind;  // embedded | native | docker | docker-compose | reference | controller | script
     std::vector<std::string> arguments;
@@ -56,6 +74,7 @@ struct Launch {
     std::vector<Mount> mounts;
     std::optional<ContainerRecord> container;
     std::optional<ModelRef> model;
+    std::optional<Draft> draft;  // anvil.recipe/v1, embedded launches only
     std::optional<std::int64_t> container_port;
     std::optional<std::int64_t> host_port;
     std::optional<std::string> ipc;

@@ -189,6 +189,13 @@ std::vector<ModelUse> models_of(const Recipe& recipe) {
         if (m->repository) out.push_back({*m->repository, "served model", m->licence});
         else if (m->licence) out.push_back({m->path, "served model", m->licence});
     }
+    // A draft model is loaded and run like the served one: its licence binds the deployment too,
+    // and it is listed by the same rule.
+    if (const auto& d = recipe.launch.draft; d && d->model) {
+        const ModelRef& m = *d->model;
+        if (m.repository) out.push_back({*m.repository, "draft model", m.licence});
+        else if (m.licence) out.push_back({m.path, "draft model", m.licence});
+    }
     for (const auto& m : recipe.launch.mounts)
         if (m.provision) out.push_back({m.provision->repository, "mounted at " + m.target, std::nullopt});
     return out;

@@ -54,7 +54,7 @@ struct ModelUse {
     std::string role;        // "served model", "mounted at /draft", ...
     std::optional<std::string> declared_licence;  // what the recipe itself says (launch.model.licence)
 };
-// launch.model and every mount's provision block.
+// launch.model, launch.draft.model and every mount's provision block.
 std::vector<ModelUse> models_of(const Recipe& recipe);
 // The same, plus the record's `huggingface.repository` (not yet in the typed Recipe).
 std::vector<ModelUse> models_of(const Document& doc);

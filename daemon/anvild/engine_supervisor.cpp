@@ -93,6 +93,18 @@ std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& r
                     return "model directory " + launch.model_path->string() + " has digest " + digest + ", but the recipe pins " +
                            *recipe.launch.model->digest;
             }
+            // A draft model is loaded as the target is: the same existence and digest checks.
+            if (const auto& draft = recipe.launch.draft; draft && draft->model) {
+                if (!launch.draft_model_path || !std::filesystem::is_directory(*launch.draft_model_path))
+                    return "draft model directory " + (launch.draft_model_path ? launch.draft_model_path->string() : std::string("(none)")) +
+                           " does not exist";
+                if (draft->model->digest) {
+                    const std::string digest = registry::model_directory_digest(*launch.draft_model_path);
+                    if (digest != *draft->model->digest)
+                        return "draft model directory " + launch.draft_model_path->string() + " has digest " + digest +
+                               ", but the recipe pins " + *draft->model->digest;
+                }
+            }
         }
     } catch (const std::exception& e) {
         return e.what();

@@ -1,6 +1,6 @@
 // The daemon's engines: picks the driver a recipe's launch kind needs, resolves the launch against
 // the configuration (placeholders, allowed roots, port range), checks what the recipe pins (the
-// embedded model's directory digest; the container driver checks image digests), starts the engine,
+// embedded model's and draft model's directory digests; the container driver checks image digests), starts the engine,
 // waits until it is ready, records it in the ledger, and finds it again after a restart.
 #pragma once
 
@@ -36,7 +36,7 @@ public:
     // it does not run, loader variables in the environment, model paths or mount sources outside
     // the allowed roots (driver::paper_refusal). One line, or nothing.
     std::optional<std::string> unsupported(const registry::Recipe& recipe) const;
-    // Whether the revision could start now: launch resolves, model present with the pinned digest,
+    // Whether the revision could start now: launch resolves, model (and draft model) present with the pinned digest,
     // the engine binary exists. The reason when it could not (a rollback target is checked with it).
     std::optional<std::string> startable(const registry::Recipe& recipe) const;
 

@@ -2,6 +2,41 @@
 
 namespace anvil::driver {
 
+namespace {
+
+// anvil-engine's flags for the recipe's launch.draft: one draft flag and --draft-tokens K.
+std::vector<std::string> draft_flags(const ResolvedLaunch& launch) {
+    if (!launch.draft) return {};
+    const registry::Draft& d = *launch.draft;
+    auto needs = [&](const char* field) {
+        return LaunchError("recipe " + launch.recipe_id + ": a " + std::string(registry::to_string(d.kind)) + " draft needs /launch/draft/" + field);
+    };
+    std::vector<std::string> flags;
+    switch (d.kind) {
+        case registry::DraftKind::self:
+            if (!d.weights) throw needs("weights");
+            flags = {"--draft-self", *d.weights};
+            break;
+        case registry::DraftKind::model:
+            if (!launch.draft_model_path) throw needs("model/path");
+            flags = {"--draft-model", launch.draft_model_path->string()};
+            if (d.weights) flags.insert(flags.end(), {"--draft-weights", *d.weights});
+            break;
+        case registry::DraftKind::layers:
+            if (!d.layers) throw needs("layers");
+            flags = {"--draft-layers", std::to_string(*d.layers)};
+            break;
+        case registry::DraftKind::ngram:
+            if (!d.ngram) throw needs("ngram");
+            flags = {"--draft-ngram", std::to_string(*d.ngram)};
+            break;
+    }
+    flags.insert(flags.end(), {"--draft-tokens", std::to_string(d.tokens)});
+    return flags;
+}
+
+}  // namespace
+
 std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binary, const ResolvedLaunch& launch) {
     if (!launch.model_path)
         throw LaunchError("recipe " + launch.recipe_id + ": an embedded launch needs /launch/model/path");
@@ -12,6 +47,8 @@ std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binar
         argv.push_back("--served-model-name");
         argv.push_back(launch.served_model_name);
     }
+    const auto draft = draft_flags(launch);
+    argv.insert(argv.end(), draft.begin(), draft.end());
     argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());
     // anvil-engine keeps the last value of a repeated flag, so the allocated address wins.
     for (const std::string& s : {std::string("--host"), launch.host, std::string("--port"), std::to_string(launch.port)})

@@ -6,8 +6,10 @@
 
 namespace anvil::driver {
 
-// The argv for `anvil-engine serve`: the model, the served name, the recipe's own arguments (flags
-// such as --weights, --kv-dtype, --max-context), and the allocated host and port, which win.
+// The argv for `anvil-engine serve`: the model, the served name, the draft's flags from launch.draft
+// (--draft-self W | --draft-model DIR [--draft-weights W] | --draft-layers N | --draft-ngram N, then
+// --draft-tokens K), the recipe's own arguments (flags such as --weights, --kv-dtype, --max-context),
+// and the allocated host and port, which win.
 std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binary, const ResolvedLaunch& launch);
 
 class EmbeddedDriver : public Driver {

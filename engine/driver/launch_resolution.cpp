@@ -146,6 +146,10 @@ void resolve_paths(const registry::Recipe& recipe, const LaunchConfig& config, c
         const fs::path path = expand_placeholders(recipe.launch.model->path, values, at + "model/path");
         out.model_path = resolve_inside_roots(path, config.allowed_roots, at + "model/path");
     }
+    if (recipe.launch.draft && recipe.launch.draft->model) {
+        const fs::path path = expand_placeholders(recipe.launch.draft->model->path, values, at + "draft/model/path");
+        out.draft_model_path = resolve_inside_roots(path, config.allowed_roots, at + "draft/model/path");
+    }
 }
 
 }  // namespace
@@ -173,6 +177,7 @@ ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig
     out.container_port = recipe.launch.container_port;
     out.ipc = recipe.launch.ipc;
     out.shm_size = recipe.launch.shm_size;
+    out.draft = recipe.launch.draft;
 
     const auto values = placeholder_values(config, out.port);
     const std::string at = field_prefix(recipe);

@@ -45,6 +45,8 @@ struct ResolvedLaunch {
     std::map<std::string, std::string> environment;  // expanded; passed exactly
     std::vector<ResolvedMount> mounts;
     std::optional<std::filesystem::path> model_path;  // canonical, inside an allowed root
+    std::optional<registry::Draft> draft;              // the recipe's launch.draft (embedded launches)
+    std::optional<std::filesystem::path> draft_model_path;  // its model's directory: canonical, inside an allowed root
     std::optional<std::string> image;
     std::optional<std::int64_t> container_port;
     std::optional<std::string> ipc;
@@ -74,7 +76,8 @@ int allocate_port(const std::string& host, int first, int last, const std::set<i
 
 // What resolve_launch would refuse whatever the moment, judged on paper before anything starts:
 // loader variables in launch.environment, and mount sources or a model path outside the allowed roots
-// (or with a placeholder nobody configured). One line naming the field, or nothing.
+// (or with a placeholder nobody configured); the draft model's path is judged as the model's. One
+// line naming the field, or nothing.
 std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const LaunchConfig& config);
 
 // Resolves `recipe`'s launch with `config`. `taken` holds ports already handed to other engines.
