@@ -1,9 +1,10 @@
-// qualify(): the order of one run (gates, then measurements and quality when the engine answered
-// at all, then peak memory), and the receipt that records it.
+// qualify(): the order of one run (gates, then measurements, quality and the draft's acceptance when
+// the engine answered at all, then peak memory), and the receipt that records it.
 #include "daemon/qualify/qualification.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/qualify/draft_acceptance.hpp"
 #include "daemon/qualify/gates.hpp"
 #include "daemon/qualify/measurements.hpp"
 #include "daemon/qualify/quality.hpp"
@@ -116,6 +117,8 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
     // would only delay the verdict the gates already gave.
     const bool answered = report.gates[1].passed > 0;
     if (answered) {
+        // Draft counters around the speed and quality measurements: their difference is this run's.
+        const auto draft_before = scrape_draft_counters(run, "draft_counters");
         report.measurements = measure_speed(run);
         report.quality_samples = control_samples ? replay_quality_samples(run, *control_samples) : draw_quality_samples(run);
         if (control_samples) {
@@ -132,6 +135,9 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
                                             std::to_string(q.control_positions) + " control positions compared");
             }
         }
+        const DraftAcceptance draft = draft_acceptance(draft_before, scrape_draft_counters(run, "draft_counters"));
+        report.measurements.insert(report.measurements.end(), draft.measurements.begin(), draft.measurements.end());
+        if (!draft.note.empty()) journal.note("draft", draft.note);
     } else {
         journal.note("measurements", "skipped: no smoke request succeeded");
     }

@@ -76,9 +76,11 @@ struct Measurement {
     std::string metric;  // ttft_seconds, prefill_tokens_per_second, decode_tokens_per_second_c1,
                          // decode_tokens_per_second_cN, warm_e2e_seconds, tasks_per_hour, peak_memory_bytes;
                          // with control samples and a complete comparison also relative_quality_loss,
-                         // mean_kl and top1_agreement
+                         // mean_kl and top1_agreement; from an engine that reports its draft's counters
+                         // (draft_acceptance.hpp) draft_proposed_tokens, draft_accepted_tokens,
+                         // draft_acceptance_ratio and draft_mean_accepted_tokens
     double value = 0;
-    std::string unit;    // seconds | tokens/s | tasks/h | bytes | ratio | nats
+    std::string unit;    // seconds | tokens/s | tasks/h | bytes | ratio | nats | tokens
 };
 
 // How the candidate's next-token distributions compare with the control's at the same prefixes.

@@ -34,15 +34,18 @@ inline const std::filesystem::path& small_model() {
 }
 
 // `anvil-engine serve` with the given weights, one thread (the test machine's cores are shared),
-// its output in a log file so that a full pipe can never stall it. Stopped with SIGTERM.
+// `extra` flags (a draft, say), its output in a log file so that a full pipe can never stall it.
+// Stopped with SIGTERM.
 class EngineProcess {
 public:
-    explicit EngineProcess(const std::string& weights, const std::string& served_name = "anvil-tiny-llama") {
+    explicit EngineProcess(const std::string& weights, const std::string& served_name = "anvil-tiny-llama",
+                           const std::vector<std::string>& extra = {}) {
         const std::string model = small_model().string();
         log_ = dir_ / "engine.log";
         std::vector<std::string> argv = {ANVIL_ENGINE,     "serve",     "--model", model,     "--host",       "127.0.0.1",
                                          "--port",         "0",         "--weights", weights, "--threads",    "1",
                                          "--max-seqs",     "4",         "--max-context", "1024", "--served-model-name", served_name};
+        argv.insert(argv.end(), extra.begin(), extra.end());
         // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
         std::vector<char*> args;
         for (auto& a : argv) args.push_back(a.data());
