@@ -46,11 +46,14 @@ cp -r examples/registry/. "$registry"/
 "$build/daemon/anvil" registry check "$registry" --ref main --data-dir "$work/check" || true
 
 # The example model: deterministic, so its digest is the one the recipes pin.
-model=$work/models/anvil-tiny-llama-small-seed1
+# The small test model, 8 layers deep and generated for early exit: its last 7 layers only make
+# small corrections, as in a model trained with LayerSkip, so that its first layer already predicts
+# most of its tokens and the speculative recipe's draft (that early exit) is usually right.
+model=$work/models/anvil-tiny-llama-early-exit-seed1
 pinned=$(sed -n 's/.*"digest": "\(sha256:[0-9a-f]*\)".*/\1/p' examples/registry/recipes/anvil-tiny-llama-f32-cpu.json)
 if [ ! -d "$model" ] || [ "$("$build/daemon/anvil" model digest "$model")" != "$pinned" ]; then
   rm -rf "$model"
-  "$build/engine/anvil-engine" make-model --out "$model" --preset small --seed 1 >/dev/null
+  "$build/engine/anvil-engine" make-model --out "$model" --preset small --layers 8 --early-exit 1 --seed 1 >/dev/null
 fi
 digest=$("$build/daemon/anvil" model digest "$model")
 [ "$digest" = "$pinned" ] || { echo "run-example: the generated model's digest $digest is not the pinned $pinned" >&2; exit 1; }
@@ -78,16 +81,60 @@ except ValueError:
 r = s["recipes"]
 sys.exit(0 if s["default"] and s["endpoint"]["upstream"] and r.get("candidate", 0) == 0 and r.get("qualifying", 0) == 0 and s["qualifying"] is None else 1)'
 }
+# A client of the stable endpoint from the first default on: one greedy request after another
+# while anvild qualifies the others and switches the default, every answer counted.
+has_default() { anvil status --json 2>/dev/null | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["endpoint"]["upstream"] else 1)' 2>/dev/null; }
+traffic=""
+start_traffic() {
+  python3 - "$serve" "$work/traffic.json" "$work/traffic.stop" <<'EOF' &
+import json, os, sys, time, urllib.error, urllib.request
+serve, out, stop = sys.argv[1:4]
+ok, failed, errors, engines = 0, 0, [], set()
+body = json.dumps({"model": "anvil-default", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 8, "temperature": 0}).encode()
+while not os.path.exists(stop):
+    try:
+        req = urllib.request.Request("http://%s/v1/chat/completions" % serve, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            json.load(r)
+            engines.add(r.headers.get("x-anvil-engine"))
+            ok += 1
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        failed += 1
+        errors.append(str(e)[:200])
+    time.sleep(0.05)
+json.dump({"ok": ok, "failed": failed, "errors": errors[:5], "engines": sorted(e for e in engines if e)}, open(out, "w"))
+EOF
+  traffic=$!
+}
+rm -f "$work/traffic.json" "$work/traffic.stop"
 deadline=$((SECONDS + ${ANVIL_SETTLE_SECONDS:-900}))
 until settled; do
+  if [ -z "$traffic" ] && has_default; then start_traffic; fi
   if ! kill -0 $daemon 2>/dev/null; then echo "run-example: anvild exited; its log:" >&2; tail -30 "$work/anvild.log" >&2; exit 1; fi
   if [ $SECONDS -ge $deadline ]; then echo "run-example: not settled in time; anvild's log:" >&2; tail -30 "$work/anvild.log" >&2; exit 1; fi
   sleep 1
 done
 
+if [ -n "$traffic" ]; then
+  touch "$work/traffic.stop"
+  wait "$traffic" || true
+  python3 - "$work/traffic.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+print("== the stable endpoint while anvild qualified and switched defaults: %d requests, %d failed (engines: %s)" % (t["ok"] + t["failed"], t["failed"], ", ".join(t["engines"])))
+for e in t["errors"]:
+    print("   failed: " + e)
+EOF
+  echo
+fi
+
 anvil status
 echo
 anvil recipes
+echo
+default=$(anvil status --json | python3 -c 'import json,sys; d=json.load(sys.stdin)["default"]; print(d["recipe_id"] if isinstance(d, dict) else d)')
+echo "== how the default $default was chosen"
+anvil history "$default" | tail -8
 echo
 echo "== a chat completion through the stable endpoint ($serve)"
 python3 - "$serve" <<'EOF'
@@ -98,6 +145,41 @@ with urllib.request.urlopen(req, timeout=60) as r:
     answer = json.load(r)
     print("engine %s answered: %r" % (r.headers.get("x-anvil-engine"), answer["choices"][0]["message"]["content"]))
 EOF
+
+# Speculation changes the speed, never the answer: the default's greedy completions beside those of
+# an engine started as the f32 control recipe starts it.
+echo "== the default's greedy answers beside the f32 control's"
+control_log=$work/control-engine.log
+"$build/engine/anvil-engine" serve --model "$model" --host 127.0.0.1 --port 0 --weights f32 --kv-dtype f32 --max-context 2048 \
+  --max-seqs 4 --served-model-name anvil-tiny-llama >"$control_log" 2>&1 &
+control=$!
+python3 - "$serve" "$control_log" <<'EOF' || { kill $control 2>/dev/null; exit 1; }
+import json, re, sys, time, urllib.request
+serve, log = sys.argv[1:3]
+port = None
+for _ in range(600):
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log).read())
+    if m:
+        port = m.group(1)
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%s/health" % port, timeout=5)
+            break
+        except OSError:
+            pass
+    time.sleep(0.1)
+def complete(host, prompt):
+    body = json.dumps({"model": "anvil-default" if host == serve else "anvil-tiny-llama", "prompt": prompt, "max_tokens": 48, "temperature": 0}).encode()
+    req = urllib.request.Request("http://%s/v1/completions" % host, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)["choices"][0]["text"]
+prompts = ["Once upon a time", "The quick brown fox", "def forward(self, x):", "Hello world!", "Numbers: 0 1 2 3",
+           "The server answers requests", "user: What is two plus two?", "Memory bandwidth limits"]
+same = sum(complete(serve, p) == complete("127.0.0.1:" + port, p) for p in prompts)
+print("greedy completions identical to the f32 control's: %d of %d" % (same, len(prompts)))
+sys.exit(0 if same == len(prompts) else 1)
+EOF
+kill $control 2>/dev/null; wait $control 2>/dev/null || true
+echo
 
 if $exit_when_settled; then
   kill -TERM $daemon

@@ -8,6 +8,7 @@
 #include "engine/driver/readiness.hpp"
 #include "kernels/gpu/collective_probe.hpp"
 #include "kernels/gpu/nvml_inventory.hpp"
+#include "registry/host_memory.hpp"
 
 namespace anvil::daemon {
 
@@ -82,11 +83,14 @@ registry::Inventory measure_inventory(std::string& note) {
 int fidelity_rank(const registry::Recipe& recipe) {
     std::string w = weights_of(recipe);
     std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (w == "f32" || w == "fp32" || w == "float32") return 0;
-    if (w == "bf16" || w == "f16" || w == "fp16" || w == "bfloat16" || w == "float16" || w == "auto") return 1;
-    if (w == "q8" || w == "int8" || w == "fp8" || w.find("8") != std::string::npos) return 2;
-    if (w.empty()) return 4;
-    return 3;
+    int rank = 3;
+    if (w == "f32" || w == "fp32" || w == "float32") rank = 0;
+    else if (w == "bf16" || w == "f16" || w == "fp16" || w == "bfloat16" || w == "float16" || w == "auto") rank = 1;
+    else if (w == "q8" || w == "int8" || w == "fp8" || w.find("8") != std::string::npos) rank = 2;
+    else if (w.empty()) rank = 4;
+    // A speculative recipe answers as its weights do, but it is measured against the plain one:
+    // right after it, so that the plain one is the control it has to beat.
+    return 2 * rank + (recipe.launch.draft ? 1 : 0);
 }
 
 Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, DaemonMetrics& metrics)
@@ -325,6 +329,7 @@ const Reconciler::GateInputs& Reconciler::gate_inputs() const {
             }
         }
     }
+    inputs.host_memory = registry::measure_host_memory();
     gate_inputs_ = std::move(inputs);
     gate_inputs_key_ = key;
     return *gate_inputs_;
@@ -338,6 +343,22 @@ registry::GateContext Reconciler::gate_context(const registry::Recipe& recipe) c
     ctx.policy.commercial = config_.commercial;
     ctx.licences = &inputs.licences;
     if (auto it = inputs.vram_gb.find(recipe.hardware_id); it != inputs.vram_gb.end()) ctx.hardware_vram_gb = it->second;
+    ctx.host_memory = inputs.host_memory;
+    // A model's shape is read where a launch would find it: placeholders expanded, inside the
+    // allowed roots (a path that is not is refused on paper anyway, and says so there).
+    ctx.model_shapes = [this, cache = inputs.model_shapes](const registry::ModelRef& model) -> registry::ModelShapeReading {
+        std::filesystem::path dir;
+        try {
+            dir = engines_.model_directory(model, "model directory");
+        } catch (const std::exception& e) {
+            return {std::nullopt, e.what()};
+        }
+        if (auto it = cache->find(dir.string()); it != cache->end()) return it->second;
+        // Only a shape is kept: a directory not there yet (a model still being made) is read again.
+        auto reading = registry::read_model_shape(dir);
+        if (reading.shape) cache->emplace(dir.string(), reading);
+        return reading;
+    };
     return ctx;
 }
 

@@ -102,6 +102,11 @@ private:
     struct GateInputs {
         registry::LicenceBook licences;
         std::map<std::string, double> vram_gb;  // hardware id → nominal GB per GPU
+        // The embedded engine's host_memory gate: this host's memory (MemTotal, read with the
+        // inputs), and each model directory's shape (its config.json), read once per directory found.
+        std::optional<registry::EvidenceVariable> host_memory;
+        std::shared_ptr<std::map<std::string, registry::ModelShapeReading>> model_shapes =
+            std::make_shared<std::map<std::string, registry::ModelShapeReading>>();
     };
     const GateInputs& gate_inputs() const;  // callers hold mutex_
     registry::GateContext gate_context(const registry::Recipe& recipe) const;
@@ -145,7 +150,8 @@ private:
 };
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16
-// before 8-bit before fewer bits), so the first default is the natural control for the rest.
+// before 8-bit before fewer bits), so the first default is the natural control for the rest; a
+// recipe with a draft right after the plain ones of its weights.
 int fidelity_rank(const registry::Recipe& recipe);
 
 }  // namespace anvil::daemon

@@ -4,6 +4,7 @@
 // without the draft, the measured acceptance, and the speed-up a perfect implementation would reach
 // from that acceptance and the measured costs of one draft step and one verification (forward
 // passes timed alone on the runner); the ratio of the two is the implementation's efficiency.
+// The engine without a draft is measured beside each kind, trial for trial, best of each.
 #pragma once
 
 #include <omp.h>
@@ -170,12 +171,10 @@ inline int run(const std::filesystem::path& work, const std::string& kinds_list,
     base.max_context = 256;
     base.max_batch_tokens = 256;
     base.weights = WeightFormat::F32;
-    double rate1 = 0, rate4 = 0;
-    {
-        Engine engine(model, base);
-        rate1 = decode_rate(engine, 1, tokens, 3);
-        rate4 = decode_rate(engine, 4, tokens, 2);
-    }
+    // The baseline engine stays up and is measured again beside each draft, trial for trial, so
+    // that a busy moment on a shared machine slows both: every ratio uses the best of each.
+    Engine baseline(model, base);
+    double rate1 = decode_rate(baseline, 1, tokens, 3), rate4 = decode_rate(baseline, 4, tokens, 2);
     std::printf("baseline  no draft      batch 1 %7.2f tok/s   batch 4 %7.2f tok/s\n", rate1, rate4);
 
     // Isolated costs at the middle of a stream's positions.
@@ -205,9 +204,16 @@ inline int run(const std::filesystem::path& work, const std::string& kinds_list,
         o.draft = kind.options;
         Engine engine(model, o);
         const Counters before = counters(engine);
-        const double r1 = decode_rate(engine, 1, tokens, 3);
+        double r1 = 0, r4 = 0;
+        for (int trial = 0; trial < 3; ++trial) {
+            rate1 = std::max(rate1, decode_rate(baseline, 1, tokens, 1));
+            r1 = std::max(r1, decode_rate(engine, 1, tokens, 1));
+        }
         const Counters c = counters(engine) - before;
-        const double r4 = decode_rate(engine, 4, tokens, 2);
+        for (int trial = 0; trial < 2; ++trial) {
+            rate4 = std::max(rate4, decode_rate(baseline, 4, tokens, 1));
+            r4 = std::max(r4, decode_rate(engine, 4, tokens, 1));
+        }
         const double acceptance = c.proposed ? double(c.accepted) / double(c.proposed) : 0.0;
         // The perfect implementation: every verification costs one forward of its tokens plus its
         // draft steps, every other token one target step, and nothing else costs anything.

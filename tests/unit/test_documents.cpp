@@ -318,16 +318,17 @@ TEST_CASE("one bad document never stops the others, and ids are unique per kind"
 
 TEST_CASE("the example embedded recipes pin exactly what make-model writes", "[documents][embedded]") {
     anvil::test::TempDir tmp;
-    const auto model = tmp / "small";
-    auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "small", "--seed", "1"});
+    const auto model = tmp / "anvil-tiny-llama-early-exit-seed1";
+    auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "small", "--layers", "8",
+                                  "--early-exit", "1", "--seed", "1"});
     INFO(made.output);
     REQUIRE(made.exit_code == 0);
     auto digest = anvil::test::run({ANVIL_CLI, "model", "digest", model.string()});
     REQUIRE(digest.exit_code == 0);
     const std::string computed = digest.output.substr(0, digest.output.find('\n'));
-    for (const char* dtype : {"f32", "bf16", "q8"}) {
-        auto j = json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-" + dtype + "-cpu.json"));
-        INFO(dtype);
+    for (const char* variant : {"f32", "bf16", "q8", "f32-draft-layers"}) {
+        auto j = json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-" + variant + "-cpu.json"));
+        INFO(variant);
         CHECK(j["launch"]["model"]["digest"] == computed);
     }
 }

@@ -2,6 +2,8 @@
 // build: the example registry becomes a git repository, anvild judges, qualifies and promotes, and
 // serves the default on the stable endpoint. Then the ledger it left is checked.
 #include <cstdlib>
+#include <map>
+#include <variant>
 
 #include <catch2/catch.hpp>
 
@@ -21,6 +23,10 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     INFO(result.output);
     REQUIRE(result.exit_code == 0);
     CHECK_THAT(result.output, Catch::Contains("answered"));
+    // The switch from the f32 default to the speculative one cost no client a request, and the
+    // speculative default answers greedy requests exactly as the f32 control does.
+    CHECK_THAT(result.output, Catch::Matches("(.|\n)*the stable endpoint while anvild qualified and switched defaults: [1-9][0-9]* requests, 0 failed(.|\n)*"));
+    CHECK_THAT(result.output, Catch::Contains("greedy completions identical to the f32 control's: 8 of 8"));
 
     using anvil::state::Status;
     anvil::state::Store store(work / "data" / "anvil.db");
@@ -36,6 +42,25 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     bool f32_promoted = false;
     for (const auto& t : f32->history) f32_promoted = f32_promoted || t.to == Status::promoted;
     CHECK(f32_promoted);
+    // The speculative recipe was qualified against the f32 default and promoted over it on the
+    // numbers: warm e2e gain well past the threshold, no quality loss, acceptance recorded.
+    REQUIRE(current->recipe_id == "anvil-tiny-llama-f32-draft-layers-cpu");
+    const auto speculative = store.recipe(current->recipe_id);
+    REQUIRE(speculative);
+    std::string promoted_because;
+    for (const auto& t : speculative->history)
+        if (t.to == Status::promoted) promoted_because = t.reason;
+    INFO(promoted_because);
+    CHECK_THAT(promoted_because, Catch::Contains("beat the default anvil-tiny-llama-f32-cpu"));
+    CHECK_THAT(promoted_because, Catch::Contains("warm_e2e gain"));
+    std::map<std::string, double> measured;
+    for (const auto& e : speculative->evidence)
+        if (e.revision_id == current->id && e.evidence_class == anvil::state::EvidenceClass::local && e.min)
+            measured[e.metric] = std::visit([](auto v) { return double(v); }, *e.min);
+    CHECK(measured.count("draft_acceptance_ratio"));
+    CHECK(measured["draft_acceptance_ratio"] > 0.5);
+    CHECK(measured.count("relative_quality_loss"));
+    CHECK(measured["relative_quality_loss"] < 0.001);
     for (const char* id : {"anvil-tiny-llama-bf16-cpu", "anvil-tiny-llama-q8-cpu"}) {
         const auto r = store.recipe(id);
         REQUIRE(r);
