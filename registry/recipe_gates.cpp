@@ -135,6 +135,28 @@ Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
     return g;
 }
 
+// The embedded engine holds its weights, KV cache and draft in this host's memory. The demand is a
+// model of the engine (estimated), so a shortfall is at most modeled-infeasible.
+Gate host_memory(const Recipe& r, const GateContext& ctx) {
+    Gate g{GateName::host_memory, AxisStatus::unknown, ""};
+    const EmbeddedMemory m = estimate_embedded_memory(r, ctx.model_shapes);
+    if (!m.unknowns.empty()) {
+        g.reason = "the embedded engine's memory is unknown: " + join(m.unknowns, "; ");
+        return g;
+    }
+    const std::string need = "the embedded engine needs " + to_string(m.total) + " bytes, estimated: " + m.describe();
+    if (!ctx.host_memory) {
+        g.reason = need + "; this host's memory is unknown";
+        return g;
+    }
+    const IntInterval have = to_int_interval(*ctx.host_memory);
+    const Outcome o = compare(have, Comparison::at_least, m.total);
+    g.status = o == Outcome::pass ? AxisStatus::pass : o == Outcome::fail ? AxisStatus::fail : AxisStatus::unknown;
+    g.reason = need + (o == Outcome::pass ? "; this host has " : o == Outcome::fail ? "; more than this host's " : "; this host has ") +
+               to_string(have) + " bytes (" + ctx.host_memory->source + ", " + std::string(to_string(ctx.host_memory->status)) + ")";
+    return g;
+}
+
 Gate collectives(const Recipe& r, const GateContext& ctx) {
     const std::int64_t tp = r.effective_tensor_parallel();
     const std::string what = "tensor parallelism " + std::to_string(tp);
@@ -179,6 +201,7 @@ std::string_view to_string(GateName g) {
         case GateName::pinning: return "pinning";
         case GateName::licence: return "licence";
         case GateName::collectives: return "collectives";
+        case GateName::host_memory: return "host_memory";
     }
     return "?";
 }
@@ -219,6 +242,7 @@ RecipeAssessment assess_recipe(const Recipe& recipe, const PinStatus& pins, cons
     a.recipe_id = recipe.id;
     a.gates = {gpu_count(recipe, ctx), gpu_memory(recipe, ctx), context(recipe, ctx),
                pinning(pins),          licence(models, ctx),    collectives(recipe, ctx)};
+    if (recipe.launch.kind == "embedded") a.gates.push_back(host_memory(recipe, ctx));
     const Gate& count = a.gates[0];
     const Gate& memory = a.gates[1];
     const Gate& lic = a.gates[4];
@@ -230,7 +254,7 @@ RecipeAssessment assess_recipe(const Recipe& recipe, const PinStatus& pins, cons
     for (const Gate& g : a.gates) {
         if (g.status != AxisStatus::fail || g.name == GateName::pinning || g.name == GateName::licence) continue;
         const bool on_hardware = &g == &count || &g == &memory;
-        if (on_hardware && !hardware_proof) modeled = true;
+        if ((on_hardware && !hardware_proof) || g.name == GateName::host_memory) modeled = true;
         else proven = true;
         a.reasons.push_back(g.reason);
     }

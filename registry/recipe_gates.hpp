@@ -1,6 +1,7 @@
 // The gates a registry recipe passes on paper before anything is pulled or launched, judged
-// against this machine: GPU count and memory, context, pinning, licence, and the collective path
-// tensor parallelism needs. Same verdict classes as the calculator; pure, like it.
+// against this machine: GPU count and memory, context, pinning, licence, the collective path
+// tensor parallelism needs, and for the embedded engine its estimated host memory (weights, KV
+// cache, draft). Same verdict classes as the calculator; pure, like it.
 #pragma once
 
 #include <map>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "registry/document.hpp"
+#include "registry/embedded_memory.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/inventory.hpp"
 
@@ -39,7 +41,8 @@ private:
 // whose name says non-commercial.
 bool is_non_commercial(std::string_view licence);
 
-enum class GateName { gpu_count, gpu_memory, context, pinning, licence, collectives };
+// host_memory: embedded recipes only (anvil-engine computes on the CPU, in this host's memory).
+enum class GateName { gpu_count, gpu_memory, context, pinning, licence, collectives, host_memory };
 std::string_view to_string(GateName g);
 
 struct Gate {
@@ -66,6 +69,10 @@ struct GateContext {
     const LicenceBook* licences = nullptr;
     // The recipe's hardware record (memory.vram_gb, nominal decimal GB), when the registry has it.
     std::optional<double> hardware_vram_gb;
+    // For embedded recipes' host_memory gate: the shape of each model a recipe names, and this
+    // host's memory. Unset: the gate stays unknown.
+    ModelShapeLookup model_shapes;
+    std::optional<EvidenceVariable> host_memory;
 };
 
 struct RecipeAssessment {

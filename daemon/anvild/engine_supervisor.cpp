@@ -112,6 +112,11 @@ std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& r
     return std::nullopt;
 }
 
+std::filesystem::path EngineSupervisor::model_directory(const registry::ModelRef& model, const std::string& where) const {
+    const auto config = launch_config(config_);
+    return driver::resolve_inside_roots(driver::expand_placeholders(model.path, config.placeholders, where), config.allowed_roots, where);
+}
+
 RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Recipe& recipe, const std::string& role,
                                       const std::atomic<bool>* cancelled) {
     if (auto why = startable(recipe)) throw driver::EngineError("recipe " + recipe.id + " cannot start: " + *why);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,10 @@ public:
     // Whether the revision could start now: launch resolves, model (and draft model) present with the pinned digest,
     // the engine binary exists. The reason when it could not (a rollback target is checked with it).
     std::optional<std::string> startable(const registry::Recipe& recipe) const;
+    // The directory a recipe's model block names (launch.model or launch.draft.model), its
+    // placeholders expanded and inside the allowed roots, as a launch would place it. Throws
+    // driver::LaunchError naming `where` ("/launch/model/path") when it cannot be placed.
+    std::filesystem::path model_directory(const registry::ModelRef& model, const std::string& where) const;
 
     // Starts, waits until ready, records. Throws driver::EngineError / LaunchError with the reason.
     // `cancelled`: see driver::wait_ready; the engine is stopped and StartCancelled thrown.

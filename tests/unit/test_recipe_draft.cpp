@@ -16,8 +16,11 @@ namespace {
 
 const std::string kDraftDigest = "sha256:" + std::string(64, 'd');
 
+// The example f32 recipe, with the arguments these tests count on.
 json example_recipe() {
-    return json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
+    json j = json::parse(read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
+    j["launch"]["arguments"] = {"--weights", "f32", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
+    return j;
 }
 
 json with_draft(json draft) {

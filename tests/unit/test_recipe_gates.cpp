@@ -70,7 +70,7 @@ RecipeAssessment assess_seed_003(Edit edit) {
     const Inventory inventory = declared(two_pro6000());
     const Requirements requirements = small_requirements(65536);
     const LicenceBook licences = seed_licences();
-    GateContext ctx{&inventory, &requirements, LicencePolicy{false}, &licences, 96.0};
+    GateContext ctx{&inventory, &requirements, LicencePolicy{false}, &licences, 96.0, {}, {}};
     Inventory edited_inventory = inventory;
     edit(ctx, edited_inventory);
     if (ctx.inventory) ctx.inventory = &edited_inventory;

@@ -1,0 +1,259 @@
+#include "registry/embedded_memory.hpp"
+
+#include <charconv>
+
+namespace anvil::registry {
+
+namespace {
+
+using I = IntInterval;
+
+I exact(std::int64_t v) { return I::exact(v); }
+
+// The format a matrix is held in, after anvil-engine's --weights (engine/weights.cpp).
+enum class Held { f32, bf16, q8 };
+
+const char* name(Held h) { return h == Held::f32 ? "f32" : h == Held::bf16 ? "bf16" : "q8"; }
+
+// anvil-engine's q8: one int8 per weight and one f32 scale per group of 32 inputs of a row; the
+// AVX-512 VNNI layout pads the rows to a multiple of 16 (kernels/weight_matrix.hpp).
+constexpr std::int64_t kQ8Group = 32;
+constexpr std::int64_t kQ8PackRows = 16;
+
+// What a part could not be sized for: the estimate goes on without it.
+struct Unknown {
+    std::string why;
+};
+
+// The settings of `anvil-engine serve` that size memory, as launch.arguments give them (the engine
+// keeps the last value of a repeated flag; "--flag=value" works too), else the engine's defaults
+// (engine/serve_command.hpp).
+struct Settings {
+    std::string weights = "stored";
+    std::string kv_dtype = "f32";
+    std::int64_t max_context = 2048;
+    std::int64_t max_seqs = 4;
+    std::int64_t kv_blocks = 0;  // 0: enough for max_seqs whole contexts
+};
+
+std::optional<std::string> last_value(const std::vector<std::string>& args, std::string_view flag) {
+    std::optional<std::string> out;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == flag && i + 1 < args.size()) out = args[i + 1];
+        else if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') out = a.substr(flag.size() + 1);
+    }
+    return out;
+}
+
+std::int64_t number_flag(const std::vector<std::string>& args, std::string_view flag, std::int64_t fallback) {
+    const auto text = last_value(args, flag);
+    if (!text) return fallback;
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc() || end != text->data() + text->size() || v < 0)
+        throw Unknown{"launch argument " + std::string(flag) + " " + *text + " is not a whole number"};
+    return v;
+}
+
+Settings settings_of(const Launch& l) {
+    Settings s;
+    if (auto w = last_value(l.arguments, "--weights")) s.weights = *w;
+    if (auto k = last_value(l.arguments, "--kv-dtype")) s.kv_dtype = *k;
+    s.max_context = number_flag(l.arguments, "--max-context", s.max_context);
+    s.max_seqs = number_flag(l.arguments, "--max-seqs", s.max_seqs);
+    s.kv_blocks = number_flag(l.arguments, "--kv-blocks", s.kv_blocks);
+    return s;
+}
+
+// How a model stored as `dtype` is held when served as `format` ("stored" keeps f32 and bf16 and
+// widens f16 to f32).
+Held held_as(const std::string& format, const std::string& dtype, const std::string& model) {
+    if (format == "f32") return Held::f32;
+    if (format == "bf16") return Held::bf16;
+    if (format == "q8") return Held::q8;
+    if (format != "stored") throw Unknown{"weights '" + format + "' are not a format anvil-engine serves (f32, bf16, q8, stored)"};
+    if (dtype == "f32" || dtype == "f16") return Held::f32;
+    if (dtype == "bf16") return Held::bf16;
+    throw Unknown{"model " + model + " is stored as '" + dtype + "', which anvil-engine does not serve as stored (f32, bf16, f16)"};
+}
+
+// The engine maps a tensor held in the format it is stored in instead of copying it.
+bool mapped(Held held, const std::string& dtype) { return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16"); }
+
+I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::string& model) {
+    const I n = exact(rows) * exact(cols);
+    switch (held) {
+        case Held::f32: return n * exact(4);
+        case Held::bf16: return n * exact(2);
+        case Held::q8: {
+            if (cols % kQ8Group != 0)
+                throw Unknown{"model " + model + " has a matrix of " + std::to_string(cols) + " columns, not a multiple of 32: anvil-engine " +
+                              "cannot hold it in q8"};
+            const I padded = exact((rows + kQ8PackRows - 1) / kQ8PackRows * kQ8PackRows) * exact(cols);
+            const I row_major = n + floor_divide(n, exact(kQ8Group)) * exact(4);
+            const I packed = padded + floor_divide(padded, exact(kQ8Group)) * exact(4);
+            return {row_major.min, packed.max};
+        }
+    }
+    return {};
+}
+
+// Every matrix of the model (engine/weights.cpp): the embedding, per layer q, k, v, o, gate, up and
+// down, and the LM head unless it is the embedding.
+I matrices_bytes(const ModelShape& s, Held held, const std::string& model) {
+    const std::int64_t q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
+    I per_layer = matrix_bytes(q_dim, s.hidden_size, held, model) + matrix_bytes(kv_dim, s.hidden_size, held, model) * exact(2) +
+                  matrix_bytes(s.hidden_size, q_dim, held, model) + matrix_bytes(s.intermediate_size, s.hidden_size, held, model) * exact(2) +
+                  matrix_bytes(s.hidden_size, s.intermediate_size, held, model);
+    const I embedding = matrix_bytes(s.vocab_size, s.hidden_size, held, model);
+    return embedding * exact(s.tied_embeddings ? 1 : 2) + per_layer * exact(s.layers);
+}
+
+// Norms and biases, always f32: mapped when stored so, converted otherwise.
+I vectors_bytes(const ModelShape& s) {
+    const std::int64_t q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
+    I per_layer = exact(2) * exact(s.hidden_size);
+    if (s.qkv_bias) per_layer = per_layer + exact(q_dim) + exact(2) * exact(kv_dim);
+    if (s.qk_norm) per_layer = per_layer + exact(2) * exact(s.head_dim);
+    return (per_layer * exact(s.layers) + exact(s.hidden_size)) * exact(4);
+}
+
+// Keys and values of every layer for every slot of every block (engine/kv_cache.cpp).
+I kv_bytes(const ModelShape& s, std::int64_t blocks, const std::string& kv_dtype) {
+    std::int64_t element = 0;
+    if (kv_dtype == "f32") element = 4;
+    else if (kv_dtype == "bf16") element = 2;
+    else throw Unknown{"--kv-dtype '" + kv_dtype + "' is not one anvil-engine has (f32, bf16)"};
+    return exact(2) * exact(s.layers) * exact(blocks) * exact(kEngineKvBlockTokens) * exact(s.kv_heads) * exact(s.head_dim) * exact(element);
+}
+
+std::string kv_how(const Settings& s, std::int64_t blocks) {
+    return s.kv_dtype + ", " + std::to_string(blocks) + " blocks of " + std::to_string(kEngineKvBlockTokens) + " tokens";
+}
+
+ModelShape shape_of(const ModelRef& m, const ModelShapeLookup& shapes, const std::string& role) {
+    if (!shapes) throw Unknown{"the shape of the " + role + " " + m.path + " is unknown: nobody read its config.json"};
+    ModelShapeReading r = shapes(m);
+    if (!r.shape) throw Unknown{"the shape of the " + role + " " + m.path + " is unknown: " + r.problem};
+    return *r.shape;
+}
+
+}  // namespace
+
+std::string EmbeddedMemory::describe() const {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : " + ") + p.what + " (" + p.how + ") " + to_string(p.bytes);
+    return out;
+}
+
+EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLookup& shapes) {
+    EmbeddedMemory out;
+    // Each part is sized on its own: one that cannot be still lets the others be shown.
+    auto part = [&](const std::string& what, auto size) {
+        MemoryPart p{what, "", {}};
+        try {
+            auto [how, bytes] = size();
+            p.how = std::move(how);
+            p.bytes = bytes;
+        } catch (const Unknown& u) {
+            p.how = "unknown";
+            out.unknowns.push_back(what + ": " + u.why);
+        } catch (const ArithmeticOverflow& e) {
+            p.how = "unknown";
+            out.unknowns.push_back(what + ": " + e.what());
+        }
+        out.parts.push_back(std::move(p));
+    };
+    const Launch& l = recipe.launch;
+    Settings settings;
+    try {
+        settings = settings_of(l);
+    } catch (const Unknown& u) {
+        out.unknowns.push_back(u.why);
+        out.total = {};
+        return out;
+    }
+    const std::int64_t blocks = settings.kv_blocks > 0 ? settings.kv_blocks
+                                                       : settings.max_seqs * ((settings.max_context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1);
+    std::optional<ModelShape> target;
+    std::string target_problem;
+    if (!l.model) target_problem = "the recipe names no launch.model";
+    else {
+        try {
+            target = shape_of(*l.model, shapes, "model");
+        } catch (const Unknown& u) {
+            target_problem = u.why;
+        }
+    }
+    auto need_target = [&]() -> const ModelShape& {
+        if (!target) throw Unknown{target_problem};
+        return *target;
+    };
+    const std::string dtype = l.model ? l.model->dtype : "";
+    const std::string model_name = l.model ? l.model->path : "";
+
+    part("target weights", [&] {
+        const Held held = held_as(settings.weights, dtype, model_name);
+        const ModelShape& s = need_target();
+        return std::pair{std::string(name(held)) + (mapped(held, dtype) ? ", mapped from its files" : ""),
+                         matrices_bytes(s, held, model_name) + vectors_bytes(s)};
+    });
+    part("target KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_target(), blocks, settings.kv_dtype)}; });
+
+    if (const auto& d = l.draft) {
+        switch (d->kind) {
+            case DraftKind::self: {
+                part("draft weights", [&] {
+                    const Held target_held = held_as(settings.weights, dtype, model_name);
+                    const Held held = held_as(d->weights.value_or(""), dtype, model_name);
+                    const ModelShape& s = need_target();
+                    // A second copy of the target's weights in the draft's format; what is held as
+                    // stored in both is the same mapping of the same files.
+                    const bool shares_matrices = mapped(held, dtype) && held == target_held;
+                    const bool shares_vectors = dtype == "f32";
+                    I bytes = shares_matrices ? exact(0) : matrices_bytes(s, held, model_name);
+                    if (!shares_vectors) bytes = bytes + vectors_bytes(s);
+                    return std::pair{std::string("self ") + name(held) + (shares_matrices ? ", the target's own mapping" : ""), bytes};
+                });
+                part("draft KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_target(), blocks, settings.kv_dtype)}; });
+                break;
+            }
+            case DraftKind::model: {
+                const ModelRef* m = d->model ? &*d->model : nullptr;
+                std::optional<ModelShape> draft;
+                std::string draft_problem = m ? "" : "the draft names no model";
+                if (m) {
+                    try {
+                        draft = shape_of(*m, shapes, "draft model");
+                    } catch (const Unknown& u) {
+                        draft_problem = u.why;
+                    }
+                }
+                auto need_draft = [&]() -> const ModelShape& {
+                    if (!draft) throw Unknown{draft_problem};
+                    return *draft;
+                };
+                part("draft weights", [&] {
+                    const Held held = held_as(d->weights.value_or("stored"), m ? m->dtype : "", m ? m->path : "");
+                    const ModelShape& s = need_draft();
+                    return std::pair{std::string("model ") + name(held), matrices_bytes(s, held, m->path) + vectors_bytes(s)};
+                });
+                // The draft's runner takes the target's block count, so one block table serves both.
+                part("draft KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_draft(), blocks, settings.kv_dtype)}; });
+                break;
+            }
+            case DraftKind::layers:
+                part("draft", [&] { return std::pair{std::string("early exit: the target's own weights and KV cache"), exact(0)}; });
+                break;
+            case DraftKind::ngram:
+                part("draft", [&] { return std::pair{std::string("prompt lookup: no model"), exact(0)}; });
+                break;
+        }
+    }
+    out.total = exact(0);
+    for (const auto& p : out.parts) out.total = out.total + p.bytes;
+    return out;
+}
+
+}  // namespace anvil::registry
