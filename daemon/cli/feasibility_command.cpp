@@ -1,9 +1,12 @@
 // anvil feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
+//                  [--model-root DIR]
 //
 // Feasibility inputs go through the calculator; recipes through the gates, using the first
 // feasibility input's requirements, the licences the given external priors record, and the
-// hardware records given for their memory. With one feasibility input and nothing else, the JSON
-// is exactly the recipe-feasibility-result/v1 document.
+// hardware records given for their memory. Embedded recipes' host memory is judged against this
+// host's MemTotal, with each model's config.json read from its path (${MODEL_ROOT} is --model-root).
+// With one feasibility input and nothing else, the JSON is exactly the recipe-feasibility-result/v1
+// document.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -18,6 +21,7 @@
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
+#include "registry/host_memory.hpp"
 #include "registry/inventory.hpp"
 #include "registry/recipe_gates.hpp"
 
@@ -111,6 +115,21 @@ void print_assessment(const reg::RecipeAssessment& a) {
     for (const auto& b : a.promotion_blockers) std::cout << "  blocks promotion: " << b << "\n";
 }
 
+// A model's shape, read from its directory: ${MODEL_ROOT} is --model-root; any other placeholder
+// is the daemon's to expand, so the shape stays unknown here.
+reg::ModelShapeLookup shapes_under(const std::optional<std::string>& model_root) {
+    return [model_root](const reg::ModelRef& model) -> reg::ModelShapeReading {
+        std::string path = model.path;
+        constexpr std::string_view kRoot = "${MODEL_ROOT}";
+        if (path.starts_with(kRoot)) {
+            if (!model_root) return {std::nullopt, path + " is under ${MODEL_ROOT}: give --model-root DIR"};
+            path = *model_root + path.substr(kRoot.size());
+        }
+        if (path.find("${") != std::string::npos) return {std::nullopt, path + " holds a placeholder only anvild expands"};
+        return reg::read_model_shape(path);
+    };
+}
+
 struct Inputs {
     std::vector<reg::Document> documents;  // every file, in argument order
     std::vector<const reg::Document*> feasibility, recipes;
@@ -139,7 +158,7 @@ bool read_inputs(const std::vector<std::string>& paths, Inputs& in) {
 }  // namespace
 
 int feasibility_command(const std::vector<std::string>& words) {
-    Arguments args(words, {"--format", "--inventory", "--commercial"});
+    Arguments args(words, {"--format", "--inventory", "--commercial", "--model-root"});
     if (args.positional().empty()) throw UsageError("expected a feasibility input or a recipe file");
     const std::string format = args.value_or("--format", "table");
     if (format != "table" && format != "json") throw UsageError("--format must be table or json");
@@ -169,6 +188,8 @@ int feasibility_command(const std::vector<std::string>& words) {
     context.inventory = inventory ? &*inventory : nullptr;
     context.requirements = inputs.empty() ? nullptr : &inputs.front()->requirements;
     context.licences = &in.licences;
+    context.model_shapes = shapes_under(args.value("--model-root"));
+    context.host_memory = reg::measure_host_memory();
     std::vector<reg::RecipeAssessment> assessments;
     for (const auto* doc : in.recipes) {
         const reg::Recipe& recipe = *doc->recipe();
@@ -184,6 +205,7 @@ int feasibility_command(const std::vector<std::string>& words) {
         }
         reg::json report{{"schema", "anvil.feasibility-report/v1"},
                          {"inventory", inventory ? inventory->to_json() : reg::json()},
+                         {"host_memory", context.host_memory ? context.host_memory->to_json() : reg::json()},
                          {"licence_policy", {{"commercial", context.policy.commercial ? reg::json(*context.policy.commercial) : reg::json()}}},
                          {"feasibility", reg::json::array()},
                          {"recipes", reg::json::array()}};

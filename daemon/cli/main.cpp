@@ -22,8 +22,11 @@ commands:
   model digest <dir>
       print the content digest that pins a model directory in an embedded-engine recipe
   feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
+              [--model-root DIR]
       judge on paper what can run here: a feasibility input's candidates by interval maths, and
-      recipes by GPU count and memory, context, pinning, licence and collective-path gates
+      recipes by GPU count and memory, context, pinning, licence and collective-path gates, and
+      embedded recipes by the host memory their weights, KV cache and draft need (their models'
+      config.json read from their paths, ${MODEL_ROOT} being DIR)
   gpus [--json]
       this host's GPUs as NVML measures them: UUID, name, compute capability, total, free and
       idle-used memory, PCI bus id, driver and CUDA versions (exit 2 without a driver)

@@ -249,3 +249,38 @@ TEST_CASE("this host's memory is MemTotal of /proc/meminfo, measured", "[gates][
     anvil::test::TempDir dir;
     CHECK_FALSE(measure_host_memory((dir / "absent").string()));
 }
+
+TEST_CASE("`anvil feasibility` judges an embedded recipe's host memory with its models under --model-root", "[gates][memory][cli]") {
+    anvil::test::TempDir dir;
+    const auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "models" / "tiny").string(), "--preset", "tiny"});
+    REQUIRE(made.exit_code == 0);
+    json j = recipe_json({{"kind", "self"}, {"weights", "q8"}});
+    j["launch"]["model"]["path"] = "${MODEL_ROOT}/tiny";
+    anvil::test::write_file(dir / "recipe.json", j.dump());
+    auto judge = [&](std::vector<std::string> extra) {
+        std::vector<std::string> argv{ANVIL_CLI, "feasibility", (dir / "recipe.json").string(), "--format", "json", "--commercial", "no"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        const auto r = anvil::test::run(argv);
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        return json::parse(r.output.substr(r.output.find('{')));
+    };
+    const json report = judge({"--model-root", (dir / "models").string()});
+    CHECK(report["host_memory"]["status"] == "measured");
+    const json gate = report["recipes"][0]["gates"]["host_memory"];
+    INFO(gate.dump());
+    CHECK(gate["status"] == "pass");
+    CHECK_THAT(gate["reason"].get<std::string>(), Catch::Contains("+ draft weights (self q8) [") &&
+                                                      Catch::Contains("+ draft KV cache (f32, 516 blocks of 16 tokens) "));
+    // Unresolved only for the context, which no requirement here states.
+    for (const auto& reason : report["recipes"][0]["reasons"]) CHECK_FALSE(reason.get<std::string>().starts_with("host_memory"));
+
+    const json unknown = judge({})["recipes"][0];
+    CHECK(unknown["gates"]["host_memory"]["status"] == "unknown");
+    CHECK_THAT(unknown["gates"]["host_memory"]["reason"].get<std::string>(),
+               Catch::Contains("${MODEL_ROOT}/tiny is under ${MODEL_ROOT}: give --model-root DIR"));
+    CHECK(unknown["class"] == "unresolved");
+    bool says_why = false;
+    for (const auto& reason : unknown["reasons"]) says_why = says_why || reason.get<std::string>().starts_with("host_memory: ");
+    CHECK(says_why);
+}
