@@ -1,12 +1,17 @@
 // anvil.recipe/v1's launch.draft: each shape read, every bad one refused with the file, pointer and
-// expectation; a draft model pinned, licensed and placed like the served model; the embedded
-// driver's argv built from the block; local-ai-registry drafts (seed 003's mount) read as before.
+// expectation; a draft model pinned (the ledger never promotes it unpinned), licensed, placed and
+// digest-checked before launch like the served model; the embedded driver's argv built from the
+// block; local-ai-registry drafts (seed 003's mount) read as before.
 #include <catch2/catch.hpp>
 
+#include "daemon/anvild/config.hpp"
+#include "daemon/anvild/engine_supervisor.hpp"
 #include "engine/driver/embedded_driver.hpp"
 #include "engine/driver/launch_resolution.hpp"
 #include "registry/document.hpp"
+#include "registry/model_digest.hpp"
 #include "registry/recipe_gates.hpp"
+#include "state/store.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
@@ -289,4 +294,66 @@ TEST_CASE("the embedded driver turns the draft block into anvil-engine's flags, 
     CHECK_THAT(*refusal, Catch::StartsWith("recipe anvil-tiny-llama-f32-cpu at /launch/draft/model/path: '/etc/draft' resolves to") &&
                              Catch::Contains("outside the allowed roots"));
     CHECK_THROWS_AS(anvil::driver::resolve_launch(*outside.recipe(), config), anvil::driver::LaunchError);
+}
+
+TEST_CASE("the ledger refuses to promote a revision whose draft model is unpinned, and says so", "[state][draft]") {
+    anvil::test::TempDir tmp;
+    anvil::state::Store store(tmp / "state.db");
+    json block = draft_model_block();
+    block["digest"] = nullptr;
+    const Document doc = parse(with_draft({{"kind", "model"}, {"model", block}}));
+    REQUIRE(doc.valid());
+    const auto r = store.ingest_revision(0, doc).revision_id;
+    for (const auto& gate : anvil::state::default_hard_gates()) {
+        anvil::state::EvidenceRow e;
+        e.revision_id = r;
+        e.metric = "gate_pass_rate:" + gate;
+        e.min = e.max = Number{std::int64_t{1}};
+        e.unit = "ratio";
+        e.evidence_class = anvil::state::EvidenceClass::local;
+        e.source = "test";
+        e.receipt_sha256 = std::string(64, 'c');
+        const auto id = store.add_evidence(e);
+        store.add_verdict({0, r, gate, anvil::state::GateResult::pass, std::nullopt, {"passed"}, {id}, ""});
+    }
+    store.transition({r, anvil::state::Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
+    store.transition({r, anvil::state::Status::validated, "test", "reconciler", {}, {}, std::nullopt});
+    CHECK_THROWS_WITH(store.promote(r, "try", "reconciler"),
+                      Catch::Contains("pinning guard") && Catch::Contains("draft model directory ${MODEL_ROOT}/anvil-tiny-draft has no content digest"));
+    CHECK(store.status_of(r) == anvil::state::Status::validated);
+}
+
+TEST_CASE("before launch, anvild checks the draft model's directory and pinned digest as it checks the model's", "[daemon][draft]") {
+    anvil::test::TempDir tmp;
+    for (const char* name : {"target", "draft"}) {
+        const auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (tmp / "models" / name).string(), "--preset", "tiny"});
+        REQUIRE(made.exit_code == 0);
+    }
+    const std::string target_digest = model_directory_digest(tmp / "models" / "target");
+    const std::string draft_digest = model_directory_digest(tmp / "models" / "draft");
+    anvil::state::Store store(tmp / "state.db");
+    anvil::daemon::DaemonConfig config;
+    config.data_dir = tmp / "data";
+    config.model_root = tmp / "models";
+    config.engine_binary = ANVIL_ENGINE;
+    anvil::daemon::EngineSupervisor supervisor(config, store);
+    auto recipe = [&](const std::string& dir, const json& digest) {
+        json block = draft_model_block();
+        block["path"] = "${MODEL_ROOT}/" + dir;
+        block["digest"] = digest;
+        json j = with_draft({{"kind", "model"}, {"model", block}});
+        j["launch"]["model"]["path"] = "${MODEL_ROOT}/target";
+        j["launch"]["model"]["digest"] = target_digest;
+        const Document doc = parse(j);
+        REQUIRE(doc.valid());
+        return *doc.recipe();
+    };
+    CHECK_FALSE(supervisor.startable(recipe("draft", draft_digest)));
+    const std::string real = std::filesystem::canonical(tmp / "models" / "draft").string();
+    CHECK(supervisor.startable(recipe("draft", kDraftDigest)) ==
+          "draft model directory " + real + " has digest " + draft_digest + ", but the recipe pins " + kDraftDigest);
+    CHECK(supervisor.startable(recipe("gone", draft_digest)) ==
+          "draft model directory " + (std::filesystem::canonical(tmp / "models") / "gone").string() + " does not exist");
+    // The paper judgement reads the draft's shape from the same place a launch would load it.
+    CHECK(supervisor.model_directory(recipe("draft", draft_digest).launch.draft->model.value(), "/launch/draft/model/path") == real);
 }
