@@ -235,6 +235,9 @@ struct GuardedServer::Gate final : httplib::TaskQueue {
         if (stopping_.exchange(true)) return;
         server_.gate_ = nullptr;
         wake();
+        // A worker between its predicate check (under mutex_) and its wait would miss a notify
+        // sent now: taking mutex_ once orders the notify after its wait has begun.
+        { std::lock_guard lock(mutex_); }
         ready_cv_.notify_all();
         if (gate_thread_.joinable()) gate_thread_.join();
         for (auto& w : workers_)
