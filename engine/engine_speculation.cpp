@@ -90,6 +90,12 @@ void Engine::propose(const std::vector<ScheduledChunk>& plan) {
         case DraftKind::Model: propose_with_model(*draft_runner_, 0); break;
         case DraftKind::None: break;
     }
+    // Positions reserved for drafts that were not proposed (prompt lookup found no match) go back
+    // now: no verification will return them, and a sequence must not hold them into the next step.
+    for (const Drafting& d : drafting_) {
+        Sequence& s = d.active->sequence;
+        blocks_.shrink(s.blocks, int(s.tokens.size() + s.drafts.size()));
+    }
     metrics_.draft_microseconds += uint64_t(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
 }
