@@ -190,6 +190,10 @@ void Engine::verify(Active& active, int first_row) {
     const bool greedy = is_greedy(active.params);
     // A prompt-lookup draft is a point mass; a model draft sampled from the distribution it kept.
     const bool point_mass = options_.draft.kind == DraftKind::Ngram;
+    // Counted before any token is sent: a scrape (or a client that has its reply) never sees a
+    // verification's accepted tokens without its proposed ones.
+    metrics_.draft_proposed += uint64_t(k);
+    metrics_.draft_verifications += 1;
     int accepted = 0;
     for (int i = 0; i <= k; ++i) {
         const float* logits =
@@ -214,16 +218,9 @@ void Engine::verify(Active& active, int first_row) {
             s.computed += 1;  // the accepted token's keys and values are already in the cache
         }
         metrics_.draft_accepted += keep ? 1 : 0;
-        if (emit_token(active, token, logits)) {
-            // Finished: the sequence and its blocks are gone. What it proposed still counts.
-            metrics_.draft_proposed += uint64_t(k);
-            metrics_.draft_verifications += 1;
-            return;
-        }
+        if (emit_token(active, token, logits)) return;  // finished: the sequence and its blocks are gone
         if (!keep) break;
     }
-    metrics_.draft_proposed += uint64_t(k);
-    metrics_.draft_verifications += 1;
     s.drafts.clear();
     // The rejected tokens' slots: beyond `computed` nothing reads them, and their blocks go back.
     blocks_.shrink(s.blocks, int(s.tokens.size()));
