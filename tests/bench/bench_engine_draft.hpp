@@ -204,12 +204,17 @@ inline int run(const std::filesystem::path& work, const std::string& kinds_list,
         o.draft = kind.options;
         Engine engine(model, o);
         const Counters before = counters(engine);
+        const uint64_t f0 = engine.metrics().forward_microseconds, d0 = engine.metrics().draft_microseconds, s0 = engine.metrics().engine_steps;
         double r1 = 0, r4 = 0;
-        for (int trial = 0; trial < 3; ++trial) {
+        for (int trial = 0; trial < 5; ++trial) {
             rate1 = std::max(rate1, decode_rate(baseline, 1, tokens, 1));
             r1 = std::max(r1, decode_rate(engine, 1, tokens, 1));
         }
         const Counters c = counters(engine) - before;
+        // What the steps cost inside the engine, beside the costs measured alone: where a low
+        // efficiency comes from (a disturbed run shows here too).
+        const double forward_ms = double(engine.metrics().forward_microseconds - f0) / 1e3 / double(engine.metrics().engine_steps - s0);
+        const double draft_ms = c.proposed ? double(engine.metrics().draft_microseconds - d0) / 1e3 / double(c.proposed) : 0.0;
         for (int trial = 0; trial < 2; ++trial) {
             rate4 = std::max(rate4, decode_rate(baseline, 4, tokens, 1));
             r4 = std::max(r4, decode_rate(engine, 4, tokens, 1));
@@ -230,6 +235,9 @@ inline int run(const std::filesystem::path& work, const std::string& kinds_list,
                     "a verification; draft step %.3f ms; ideal %.2fx, efficiency %.2f\n",
                     kind.name.c_str(), r1, speedup, r4, r4 / rate4, acceptance, c.verifications ? produced / double(c.verifications) : 0.0,
                     td * 1e3, ideal, efficiency);
+        std::printf("          in the engine: %.3f ms a target forward, %.3f ms a draft token; %llu verifications for %llu tokens\n",
+                    forward_ms, draft_ms, static_cast<unsigned long long>(c.verifications),
+                    static_cast<unsigned long long>(c.generated));
     }
     std::printf("targets   some kind >= 1.5x at batch 1: %s; every kind >= 0.85 of its ideal: %s\n", any_fast ? "yes" : "NO",
                 all_efficient ? "yes" : "NO");
