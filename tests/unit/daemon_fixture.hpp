@@ -83,8 +83,10 @@ struct Daemon {
                        {"model_root", (dir / "models").string()},
                        {"inventory", "auto"},
                        {"engine_binary", ANVIL_ENGINE},
-                       // Test processes run side by side: each gets its own engine ports.
-                       {"engine_ports", {{"first", 21000 + (getpid() % 90) * 10}, {"last", 21009 + (getpid() % 90) * 10}}},
+                       // Test processes run side by side: each gets its own engine ports. Forty of them,
+                       // since one process may run many daemon tests in a row, and a port an engine served
+                       // stays in TIME_WAIT (which anvild counts as taken) for a minute after it stops.
+                       {"engine_ports", {{"first", 21000 + (getpid() % 22) * 40}, {"last", 21039 + (getpid() % 22) * 40}}},
                        {"requirements",
                         {{"tokens", {{"prompt", {{"value", 256}, {"unit", "tokens"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}}}},
                          {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
