@@ -11,6 +11,7 @@
 #include "engine/config.hpp"
 #include "engine/make_model.hpp"
 #include "engine/model_runner.hpp"
+#include "engine/scheduler.hpp"
 #include "engine/weights.hpp"
 
 namespace anvil::test::engine {
@@ -25,6 +26,15 @@ inline LoadedModel load_model(const std::filesystem::path& dir, anvil::engine::W
     m.config = anvil::engine::load_config(dir);
     m.weights = std::make_unique<anvil::engine::ModelWeights>(m.config, dir, format);
     return m;
+}
+
+// A sequence for the scheduler alone: `prompt` tokens, nothing computed yet.
+inline anvil::engine::Sequence scheduled_sequence(uint64_t id, int prompt) {
+    anvil::engine::Sequence s;
+    s.id = id;
+    s.tokens.assign(size_t(prompt), 1);
+    s.prompt_tokens = prompt;
+    return s;
 }
 
 // A deterministic token sequence of `length` ids below `vocab`, different per `salt`.

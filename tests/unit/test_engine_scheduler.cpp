@@ -5,18 +5,12 @@
 
 #include "engine/block_manager.hpp"
 #include "engine/scheduler.hpp"
+#include "test_engine_helpers.hpp"
 
 using namespace anvil::engine;
+using anvil::test::engine::scheduled_sequence;
 
 namespace {
-
-Sequence sequence(uint64_t id, int prompt) {
-    Sequence s;
-    s.id = id;
-    s.tokens.assign(size_t(prompt), 1);
-    s.prompt_tokens = prompt;
-    return s;
-}
 
 // What the engine does after a forward pass: commit, then one new token per sampled sequence.
 void run(Scheduler& scheduler) {
@@ -52,7 +46,7 @@ TEST_CASE("blocks are handed out and returned exactly", "[engine][scheduler]") {
 TEST_CASE("prompts are prefilled in chunks within the token budget, beside decoding sequences", "[engine][scheduler]") {
     BlockManager blocks(64, 16);
     Scheduler scheduler(4, 10, blocks);
-    Sequence a = sequence(1, 4), b = sequence(2, 25);
+    Sequence a = scheduled_sequence(1, 4), b = scheduled_sequence(2, 25);
     scheduler.add(&a);
     scheduler.add(&b);
     auto plan = scheduler.schedule();
@@ -89,7 +83,7 @@ TEST_CASE("prompts are prefilled in chunks within the token budget, beside decod
 TEST_CASE("a request waits, first come first served, until the cache has blocks for it", "[engine][scheduler]") {
     BlockManager blocks(4, 16);
     Scheduler scheduler(8, 256, blocks);
-    Sequence a = sequence(1, 40), b = sequence(2, 5), c = sequence(3, 5);  // a needs 3 blocks
+    Sequence a = scheduled_sequence(1, 40), b = scheduled_sequence(2, 5), c = scheduled_sequence(3, 5);  // a needs 3 blocks
     scheduler.add(&a);
     scheduler.add(&b);
     scheduler.add(&c);
@@ -109,7 +103,7 @@ TEST_CASE("a request waits, first come first served, until the cache has blocks 
 TEST_CASE("when decoding runs out of blocks the newest sequence is preempted and recomputed later", "[engine][scheduler]") {
     BlockManager blocks(3, 4);
     Scheduler scheduler(4, 64, blocks);
-    Sequence a = sequence(1, 3), b = sequence(2, 3);  // each admitted with one block (4 positions)
+    Sequence a = scheduled_sequence(1, 3), b = scheduled_sequence(2, 3);  // each admitted with one block (4 positions)
     scheduler.add(&a);
     scheduler.add(&b);
     run(scheduler);  // both prefilled, one token each: 4 tokens, 3 computed

@@ -21,11 +21,14 @@
 #include "engine/make_model.hpp"
 #include "engine/server.hpp"
 #include "engine/unicode.hpp"
+#include "test_engine_served.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::engine;
 using nlohmann::json;
 using anvil::test::TempDir;
+using anvil::test::engine::InProcessServer;
+using anvil::test::engine::sse_events;
 
 namespace {
 
@@ -37,25 +40,13 @@ public:
         make_model({dir_ / "model", "tiny", arch, "f32", 3, 1});
         if (options.max_context == 2048) options.max_context = 256;
         options.threads = 1;
-        engine_ = std::make_unique<Engine>(dir_ / "model", options);
-        server_ = std::make_unique<Server>(ServerOptions{"127.0.0.1", 0, "tiny", 16, 1});
-        port_ = server_->bind();
-        server_->set_engine(engine_.get());
-        thread_ = std::thread([this] { server_->serve(); });
-        while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        ServerOptions server;
+        server.served_model_name = "tiny";
+        server.http_threads = 16;
+        server.heartbeat_ms = 1;
+        served_ = std::make_unique<InProcessServer>(dir_ / "model", options, server);
     }
-    ~ServedModel() {
-        server_->stop();
-        thread_.join();
-        server_.reset();
-        engine_.reset();
-    }
-    httplib::Client client() const {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(120, 0);
-        c.set_connection_timeout(30, 0);  // the shared CI machine can be slow to accept
-        return c;
-    }
+    httplib::Client client() const { return served_->client(); }
     json post(const std::string& path, const json& body, int expected_status = 200) const {
         auto res = client().Post(path.c_str(), body.dump(), "application/json");
         REQUIRE(res);
@@ -81,15 +72,12 @@ public:
         }
         return values;
     }
-    Engine& engine() { return *engine_; }
-    int port() const { return port_; }
+    Engine& engine() { return served_->engine(); }
+    int port() const { return served_->port(); }
 
 private:
     TempDir dir_;
-    std::unique_ptr<Engine> engine_;
-    std::unique_ptr<Server> server_;
-    std::thread thread_;
-    int port_ = 0;
+    std::unique_ptr<InProcessServer> served_;
 };
 
 json chat(const std::string& content, int max_tokens, json extra = json::object()) {
@@ -101,18 +89,6 @@ json chat(const std::string& content, int max_tokens, json extra = json::object(
 std::string text_of(const json& response) {
     const json& choice = response["choices"][0];
     return choice.contains("message") ? choice["message"]["content"].get<std::string>() : choice["text"].get<std::string>();
-}
-
-// The data payloads of an SSE response, in order.
-std::vector<std::string> sse_events(const std::string& body) {
-    std::vector<std::string> events;
-    size_t at = 0;
-    while ((at = body.find("data: ", at)) != std::string::npos) {
-        const size_t end = body.find("\n\n", at);
-        events.push_back(body.substr(at + 6, end - at - 6));
-        at = end;
-    }
-    return events;
 }
 
 }  // namespace

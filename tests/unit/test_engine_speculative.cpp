@@ -35,11 +35,15 @@
 #include "engine/make_model.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/server.hpp"
+#include "test_engine_helpers.hpp"
+#include "test_engine_served.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::engine;
 using nlohmann::json;
 using anvil::test::TempDir;
+using anvil::test::engine::scheduled_sequence;
+using anvil::test::engine::sse_events;
 namespace fs = std::filesystem;
 
 namespace {
@@ -646,48 +650,18 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
 }
 
 // An in-process server for an Engine, on a free loopback port.
-class ServedEngine {
-public:
-    ServedEngine(const fs::path& model_dir, const EngineOptions& options) {
-        engine_ = std::make_unique<Engine>(model_dir, options);
-        server_ = std::make_unique<Server>(ServerOptions{"127.0.0.1", 0, "tiny", 32, 5});
-        port_ = server_->bind();
-        server_->set_engine(engine_.get());
-        thread_ = std::thread([this] { server_->serve(); });
-        while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+struct ServedEngine : anvil::test::engine::InProcessServer {
+    ServedEngine(const fs::path& model_dir, const EngineOptions& options)
+        : InProcessServer(model_dir, options, server_options()) {}
+    static ServerOptions server_options() {
+        ServerOptions o;
+        o.served_model_name = "tiny";
+        o.http_threads = 32;
+        o.heartbeat_ms = 5;
+        return o;
     }
-    ~ServedEngine() {
-        server_->stop();
-        thread_.join();
-        server_.reset();
-        engine_.reset();
-    }
-    httplib::Client client() const {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(120, 0);
-        c.set_connection_timeout(30, 0);
-        return c;
-    }
-    Engine& engine() { return *engine_; }
-
-private:
-    std::unique_ptr<Engine> engine_;
-    std::unique_ptr<Server> server_;
-    std::thread thread_;
-    int port_ = 0;
 };
 
-// The data payloads of an SSE response, in order.
-std::vector<std::string> sse_events(const std::string& body) {
-    std::vector<std::string> events;
-    size_t at = 0;
-    while ((at = body.find("data: ", at)) != std::string::npos) {
-        const size_t end = body.find("\n\n", at);
-        events.push_back(body.substr(at + 6, end - at - 6));
-        at = end;
-    }
-    return events;
-}
 
 // What a client sees of a response, whole or streamed: each choice's text and finish reason, the
 // usage, and for chat with logprobs the tokens' logprobs.
@@ -926,22 +900,12 @@ TEST_CASE("speculative: stop strings, EOS, max_tokens and the context end the ou
 // =============================================================================================
 // 2. The KV cache: draft blocks only from free blocks, never a preemption, returned when rejected.
 
-namespace {
-Sequence sequence(uint64_t id, int prompt) {
-    Sequence s;
-    s.id = id;
-    s.tokens.assign(size_t(prompt), 1);
-    s.prompt_tokens = prompt;
-    return s;
-}
-}  // namespace
-
 TEST_CASE("speculative scheduler: a decoding sequence's lookahead reserves draft positions from the budget and free blocks "
           "left after everyone's needs",
           "[speculative][scheduler]") {
     BlockManager blocks(16, 4);
     Scheduler scheduler(4, 16, blocks);
-    Sequence a = sequence(1, 3);
+    Sequence a = scheduled_sequence(1, 3);
     a.lookahead = 4;
     scheduler.add(&a);
     auto plan = scheduler.schedule();
@@ -968,7 +932,7 @@ TEST_CASE("speculative scheduler: a decoding sequence's lookahead reserves draft
     CHECK(a.blocks.size() == 2);
 
     // A prompt arriving now takes the budget first: 1 for a's decode, 15 for b's prefill, no drafts.
-    Sequence b = sequence(2, 20);
+    Sequence b = scheduled_sequence(2, 20);
     b.lookahead = 4;
     scheduler.add(&b);
     plan = scheduler.schedule();
@@ -1008,7 +972,7 @@ TEST_CASE("speculative scheduler: a one-token prompt's first step may carry draf
           "[speculative][scheduler]") {
     BlockManager blocks(8, 4);
     Scheduler scheduler(2, 64, blocks);
-    Sequence a = sequence(1, 1);
+    Sequence a = scheduled_sequence(1, 1);
     a.lookahead = 3;
     scheduler.add(&a);
     auto plan = scheduler.schedule();
@@ -1021,7 +985,7 @@ TEST_CASE("speculative scheduler: a one-token prompt's first step may carry draf
     CHECK(blocks.free() == 8);
 
     // A preempted sequence comes back with all its tokens to recompute: one chunk, no drafts.
-    Sequence b = sequence(2, 6);
+    Sequence b = scheduled_sequence(2, 6);
     b.lookahead = 3;
     scheduler.add(&b);
     plan = scheduler.schedule();
@@ -1035,7 +999,7 @@ TEST_CASE("speculative scheduler: drafts take only free blocks, never preempt, n
           "[speculative][scheduler]") {
     BlockManager blocks(3, 4);
     Scheduler scheduler(4, 64, blocks);
-    Sequence a = sequence(1, 2), b = sequence(2, 2);
+    Sequence a = scheduled_sequence(1, 2), b = scheduled_sequence(2, 2);
     scheduler.add(&a);
     scheduler.add(&b);
     scheduler.schedule();  // both admitted with one block each
@@ -1070,7 +1034,7 @@ TEST_CASE("speculative scheduler: drafts take only free blocks, never preempt, n
     // b's next position needs a new block: it takes the free one before anyone's drafts, a's
     // drafts get only the room left in a's block (none), and a waiting prompt waits for room as it
     // would without drafts. Nobody is preempted.
-    Sequence c = sequence(3, 2);
+    Sequence c = scheduled_sequence(3, 2);
     scheduler.add(&c);
     plan = scheduler.schedule();
     REQUIRE(plan.size() == 2);
@@ -1089,7 +1053,7 @@ TEST_CASE("speculative scheduler: drafts take only free blocks, never preempt, n
     // Admissions come before drafts: with one block free, a waiting prompt gets it, not a draft.
     BlockManager two(2, 4);
     Scheduler s2(4, 64, two);
-    Sequence d = sequence(4, 2), e = sequence(5, 2);
+    Sequence d = scheduled_sequence(4, 2), e = scheduled_sequence(5, 2);
     s2.add(&d);
     s2.schedule();
     s2.commit();
