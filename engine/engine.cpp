@@ -69,11 +69,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
 
     sampler_scratch_.reserve(config_.vocab_size);
-    batch_.tokens.reserve(size_t(options.max_batch_tokens));
-    batch_.positions.reserve(size_t(options.max_batch_tokens));
-    batch_.sequence.reserve(size_t(options.max_batch_tokens));
-    batch_.block_tables.reserve(size_t(options.max_seqs));
-    batch_.logit_tokens.reserve(size_t(r.max_logit_rows));
+    batch_.reserve(options.max_batch_tokens, options.max_seqs, r.max_logit_rows);
     sampled_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
     spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "

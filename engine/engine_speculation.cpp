@@ -21,11 +21,7 @@ void Engine::load_draft(const std::filesystem::path& model_dir) {
     if (d.kind == DraftKind::None) return;
     target_probs_.resize(size_t(config_.vocab_size));
     residual_.resize(size_t(config_.vocab_size));
-    draft_batch_.tokens.reserve(size_t(options_.max_batch_tokens));
-    draft_batch_.positions.reserve(size_t(options_.max_batch_tokens));
-    draft_batch_.sequence.reserve(size_t(options_.max_batch_tokens));
-    draft_batch_.block_tables.reserve(size_t(options_.max_seqs));
-    draft_batch_.logit_tokens.reserve(size_t(options_.max_seqs));
+    draft_batch_.reserve(options_.max_batch_tokens, options_.max_seqs, options_.max_seqs);
     drafting_.reserve(size_t(options_.max_seqs));
     scratch_next_.reserve(size_t(options_.max_seqs));
     scratch_rows_.reserve(size_t(options_.max_seqs));

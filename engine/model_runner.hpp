@@ -20,6 +20,15 @@ struct Batch {
     std::vector<const int32_t*> block_tables;  // per sequence: its blocks, in position order
     std::vector<int32_t> logit_tokens;  // indices into tokens whose logits are wanted, in order
 
+    // Capacity for `tokens` tokens of up to `sequences` sequences and `logit_rows` logits rows, so
+    // that filling it during decoding never allocates.
+    void reserve(int max_tokens, int sequences, int logit_rows) {
+        tokens.reserve(size_t(max_tokens));
+        positions.reserve(size_t(max_tokens));
+        sequence.reserve(size_t(max_tokens));
+        block_tables.reserve(size_t(sequences));
+        logit_tokens.reserve(size_t(logit_rows));
+    }
     void clear() {
         tokens.clear();
         positions.clear();
