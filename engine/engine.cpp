@@ -195,6 +195,10 @@ void Engine::accept_new() {
         for (auto it = active_.begin(); it != active_.end();) {
             if (it->second->stream->cancelled()) {
                 scheduler_.remove(&it->second->sequence);
+                // The gauges before the counter: a scrape that sees the abort sees its blocks freed.
+                metrics_.kv_blocks_used = blocks_.used();
+                metrics_.running = int64_t(scheduler_.running());
+                metrics_.waiting = int64_t(scheduler_.waiting());
                 metrics_.requests_aborted += 1;
                 spdlog::debug("request {} cancelled by its client", it->first);
                 it = active_.erase(it);
