@@ -16,6 +16,7 @@
 #include "engine/make_model.hpp"
 #include "engine/server.hpp"
 #include "engine/unicode.hpp"
+#include "test_engine_served.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::engine;
@@ -31,36 +32,21 @@ public:
         EngineOptions options;
         options.max_context = 256;
         options.threads = 1;
-        engine_ = std::make_unique<Engine>(dir_ / "model", options);
         ServerOptions server;
-        server.port = 0;
         server.served_model_name = "tiny";
         server.heartbeat_ms = 1;
-        server_ = std::make_unique<Server>(server);
-        port_ = server_->bind();
-        server_->set_engine(engine_.get());
-        thread_ = std::thread([this] { server_->serve(); });
-        while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    ~BiasServer() {
-        server_->stop();
-        thread_.join();
-        server_.reset();
-        engine_.reset();
+        served_ = std::make_unique<anvil::test::engine::InProcessServer>(dir_ / "model", options, server);
     }
     json post(const std::string& path, const json& body, int expected_status = 200) const {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(120, 0);
-        c.set_connection_timeout(30, 0);
-        auto res = c.Post(path.c_str(), body.dump(), "application/json");
+        auto res = served_->client().Post(path.c_str(), body.dump(), "application/json");
         REQUIRE(res);
         INFO(path << " " << body.dump() << " -> " << res->body);
         REQUIRE(res->status == expected_status);
         if (body.value("stream", false) && res->status == 200) return res->body;  // SSE, not one JSON body
         return json::parse(res->body);
     }
-    const Tokenizer& tokenizer() const { return engine_->tokenizer(); }
-    int vocab() const { return engine_->config().vocab_size; }
+    const Tokenizer& tokenizer() const { return served_->engine().tokenizer(); }
+    int vocab() const { return served_->engine().config().vocab_size; }
 
     // The greedy chat reply's tokens, as ids (from the bytes its logprobs carry).
     std::vector<int32_t> chat_tokens(const std::string& content, int max_tokens, json extra = json::object()) const {
@@ -104,10 +90,7 @@ public:
 
 private:
     anvil::test::TempDir dir_;
-    std::unique_ptr<Engine> engine_;
-    std::unique_ptr<Server> server_;
-    std::thread thread_;
-    int port_ = 0;
+    std::unique_ptr<anvil::test::engine::InProcessServer> served_;
 };
 
 json bias(int32_t token, double value) { return {{std::to_string(token), value}}; }

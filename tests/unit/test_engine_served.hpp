@@ -46,6 +46,7 @@ public:
         return c;
     }
     anvil::engine::Engine& engine() { return *engine_; }
+    const anvil::engine::Engine& engine() const { return *engine_; }
     int port() const { return port_; }
 
 private:
