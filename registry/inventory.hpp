@@ -24,7 +24,7 @@ struct Gpu {
     std::string name;
     EvidenceVariable total_bytes;
     EvidenceVariable idle_used_bytes;  // allocated before anything loads (driver, display)
-    // Measured by NVML (kernels/gpu); empty or absent when declared or read from nvidia-smi.
+    // Measured by NVML (kernels/hardware); empty or absent when declared or read from nvidia-smi.
     std::optional<int> index;               // NVML's device index
     std::string compute_capability;         // "9.0"
     std::string pci_bus_id;                 // "00000000:19:00.0"

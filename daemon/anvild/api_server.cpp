@@ -2,7 +2,7 @@
 
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/safe_text.hpp"
-#include "kernels/gpu/inventory_report.hpp"
+#include "kernels/hardware/inventory_report.hpp"
 
 #include <openssl/sha.h>
 
@@ -223,7 +223,7 @@ void ApiServer::routes() {
 
     // What NVML reads now, and what feasibility judges with (declared, measured at start, or none).
     h.Get("/api/v1/inventory", wrap("/api/v1/inventory", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-              send(res, 200, {{"data", {{"measured_now", gpu::inventory_to_json(gpu::read_inventory())}, {"judging_with", reconciler_.inventory_json()}}}});
+              send(res, 200, {{"data", {{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", reconciler_.inventory_json()}}}});
           }));
 
     h.Get("/api/v1/recipes", wrap("/api/v1/recipes", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {

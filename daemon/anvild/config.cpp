@@ -528,4 +528,24 @@ std::string ensure_token(const fs::path& file) {
     throw std::runtime_error(file.string() + ": the API token file vanished while it was being created");
 }
 
+driver::SupervisorSettings supervisor_settings(const DaemonConfig& c) {
+    driver::SupervisorSettings s;
+    s.data_dir = c.data_dir;
+    s.engine_binary = c.engine_binary;
+    s.container_runtime = c.container_runtime;
+    s.container_runtime_arguments = c.container_runtime_arguments;
+    s.container_api_socket = c.container_api_socket;
+    auto& l = s.launch;
+    if (!c.model_root.empty()) l.placeholders["MODEL_ROOT"] = c.model_root.string();
+    if (!c.cache_root.empty()) l.placeholders["CACHE_ROOT"] = c.cache_root.string();
+    for (const auto& root : {c.model_root, c.cache_root})
+        if (!root.empty()) l.allowed_roots.push_back(root);
+    l.allowed_roots.insert(l.allowed_roots.end(), c.allowed_mount_roots.begin(), c.allowed_mount_roots.end());
+    l.host = "127.0.0.1";
+    l.port_first = c.port_first;
+    l.port_last = c.port_last;
+    l.ready_timeout = c.engine_ready_timeout;
+    return s;
+}
+
 }  // namespace anvil::daemon

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/supervisor/engine_supervisor.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility_input.hpp"
 #include "registry/inventory.hpp"
@@ -114,6 +115,10 @@ struct ConfigOverrides {
     std::optional<HostPort> serve;
 };
 void apply_overrides(DaemonConfig& config, const ConfigOverrides& overrides);
+
+// What the engine supervisor reads of the configuration: data directory, engine binary, container
+// runtime, and the launch rules (placeholders, allowed roots, port range, ready timeout).
+driver::SupervisorSettings supervisor_settings(const DaemonConfig& config);
 
 // The token file's path after defaults.
 std::filesystem::path token_path(const DaemonConfig& config);

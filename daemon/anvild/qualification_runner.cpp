@@ -9,8 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/driver/driver.hpp"
-#include "engine/driver/readiness.hpp"
+#include "engine/supervisor/driver.hpp"
+#include "engine/supervisor/readiness.hpp"
 
 namespace anvil::daemon {
 
@@ -45,7 +45,7 @@ qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& confi
     return plan;
 }
 
-QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines, RegistryCheck in_registry)
+QualificationRunner::QualificationRunner(const DaemonConfig& config, state::Store& store, driver::EngineSupervisor& engines, RegistryCheck in_registry)
     : config_(config), store_(store), engines_(engines), in_registry_(std::move(in_registry)) {}
 
 QualificationRunner::~QualificationRunner() {
@@ -125,9 +125,9 @@ void QualificationRunner::execute(const QualificationJob& job) {
         store_.append_event("qualification", job.recipe.id,
                             "revision " + std::to_string(job.revision_id) + " cut short by anvild stopping; it is qualified again from the start");
     };
-    RunningEngine engine;
+    driver::RunningEngine engine;
     try {
-        engine = engines_.start(job.revision_id, job.recipe, "qualification", &cancel_);
+        engine = engines_.start(job.revision_id, job.recipe, driver::EngineRole::qualification, &cancel_);
     } catch (const driver::StartCancelled& e) {
         cut_short(e.what());
         return;

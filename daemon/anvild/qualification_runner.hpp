@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "daemon/anvild/config.hpp"
-#include "daemon/anvild/engine_supervisor.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
 #include "daemon/qualify/qualification.hpp"
 #include "state/store.hpp"
 
@@ -33,7 +33,7 @@ using RegistryCheck = std::function<std::optional<std::string>(state::Id revisio
 
 class QualificationRunner {
 public:
-    QualificationRunner(const DaemonConfig& config, state::Store& store, EngineSupervisor& engines, RegistryCheck in_registry = {});
+    QualificationRunner(const DaemonConfig& config, state::Store& store, driver::EngineSupervisor& engines, RegistryCheck in_registry = {});
     ~QualificationRunner();  // cancels the running job and waits for it
 
     bool busy() const { return busy_; }
@@ -62,7 +62,7 @@ private:
 
     const DaemonConfig& config_;
     state::Store& store_;
-    EngineSupervisor& engines_;
+    driver::EngineSupervisor& engines_;
     RegistryCheck in_registry_;
     std::atomic<bool> busy_{false};
     std::atomic<bool> cancel_{false};    // the running job stops at its next poll (stopping or withdrawn)

@@ -5,9 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/driver/readiness.hpp"
-#include "kernels/gpu/collective_probe.hpp"
-#include "kernels/gpu/nvml_inventory.hpp"
+#include "engine/supervisor/readiness.hpp"
+#include "kernels/hardware/collective_probe.hpp"
+#include "kernels/hardware/nvml_inventory.hpp"
 #include "registry/host_memory.hpp"
 
 namespace anvil::daemon {
@@ -62,11 +62,11 @@ bool inside_window(const std::string& window) {
     return a <= b ? (t >= a && t < b) : (t >= a || t < b);
 }
 
-// The GPUs as NVML measures them (kernels/gpu). Without a driver, or when NVML fails, an empty
+// The GPUs as NVML measures them (kernels/hardware). Without a driver, or when NVML fails, an empty
 // measured inventory whose source says why: GPU recipes are then rejected on paper, and the rest
 // of the daemon runs. (nvidia-smi is no fallback: it is itself a client of libnvidia-ml.)
 registry::Inventory measure_inventory(std::string& note) {
-    gpu::InventoryReading reading = gpu::read_inventory();
+    hardware::InventoryReading reading = hardware::read_inventory();
     if (!reading.ok) {
         note = reading.error + ": judging with no GPU";
         spdlog::warn("GPU inventory: {}", note);
@@ -98,7 +98,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint
       store_(store),
       endpoint_(endpoint),
       metrics_(metrics),
-      engines_(config, store),
+      engines_(supervisor_settings(config), store),
       runner_(config, store, engines_, [this](state::Id id) -> std::optional<std::string> {
           const auto revision = store_.revision(id);
           if (!revision) return "revision " + std::to_string(id) + " is not in the ledger";
@@ -126,8 +126,8 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint
     // A collective probe (`anvil probe collectives`) proves or disproves the GPUs' all-reduce path
     // for the tensor-parallel gate; its newest receipt counts only over exactly these GPUs.
     if (inventory_ && !inventory_->gpus.empty()) {
-        if (auto receipt = gpu::latest_probe_receipt(config.data_dir / "receipts" / "collectives")) {
-            gpu::apply_probe_receipt(*inventory_, *receipt);
+        if (auto receipt = hardware::latest_probe_receipt(config.data_dir / "receipts" / "collectives")) {
+            hardware::apply_probe_receipt(*inventory_, *receipt);
             inventory_note_ += "; collectives from probe receipt " + receipt->path.filename().string();
         }
     }
@@ -147,7 +147,7 @@ void Reconciler::start_up() {
     engines_.adopt();
     // A qualification cut short by a restart starts over; its engine is of no further use.
     for (const auto& e : engines_.engines())
-        if (e.role != "serving") engines_.stop(e, std::chrono::seconds(5));
+        if (e.role != driver::EngineRole::serving) engines_.stop(e, std::chrono::seconds(5));
 }
 
 void Reconciler::shut_down(bool stop_engines) {
@@ -431,7 +431,7 @@ void Reconciler::judge_stragglers() {
 
 void Reconciler::engine_step() {
     for (const auto& e : engines_.check()) {
-        if (e.role == "serving") {
+        if (e.role == driver::EngineRole::serving) {
             metrics_.record_engine_restart();
             store_.append_event("engine", e.handle.recipe.recipe_id, "serving engine " + e.handle.engine_id + " exited; restarting it");
         }
@@ -544,7 +544,7 @@ void Reconciler::qualification_step() {
             std::lock_guard lock(mutex_);
             exclusive_qualification_ = true;
             for (const auto& e : engines_.engines())
-                if (e.role == "serving") {
+                if (e.role == driver::EngineRole::serving) {
                     endpoint_.switch_to(std::nullopt);
                     engines_.stop(e);
                 }
@@ -752,7 +752,7 @@ void Reconciler::serving_step() {
         // admitting, then stop what served it.
         if (endpoint_.current()) endpoint_.switch_to(std::nullopt);
         for (const auto& e : engines_.engines())
-            if (e.role == "serving") engines_.stop(e);
+            if (e.role == driver::EngineRole::serving) engines_.stop(e);
         set_condition("DefaultServing", false, "NoDefault", "no recipe is promoted: the stable endpoint answers 503");
         return;
     }
@@ -763,7 +763,7 @@ void Reconciler::serving_step() {
         auto doc = document_of(*current);
         if (!doc) return;
         try {
-            engine = engines_.start(current->id, *doc->recipe(), "serving");
+            engine = engines_.start(current->id, *doc->recipe(), driver::EngineRole::serving);
             b = {};
         } catch (const std::exception& e) {
             ++b.failures;
@@ -800,7 +800,7 @@ void Reconciler::serving_step() {
     set_condition("DefaultServing", true, "Serving", current->recipe_id + " on engine " + engine->handle.engine_id);
     // Serving engines of anything else go, now that nothing is admitted to them.
     for (const auto& e : engines_.engines())
-        if (e.role == "serving" && e.revision_id != current->id) engines_.stop(e);
+        if (e.role == driver::EngineRole::serving && e.revision_id != current->id) engines_.stop(e);
 }
 
 // ---------------------------------------------------------------- operator requests

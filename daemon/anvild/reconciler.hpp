@@ -18,7 +18,7 @@
 
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "daemon/anvild/engine_supervisor.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
 #include "daemon/anvild/qualification_runner.hpp"
 #include "daemon/anvild/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
@@ -64,7 +64,7 @@ public:
     nlohmann::json registry_status() const;
     nlohmann::json last_pass() const;  // when it finished, how long, and each step's milliseconds
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;
-    std::vector<RunningEngine> engines() const { return engines_.engines(); }
+    std::vector<driver::RunningEngine> engines() const { return engines_.engines(); }
     void request_sync();
     void request_qualification(const std::string& recipe_id, const std::string& actor);
     void pin(const std::optional<std::string>& recipe_id, const std::string& actor);
@@ -124,7 +124,7 @@ private:
     state::Store& store_;
     endpoint::StableEndpoint& endpoint_;
     DaemonMetrics& metrics_;
-    EngineSupervisor engines_;
+    driver::EngineSupervisor engines_;
     QualificationRunner runner_;
     std::function<void()> wake_;
 

@@ -17,7 +17,7 @@
 
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
-#include "kernels/gpu/nvml_inventory.hpp"
+#include "kernels/hardware/nvml_inventory.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
@@ -39,9 +39,9 @@ std::string read_bytes(const std::string& path) {
     return bytes.str();
 }
 
-// NVML's reading (kernels/gpu), the same anvild and `anvil gpus` use.
+// NVML's reading (kernels/hardware), the same anvild and `anvil gpus` use.
 reg::Inventory measure_inventory() {
-    auto reading = anvil::gpu::read_inventory();
+    auto reading = anvil::hardware::read_inventory();
     if (!reading.ok) throw std::runtime_error(reading.error + " (for this command: --inventory FILE)");
     return reading.inventory;
 }

@@ -1,6 +1,6 @@
 // anvil probe collectives [--gpus UUID,UUID…] [--deadline S] [--receipts DIR] [--max-bytes N] [--json]
 //
-// Runs anvil-collective-probe (kernels/gpu) as a child over the chosen GPUs (all of them when
+// Runs anvil-collective-probe (kernels/hardware) as a child over the chosen GPUs (all of them when
 // --gpus is absent): an NCCL communicator, bounded all-reduces from 1 KiB to 256 MiB, checked and
 // timed. A probe still running at the deadline is killed with its process group and recorded as a
 // failure with NCCL's diagnostics. Either way the outcome is written as a receipt (path and sha256
@@ -12,9 +12,9 @@
 
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
-#include "kernels/gpu/collective_probe.hpp"
-#include "kernels/gpu/inventory_report.hpp"
-#include "kernels/gpu/nvml_inventory.hpp"
+#include "kernels/hardware/collective_probe.hpp"
+#include "kernels/hardware/inventory_report.hpp"
+#include "kernels/hardware/nvml_inventory.hpp"
 
 namespace anvil::cli {
 
@@ -53,7 +53,7 @@ int cannot_run(bool json, const std::string& message) {
     return 2;
 }
 
-void print_outcome(const gpu::ProbeOutcome& o, const gpu::WrittenReceipt& receipt) {
+void print_outcome(const hardware::ProbeOutcome& o, const hardware::WrittenReceipt& receipt) {
     const auto& r = o.result.is_object() ? o.result : nlohmann::json::object();
     const auto version = [&](const char* key) { return r.value(key, std::string("?")); };
     if (o.ok) {
@@ -90,7 +90,7 @@ int probe_command(const std::vector<std::string>& args) {
     if (a.positional().size() != 1 || a.positional()[0] != "collectives")
         throw UsageError("probe takes one subject: collectives");
     const bool json = a.has("--json");
-    gpu::ProbeRequest request;
+    hardware::ProbeRequest request;
     if (auto d = a.value("--deadline"))
         request.deadline = std::chrono::milliseconds(static_cast<std::int64_t>(positive_number("--deadline", *d) * 1000));
     else request.deadline = std::chrono::seconds(30);
@@ -103,7 +103,7 @@ int probe_command(const std::vector<std::string>& args) {
         request.max_bytes = top;
     }
 
-    const gpu::InventoryReading inventory = gpu::read_inventory();
+    const hardware::InventoryReading inventory = hardware::read_inventory();
     if (!inventory.ok) return cannot_run(json, "cannot probe collectives: " + inventory.error);
     std::set<std::string> present;
     for (const auto& g : inventory.inventory.gpus) present.insert(g.uuid);
@@ -122,18 +122,18 @@ int probe_command(const std::vector<std::string>& args) {
         }
         if (!seen.insert(uuid).second) throw UsageError("--gpus: " + uuid + " is listed twice");
     }
-    const auto probe = gpu::find_probe();
+    const auto probe = hardware::find_probe();
     if (!probe)
-        return cannot_run(json, std::string("this anvil was built without CUDA and NCCL: ") + gpu::kProbeExecutable +
+        return cannot_run(json, std::string("this anvil was built without CUDA and NCCL: ") + hardware::kProbeExecutable +
                                     " is not beside it (install it there, or set ANVIL_COLLECTIVE_PROBE to its path)");
     request.probe = *probe;
 
-    const gpu::ProbeOutcome outcome = gpu::run_collective_probe(request);
-    const nlohmann::json receipt_json = gpu::probe_receipt(request, outcome, gpu::inventory_to_json(inventory));
+    const hardware::ProbeOutcome outcome = hardware::run_collective_probe(request);
+    const nlohmann::json receipt_json = hardware::probe_receipt(request, outcome, hardware::inventory_to_json(inventory));
     const std::filesystem::path dir = a.value("--receipts")
                                           ? std::filesystem::path(*a.value("--receipts"))
                                           : std::filesystem::path(a.value_or("--data-dir", default_data_dir())) / "receipts" / "collectives";
-    const gpu::WrittenReceipt receipt = gpu::write_probe_receipt(dir, receipt_json);
+    const hardware::WrittenReceipt receipt = hardware::write_probe_receipt(dir, receipt_json);
     if (json) {
         nlohmann::json out = receipt_json;
         out["ok"] = outcome.ok;

@@ -33,7 +33,7 @@
 #include "daemon/anvild/daemon_metrics.hpp"
 #include "daemon/anvild/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
-#include "engine/driver/launch_resolution.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
 #include "registry/model_digest.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"

@@ -151,7 +151,7 @@ elif [ -s "$summary" ]; then
   fi
 fi
 
-# The GPU inventory and collective probe (kernels/gpu): they live in the whole test binary and the
+# The GPU inventory and collective probe (kernels/hardware): they live in the whole test binary and the
 # CLI, which take minutes to build; given what is left of the budget.
 if [ "$full_build_seconds" -le 0 ]; then
   row "[gpu] checks" skipped "ANVIL_FULL_BUILD_SECONDS=0"

@@ -9,8 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/driver/embedded_driver.hpp"
-#include "engine/driver/readiness.hpp"
+#include "engine/supervisor/embedded_driver.hpp"
+#include "engine/supervisor/readiness.hpp"
 
 using namespace anvil::driver;
 

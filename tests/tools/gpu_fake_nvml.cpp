@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/gpu/nvml_abi.hpp"
+#include "kernels/hardware/nvml_abi.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "engine/driver/process_spawn.hpp"
+#include "engine/supervisor/process_spawn.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;

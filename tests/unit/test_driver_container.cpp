@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/driver/command_runner.hpp"
-#include "engine/driver/container_backend.hpp"
-#include "engine/driver/container_driver.hpp"
-#include "engine/driver/process_spawn.hpp"
-#include "engine/driver/readiness.hpp"
+#include "engine/supervisor/command_runner.hpp"
+#include "engine/supervisor/container_backend.hpp"
+#include "engine/supervisor/container_driver.hpp"
+#include "engine/supervisor/process_spawn.hpp"
+#include "engine/supervisor/readiness.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;

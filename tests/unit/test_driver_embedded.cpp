@@ -3,9 +3,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 
-#include "engine/driver/embedded_driver.hpp"
-#include "engine/driver/process_spawn.hpp"
-#include "engine/driver/readiness.hpp"
+#include "engine/supervisor/embedded_driver.hpp"
+#include "engine/supervisor/process_spawn.hpp"
+#include "engine/supervisor/readiness.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;

@@ -6,9 +6,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/driver/api_key.hpp"
-#include "engine/driver/embedded_driver.hpp"
-#include "engine/driver/launch_resolution.hpp"
+#include "engine/supervisor/api_key.hpp"
+#include "engine/supervisor/embedded_driver.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;

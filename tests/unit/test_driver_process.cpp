@@ -6,10 +6,10 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/driver/command_runner.hpp"
-#include "engine/driver/process_driver.hpp"
-#include "engine/driver/process_spawn.hpp"
-#include "engine/driver/readiness.hpp"
+#include "engine/supervisor/command_runner.hpp"
+#include "engine/supervisor/process_driver.hpp"
+#include "engine/supervisor/process_spawn.hpp"
+#include "engine/supervisor/readiness.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;

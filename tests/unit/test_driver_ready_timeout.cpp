@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/anvild/config.hpp"
-#include "daemon/anvild/engine_supervisor.hpp"
-#include "engine/driver/launch_resolution.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
 #include "registry/document.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
@@ -50,9 +50,9 @@ TEST_CASE("the supervisor gives up on an engine after its recipe's ready timeout
     config.engine_ready_timeout = 600s;
     config.port_first = 24200;
     config.port_last = 24299;
-    daemon::EngineSupervisor supervisor(config, store);
+    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
     const auto before = std::chrono::steady_clock::now();
-    CHECK_THROWS_WITH(supervisor.start(revision, *doc.recipe(), "qualification"), Catch::Contains("not ready after 1000 ms"));
+    CHECK_THROWS_WITH(supervisor.start(revision, *doc.recipe(), anvil::driver::EngineRole::qualification), Catch::Contains("not ready after 1000 ms"));
     CHECK(std::chrono::steady_clock::now() - before < 20s);
     CHECK(supervisor.engines().empty());
 }

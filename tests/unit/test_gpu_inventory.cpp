@@ -1,4 +1,4 @@
-// The GPU inventory (kernels/gpu): NVML's answers become measured evidence, a host without a
+// The GPU inventory (kernels/hardware): NVML's answers become measured evidence, a host without a
 // driver says so plainly, and `anvil gpus` shows either. A stand-in libnvidia-ml (tests/tools/
 // gpu_fake_nvml.cpp) answers for two GPUs, so the dlopen, symbol and mapping code runs for real.
 #include <algorithm>
@@ -7,12 +7,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "kernels/gpu/inventory_report.hpp"
-#include "kernels/gpu/nvml_inventory.hpp"
+#include "kernels/hardware/inventory_report.hpp"
+#include "kernels/hardware/nvml_inventory.hpp"
 #include "registry/feasibility_input.hpp"
 #include "test_support.hpp"
 
-using anvil::gpu::read_inventory;
+using anvil::hardware::read_inventory;
 using anvil::registry::EvidenceStatus;
 using anvil::test::run;
 
@@ -70,7 +70,7 @@ TEST_CASE("NVML's answers become a measured inventory, GPU by GPU", "[gpu][inven
 }
 
 TEST_CASE("The inventory's JSON carries every figure per GPU, and the sums feasibility reads", "[gpu][inventory]") {
-    const auto j = anvil::gpu::inventory_to_json(read_inventory(ANVIL_FAKE_NVML));
+    const auto j = anvil::hardware::inventory_to_json(read_inventory(ANVIL_FAKE_NVML));
     CHECK(j["available"] == true);
     CHECK_FALSE(j.contains("error"));
     CHECK(j["driver_version"] == "580.95.05");
@@ -94,11 +94,11 @@ TEST_CASE("A host without the NVIDIA driver says so plainly and lists no GPU", "
     CHECK_THAT(r.error, Catch::EndsWith("install the NVIDIA driver, or declare the GPUs in configuration"));
     CHECK(r.error.find('\n') == std::string::npos);
     CHECK(r.inventory.source == r.error);  // what the daemon's status shows
-    const auto j = anvil::gpu::inventory_to_json(r);
+    const auto j = anvil::hardware::inventory_to_json(r);
     CHECK(j["available"] == false);
     CHECK(j["error"] == r.error);
     CHECK(j["gpus"].empty());
-    CHECK(anvil::gpu::inventory_table(r) == r.error + "\n");
+    CHECK(anvil::hardware::inventory_table(r) == r.error + "\n");
 }
 
 TEST_CASE("NVML that cannot start, or a library that is not NVML, is a reading with the reason", "[gpu][inventory]") {
@@ -122,7 +122,7 @@ TEST_CASE("A figure a GPU does not support is left empty with a note, the rest s
     CHECK(bytes(r.inventory.gpus[0].total_bytes) == 150754820096);
     REQUIRE(r.notes.size() == 2);
     CHECK(r.notes[0] == "GPU-11111111-2222-3333-4444-555555555555: no compute capability: Not Supported (NVML error 3)");
-    CHECK_THAT(anvil::gpu::inventory_table(r), Catch::Contains("note: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee: no compute capability"));
+    CHECK_THAT(anvil::hardware::inventory_table(r), Catch::Contains("note: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee: no compute capability"));
 }
 
 TEST_CASE("anvil gpus prints a table, or JSON, of what NVML measures", "[gpu][cli]") {

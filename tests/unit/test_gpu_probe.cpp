@@ -1,4 +1,4 @@
-// The collective probe's parent side (kernels/gpu/collective_probe, `anvil probe collectives`):
+// The collective probe's parent side (kernels/hardware/collective_probe, `anvil probe collectives`):
 // a child bounded by a deadline that kills its whole process group, NCCL's log read for transports
 // and diagnostics, a result believed only when every size was verified, and a receipt either way.
 // A stand-in probe (tests/tools/gpu_fake_probe.cpp) passes, lies or hangs; the real probe runs where
@@ -13,9 +13,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "kernels/gpu/bounded_child.hpp"
-#include "kernels/gpu/collective_probe.hpp"
-#include "kernels/gpu/nvml_inventory.hpp"
+#include "kernels/hardware/bounded_child.hpp"
+#include "kernels/hardware/collective_probe.hpp"
+#include "kernels/hardware/nvml_inventory.hpp"
 #include "test_support.hpp"
 
 using anvil::test::run;
@@ -59,14 +59,14 @@ TEST_CASE("NCCL's channel lines name the transports, each once", "[gpu][probe]")
         "h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct\r\n"
         "h:1:2 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1\n"
         "h:1:2 [0] NCCL INFO Channel 02/0 : 0[1b000] -> 1[1c000] [send] via NET/IB/0\n";
-    CHECK(anvil::gpu::nccl_transports(log) == std::vector<std::string>{"P2P/CUMEM/read", "SHM/direct/direct", "NET/IB/0"});
-    CHECK(anvil::gpu::nccl_transports("no NCCL here\n").empty());
+    CHECK(anvil::hardware::nccl_transports(log) == std::vector<std::string>{"P2P/CUMEM/read", "SHM/direct/direct", "NET/IB/0"});
+    CHECK(anvil::hardware::nccl_transports("no NCCL here\n").empty());
 }
 
 TEST_CASE("Diagnostics keep NCCL's warnings and the end of its log", "[gpu][probe]") {
     std::string log = "h:1:2 [0] NCCL WARN NET/Socket : no interface found\n";
     for (int i = 0; i < 30; ++i) log += "line " + std::to_string(i) + "\n";
-    const auto d = anvil::gpu::nccl_diagnostics(log, 5);
+    const auto d = anvil::hardware::nccl_diagnostics(log, 5);
     REQUIRE(d.size() == 6);
     CHECK(d[0] == "h:1:2 [0] NCCL WARN NET/Socket : no interface found");
     CHECK(d[1] == "line 25");
@@ -74,10 +74,10 @@ TEST_CASE("Diagnostics keep NCCL's warnings and the end of its log", "[gpu][prob
 }
 
 TEST_CASE("A child past its deadline is killed with its whole process group", "[gpu][probe]") {
-    auto env = anvil::gpu::current_environment();
+    auto env = anvil::hardware::current_environment();
     env["FAKE_PROBE_MODE"] = "hang";
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = anvil::gpu::run_bounded({ANVIL_FAKE_PROBE, "--gpus", "a,b"}, env, std::chrono::milliseconds(800));
+    const auto r = anvil::hardware::run_bounded({ANVIL_FAKE_PROBE, "--gpus", "a,b"}, env, std::chrono::milliseconds(800));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(r.timed_out);
     CHECK(r.exit_code == 128 + SIGKILL);
@@ -87,11 +87,11 @@ TEST_CASE("A child past its deadline is killed with its whole process group", "[
     const pid_t grandchild = static_cast<pid_t>(std::stol(r.out));
     CHECK(gone(grandchild));  // not left behind holding a GPU
 
-    const auto fine = anvil::gpu::run_bounded({"/bin/echo", "done"}, env, std::chrono::seconds(5));
+    const auto fine = anvil::hardware::run_bounded({"/bin/echo", "done"}, env, std::chrono::seconds(5));
     CHECK_FALSE(fine.timed_out);
     CHECK(fine.exit_code == 0);
     CHECK(fine.out == "done\n");
-    const auto missing = anvil::gpu::run_bounded({"/nonexistent/probe"}, env, std::chrono::seconds(5));
+    const auto missing = anvil::hardware::run_bounded({"/nonexistent/probe"}, env, std::chrono::seconds(5));
     CHECK(missing.exec_failed);
     CHECK(missing.err == "cannot execute /nonexistent/probe: No such file or directory");
 }
@@ -182,7 +182,7 @@ TEST_CASE("The real probe, given GPUs CUDA cannot see, fails cleanly with a rece
     INFO(r.output);
     CHECK(r.exit_code == 1);
     CHECK_THAT(r.output, Catch::StartsWith("anvil probe collectives: collective probe failed: "));
-    if (!anvil::gpu::read_inventory("libnvidia-ml.so.1").ok)
+    if (!anvil::hardware::read_inventory("libnvidia-ml.so.1").ok)
         CHECK_THAT(r.output, Catch::Contains("collective probe failed: no NVIDIA driver: CUDA finds no driver library (libcuda)"));
     else
         CHECK_THAT(r.output, Catch::Contains(std::string(kH200) + " is not among the "));
@@ -193,7 +193,7 @@ TEST_CASE("The real probe, given GPUs CUDA cannot see, fails cleanly with a rece
 }
 
 TEST_CASE("On a GPU host the probe proves the collective path within 10 s", "[gpu][probe][device]") {
-    const auto here = anvil::gpu::read_inventory("libnvidia-ml.so.1");
+    const auto here = anvil::hardware::read_inventory("libnvidia-ml.so.1");
     if (!here.ok || here.inventory.gpus.empty()) {
         WARN("skipped: needs an NVIDIA GPU and driver (" << (here.ok ? "NVML lists no GPU" : here.error) << ")");
         return;
@@ -217,26 +217,26 @@ TEST_CASE("On a GPU host the probe proves the collective path within 10 s", "[gp
 TEST_CASE("The newest receipt decides the inventory's collective path, for exactly the GPUs it probed", "[gpu][probe][inventory]") {
     TempDir tmp;
     const auto receipts = tmp / "receipts";
-    const auto reading = anvil::gpu::read_inventory(ANVIL_FAKE_NVML);
+    const auto reading = anvil::hardware::read_inventory(ANVIL_FAKE_NVML);
     REQUIRE(reading.ok);
-    CHECK_FALSE(anvil::gpu::latest_probe_receipt(receipts));
+    CHECK_FALSE(anvil::hardware::latest_probe_receipt(receipts));
     auto probe = [&](const char* mode, std::vector<std::string> gpus) {
         ::setenv("FAKE_PROBE_MODE", mode, 1);
-        anvil::gpu::ProbeRequest request;
+        anvil::hardware::ProbeRequest request;
         request.probe = ANVIL_FAKE_PROBE;
         request.gpus = std::move(gpus);
         request.max_bytes = 4096;
         request.deadline = std::chrono::milliseconds(700);
-        const auto outcome = anvil::gpu::run_collective_probe(request);
+        const auto outcome = anvil::hardware::run_collective_probe(request);
         ::unsetenv("FAKE_PROBE_MODE");
         std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // receipt names are per second
-        return anvil::gpu::write_probe_receipt(receipts, anvil::gpu::probe_receipt(request, outcome, nullptr));
+        return anvil::hardware::write_probe_receipt(receipts, anvil::hardware::probe_receipt(request, outcome, nullptr));
     };
     auto judged = [&] {
         auto inventory = reading.inventory;
-        const auto latest = anvil::gpu::latest_probe_receipt(receipts);
+        const auto latest = anvil::hardware::latest_probe_receipt(receipts);
         REQUIRE(latest);
-        anvil::gpu::apply_probe_receipt(inventory, *latest);
+        anvil::hardware::apply_probe_receipt(inventory, *latest);
         return inventory;
     };
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/anvild/config.hpp"
-#include "engine/driver/launch_resolution.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
 #include "registry/catalog.hpp"
 #include "registry/catalog_report.hpp"
 #include "registry/document.hpp"

@@ -5,9 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/anvild/config.hpp"
-#include "daemon/anvild/engine_supervisor.hpp"
-#include "engine/driver/embedded_driver.hpp"
-#include "engine/driver/launch_resolution.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
+#include "engine/supervisor/embedded_driver.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
 #include "registry/document.hpp"
 #include "registry/model_digest.hpp"
 #include "registry/recipe_gates.hpp"
@@ -336,7 +336,7 @@ TEST_CASE("before launch, anvild checks the draft model's directory and pinned d
     config.data_dir = tmp / "data";
     config.model_root = tmp / "models";
     config.engine_binary = ANVIL_ENGINE;
-    anvil::daemon::EngineSupervisor supervisor(config, store);
+    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
     auto recipe = [&](const std::string& dir, const json& digest) {
         json block = draft_model_block();
         block["path"] = "${MODEL_ROOT}/" + dir;

@@ -1,0 +1,80 @@
+#include "engine/supervisor/engine_record.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace anvil::driver {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+void write_record(const EngineHandle& e) {
+    const json j = {{"engine_id", e.engine_id},
+                    {"driver", e.driver},
+                    {"recipe_id", e.recipe.recipe_id},
+                    {"revision", e.recipe.revision},
+                    {"pid", e.pid},
+                    {"start_time", e.start_time},
+                    {"container_id", e.container_id},
+                    {"host", e.host},
+                    {"port", e.port},
+                    {"served_model_name", e.served_model_name},
+                    {"log_path", e.log_path.string()},
+                    {"api_key", e.api_key}};
+    const fs::path file = e.directory / kRecordFile;
+    const fs::path tmp = e.directory / (std::string(kRecordFile) + ".tmp");
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << j.dump(2) << "\n";
+        out.flush();
+        if (!out) throw EngineError("cannot write the engine record " + tmp.string() + "; check the state directory is writable");
+    }
+    fs::rename(tmp, file);
+}
+
+std::optional<EngineHandle> read_record(const fs::path& file) {
+    std::ifstream in(file);
+    if (!in) return std::nullopt;
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+        const json j = json::parse(text.str());
+        EngineHandle e;
+        e.engine_id = j.at("engine_id").get<std::string>();
+        e.driver = j.at("driver").get<std::string>();
+        e.recipe = {j.at("recipe_id").get<std::string>(), j.at("revision").get<std::string>()};
+        e.pid = j.at("pid").get<int>();
+        e.start_time = j.at("start_time").get<std::uint64_t>();
+        e.container_id = j.value("container_id", "");
+        e.host = j.at("host").get<std::string>();
+        e.port = j.at("port").get<int>();
+        e.served_model_name = j.value("served_model_name", "");
+        e.log_path = j.at("log_path").get<std::string>();
+        e.api_key = j.value("api_key", "");
+        e.directory = file.parent_path();
+        return e;
+    } catch (const json::exception& error) {
+        spdlog::warn("engine record {} is unreadable ({}); ignoring it", file.string(), error.what());
+        return std::nullopt;
+    }
+}
+
+std::vector<EngineHandle> list_records(const fs::path& state_dir) {
+    std::vector<EngineHandle> out;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(state_dir, ec)) {
+        if (!entry.is_directory()) continue;
+        if (auto e = read_record(entry.path() / kRecordFile)) out.push_back(std::move(*e));
+    }
+    return out;
+}
+
+void retire_record(const EngineHandle& e) {
+    std::error_code ec;
+    fs::rename(e.directory / kRecordFile, e.directory / kRetiredRecordFile, ec);
+}
+
+}  // namespace anvil::driver

@@ -1,0 +1,238 @@
+#include "engine/supervisor/engine_supervisor.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/supervisor/api_key.hpp"
+#include "engine/supervisor/container_driver.hpp"
+#include "engine/supervisor/embedded_driver.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
+#include "engine/supervisor/process_driver.hpp"
+#include "engine/supervisor/readiness.hpp"
+#include "registry/model_digest.hpp"
+
+namespace anvil::driver {
+
+namespace {
+
+std::filesystem::path engine_binary(const SupervisorSettings& s) {
+    if (!s.engine_binary.empty()) return s.engine_binary;
+    // Installed beside anvild, or in the build tree's engine/ folder next to daemon/.
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    for (const auto& candidate : {self.parent_path() / "anvil-engine", self.parent_path().parent_path() / "engine" / "anvil-engine"})
+        if (!ec && access(candidate.c_str(), X_OK) == 0) return candidate;
+    return "anvil-engine";
+}
+
+}  // namespace
+
+std::string_view to_string(EngineRole role) { return role == EngineRole::serving ? "serving" : "qualification"; }
+
+EngineRole engine_role_from(std::string_view text) { return text == "serving" ? EngineRole::serving : EngineRole::qualification; }
+
+std::string driver_kind_for(const std::string& launch_kind) {
+    if (launch_kind == "embedded") return "embedded";
+    if (launch_kind == "native") return "process";
+    if (launch_kind == "docker") return "container";
+    return "";
+}
+
+EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& store) : settings_(std::move(settings)), store_(store) {
+    const auto engines_dir = settings_.data_dir / "engines";
+    drivers_["embedded"] = std::make_unique<EmbeddedDriver>(engine_binary(settings_), ProcessDriverOptions{engines_dir, 16u << 20, "embedded"});
+    drivers_["process"] = std::make_unique<ProcessDriver>(ProcessDriverOptions{engines_dir, 16u << 20, "process"});
+    ContainerDriverOptions c;
+    c.runtime = settings_.container_runtime;
+    c.global_arguments = settings_.container_runtime_arguments;
+    c.api_socket = settings_.container_api_socket;
+    c.state_dir = settings_.data_dir / "containers";
+    drivers_["container"] = std::make_unique<ContainerDriver>(c);
+}
+
+EngineSupervisor::~EngineSupervisor() = default;
+
+Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
+    const std::string kind = driver_kind_for(launch_kind);
+    auto it = drivers_.find(kind);
+    if (it == drivers_.end()) throw LaunchError("launch kind '" + launch_kind + "' cannot be run by anvild");
+    return *it->second;
+}
+
+std::optional<std::string> EngineSupervisor::unsupported(const registry::Recipe& recipe) const {
+    if (driver_kind_for(recipe.launch.kind).empty())
+        return "launch kind '" + recipe.launch.kind + "' is not something anvild runs (embedded, native and docker are)";
+    return paper_refusal(recipe, settings_.launch);
+}
+
+std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& recipe) const {
+    if (auto why = unsupported(recipe)) return why;
+    try {
+        const auto launch = resolve_launch(recipe, settings_.launch, {});
+        if (recipe.launch.kind == "embedded") {
+            const auto binary = engine_binary(settings_);
+            if (binary.is_absolute() && access(binary.c_str(), X_OK) != 0) return "engine binary " + binary.string() + " is not executable";
+            if (!launch.model_path || !std::filesystem::is_directory(*launch.model_path))
+                return "model directory " + (launch.model_path ? launch.model_path->string() : std::string("(none)")) + " does not exist";
+            if (recipe.launch.model && recipe.launch.model->digest) {
+                const std::string digest = registry::model_directory_digest(*launch.model_path);
+                if (digest != *recipe.launch.model->digest)
+                    return "model directory " + launch.model_path->string() + " has digest " + digest + ", but the recipe pins " +
+                           *recipe.launch.model->digest;
+            }
+            // A draft model is loaded as the target is: the same existence and digest checks.
+            if (const auto& draft = recipe.launch.draft; draft && draft->model) {
+                if (!launch.draft_model_path || !std::filesystem::is_directory(*launch.draft_model_path))
+                    return "draft model directory " + (launch.draft_model_path ? launch.draft_model_path->string() : std::string("(none)")) +
+                           " does not exist";
+                if (draft->model->digest) {
+                    const std::string digest = registry::model_directory_digest(*launch.draft_model_path);
+                    if (digest != *draft->model->digest)
+                        return "draft model directory " + launch.draft_model_path->string() + " has digest " + digest +
+                               ", but the recipe pins " + *draft->model->digest;
+                }
+            }
+        }
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return std::nullopt;
+}
+
+std::filesystem::path EngineSupervisor::model_directory(const registry::ModelRef& model, const std::string& where) const {
+    const auto& launch = settings_.launch;
+    return resolve_inside_roots(expand_placeholders(model.path, launch.placeholders, where), launch.allowed_roots, where);
+}
+
+RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Recipe& recipe, EngineRole role,
+                                      const std::atomic<bool>* cancelled) {
+    if (auto why = startable(recipe)) throw EngineError("recipe " + recipe.id + " cannot start: " + *why);
+    std::set<int> taken;
+    for (const auto& e : engines()) taken.insert(e.handle.port);
+    auto launch = resolve_launch(recipe, settings_.launch, taken);
+    // Each engine gets a key of its own (those that read one from their environment): another local
+    // process cannot use it behind the endpoint's back.
+    assign_api_key(launch, recipe.engine_name);
+    Driver& d = driver_for(recipe.launch.kind);
+    RunningEngine engine;
+    engine.revision_id = revision_id;
+    engine.role = role;
+    engine.handle = d.start({recipe.id, std::to_string(revision_id)}, launch);
+    state::EngineRow row;
+    row.revision_id = revision_id;
+    row.driver = d.kind();
+    if (engine.handle.pid > 0) row.pid = engine.handle.pid;
+    if (!engine.handle.container_id.empty()) row.container_id = engine.handle.container_id;
+    row.port = engine.handle.port;
+    row.engine_key = engine.handle.engine_id;
+    row.role = std::string(to_string(role));
+    engine.row_id = store_.record_engine_start(row);
+    {
+        std::lock_guard lock(mutex_);
+        engines_.push_back(engine);
+    }
+    try {
+        wait_ready(d, engine.handle, launch.ready_timeout, 20, cancelled);
+    } catch (...) {
+        stop(engine, std::chrono::seconds(2));
+        throw;
+    }
+    store_.record_engine_health(engine.row_id, "healthy");
+    spdlog::info("engine {} ({} of {} revision {}) ready on {}:{}", engine.handle.engine_id, to_string(role), recipe.id, revision_id,
+                 engine.handle.host, engine.handle.port);
+    return engine;
+}
+
+void EngineSupervisor::stop(const RunningEngine& engine, std::chrono::milliseconds grace) {
+    auto it = drivers_.find(engine.handle.driver);
+    std::optional<std::int64_t> code;
+    if (it != drivers_.end()) {
+        try {
+            it->second->stop(engine.handle, grace);
+            code = it->second->probe(engine.handle).exit_code;
+        } catch (const std::exception& e) {
+            spdlog::warn("stopping engine {}: {}", engine.handle.engine_id, e.what());
+        }
+    }
+    try {
+        store_.record_engine_stop(engine.row_id, code);
+    } catch (const std::exception& e) {
+        spdlog::warn("recording the stop of engine {}: {}", engine.handle.engine_id, e.what());
+    }
+    std::lock_guard lock(mutex_);
+    engines_.erase(std::remove_if(engines_.begin(), engines_.end(), [&](const RunningEngine& e) { return e.row_id == engine.row_id; }),
+                   engines_.end());
+}
+
+std::vector<RunningEngine> EngineSupervisor::check() {
+    std::vector<RunningEngine> exited;
+    for (const auto& engine : engines()) {
+        auto it = drivers_.find(engine.handle.driver);
+        if (it == drivers_.end()) continue;
+        const Probe p = it->second->probe(engine.handle);
+        if (p.state == RunState::running) continue;
+        spdlog::warn("engine {} ({} revision {}) exited{}", engine.handle.engine_id, to_string(engine.role), engine.revision_id,
+                     p.exit_code ? " with code " + std::to_string(*p.exit_code) : std::string());
+        store_.record_engine_stop(engine.row_id, p.exit_code);
+        exited.push_back(engine);
+        std::lock_guard lock(mutex_);
+        engines_.erase(std::remove_if(engines_.begin(), engines_.end(), [&](const RunningEngine& e) { return e.row_id == engine.row_id; }),
+                       engines_.end());
+    }
+    return exited;
+}
+
+void EngineSupervisor::adopt() {
+    auto rows = store_.running_engines();
+    std::map<std::string, state::EngineRow> by_key;
+    for (const auto& r : rows)
+        if (!r.engine_key.empty()) by_key[r.engine_key] = r;
+    std::set<state::Id> adopted_rows;
+    for (auto& [kind, d] : drivers_) {
+        if (kind == "container") {
+            // Only ask the container runtime when the ledger says a container of ours may run.
+            bool any = std::any_of(rows.begin(), rows.end(), [](const state::EngineRow& r) { return r.driver == "container"; });
+            if (!any) continue;
+        }
+        std::vector<EngineHandle> handles;
+        try {
+            handles = d->adopt();
+        } catch (const std::exception& e) {
+            spdlog::warn("adopting {} engines: {}", kind, e.what());
+            continue;
+        }
+        for (auto& h : handles) {
+            if (h.driver != kind) continue;  // the embedded and process drivers share a state directory
+            auto row = by_key.find(h.engine_id);
+            if (row == by_key.end() || !row->second.revision_id) {
+                spdlog::warn("engine {} carries our records but the ledger does not know it: stopping it", h.engine_id);
+                d->stop(h, std::chrono::seconds(5));
+                continue;
+            }
+            RunningEngine e{row->second.id, *row->second.revision_id, engine_role_from(row->second.role), h};
+            spdlog::info("adopted engine {} ({} of revision {}) on port {}", h.engine_id, to_string(e.role), e.revision_id, h.port);
+            adopted_rows.insert(e.row_id);
+            std::lock_guard lock(mutex_);
+            engines_.push_back(std::move(e));
+        }
+    }
+    for (const auto& r : rows)
+        if (!adopted_rows.count(r.id)) store_.record_engine_stop(r.id, std::nullopt);
+}
+
+std::vector<RunningEngine> EngineSupervisor::engines() const {
+    std::lock_guard lock(mutex_);
+    return engines_;
+}
+
+std::optional<RunningEngine> EngineSupervisor::serving_for(state::Id revision_id) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : engines_)
+        if (e.revision_id == revision_id && e.role == EngineRole::serving) return e;
+    return std::nullopt;
+}
+
+}  // namespace anvil::driver

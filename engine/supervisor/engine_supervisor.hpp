@@ -1,0 +1,92 @@
+// anvild's engines: picks the driver a recipe's launch kind needs, resolves the launch against
+// the daemon's settings (placeholders, allowed roots, port range), checks what the recipe pins (the
+// embedded model's and draft model's directory digests; the container driver checks image digests), starts the engine,
+// waits until it is ready, records it in the ledger, and finds it again after a restart.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/supervisor/driver.hpp"
+#include "engine/supervisor/launch_resolution.hpp"
+#include "state/store.hpp"
+
+namespace anvil::driver {
+
+// Why an engine runs: it serves the default behind the stable endpoint, or it is being qualified.
+// Stored in the ledger's engines table as the string to_string gives.
+enum class EngineRole { serving, qualification };
+std::string_view to_string(EngineRole role);
+// Unknown strings (a ledger written by a later anvild) read as qualification: never served.
+EngineRole engine_role_from(std::string_view text);
+
+// What the supervisor needs from the daemon's configuration.
+struct SupervisorSettings {
+    std::filesystem::path data_dir;  // engines/ and containers/ state live under it
+    std::filesystem::path engine_binary;  // anvil-engine; empty: the one installed beside the running binary
+    std::string container_runtime = "podman";
+    std::vector<std::string> container_runtime_arguments;
+    std::filesystem::path container_api_socket;
+    LaunchConfig launch;  // placeholders, allowed roots, port range, ready timeout
+};
+
+struct RunningEngine {
+    state::Id row_id = 0;      // engines table
+    state::Id revision_id = 0;
+    EngineRole role = EngineRole::qualification;
+    EngineHandle handle;
+};
+
+class EngineSupervisor {
+public:
+    EngineSupervisor(SupervisorSettings settings, state::Store& store);
+    ~EngineSupervisor();
+
+    // Why anvild cannot run this recipe at all, judged on paper before anything starts: a launch kind
+    // it does not run, loader variables in the environment, model paths or mount sources outside
+    // the allowed roots (paper_refusal). One line, or nothing.
+    std::optional<std::string> unsupported(const registry::Recipe& recipe) const;
+    // Whether the revision could start now: launch resolves, model (and draft model) present with the pinned digest,
+    // the engine binary exists. The reason when it could not (a rollback target is checked with it).
+    std::optional<std::string> startable(const registry::Recipe& recipe) const;
+    // The directory a recipe's model block names (launch.model or launch.draft.model), its
+    // placeholders expanded and inside the allowed roots, as a launch would place it. Throws
+    // LaunchError naming `where` ("/launch/model/path") when it cannot be placed.
+    std::filesystem::path model_directory(const registry::ModelRef& model, const std::string& where) const;
+
+    // Starts, waits until ready, records. Throws EngineError / LaunchError with the reason.
+    // `cancelled`: see wait_ready; the engine is stopped and StartCancelled thrown.
+    RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, EngineRole role,
+                        const std::atomic<bool>* cancelled = nullptr);
+    void stop(const RunningEngine& engine, std::chrono::milliseconds grace = std::chrono::seconds(10));
+    // Probes every tracked engine; records and forgets those that exited. Returns the ones that exited.
+    std::vector<RunningEngine> check();
+    // Engines of an earlier anvild that still run are tracked again; records of ones that are gone
+    // are closed in the ledger; engines nobody recorded are stopped.
+    void adopt();
+
+    std::vector<RunningEngine> engines() const;
+    std::optional<RunningEngine> serving_for(state::Id revision_id) const;
+
+private:
+    Driver& driver_for(const std::string& launch_kind);
+
+    const SupervisorSettings settings_;
+    state::Store& store_;
+    std::map<std::string, std::unique_ptr<Driver>> drivers_;  // embedded | process | container
+    mutable std::mutex mutex_;
+    std::vector<RunningEngine> engines_;
+};
+
+// The driver a launch kind runs on: embedded, native → process, docker → container; else empty.
+std::string driver_kind_for(const std::string& launch_kind);
+
+}  // namespace anvil::driver
