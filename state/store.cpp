@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -428,41 +429,40 @@ int Store::schema_version() const {
     return static_cast<int>(s.integer(0));
 }
 
-namespace {
-// Every write starts here: a clear refusal when the store is read-only.
-void require_writable(const std::string& write_error) {
-    if (!write_error.empty()) throw StoreError("cannot write: " + write_error, SQLITE_READONLY);
+template <typename Body>
+auto Store::write(std::string_view what, Body&& body) {
+    if (!write_error_.empty()) throw StoreError("cannot write " + std::string(what) + ": " + write_error_, SQLITE_READONLY);
+    std::lock_guard lock(impl_->write_mutex);
+    Transaction tx(impl_->writer->conn);  // rolls back unless committed
+    if constexpr (std::is_void_v<decltype(body())>) {
+        body();
+        tx.commit();
+    } else {
+        auto out = body();
+        tx.commit();
+        return out;
+    }
 }
-}  // namespace
 
 Id Store::upsert_source(const std::string& url, const std::string& ref) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& find = impl_->w("SELECT id FROM sources WHERE url = ? AND ref = ?");
-    find.bind(1, url).bind(2, ref);
-    if (find.step()) {
-        Id id = find.integer(0);
+    return write("a source", [&] {
+        auto& find = impl_->w("SELECT id FROM sources WHERE url = ? AND ref = ?");
+        find.bind(1, url).bind(2, ref);
+        if (find.step()) {
+            const Id id = find.integer(0);
+            find.reset();
+            return id;
+        }
         find.reset();
-        tx.commit();
-        return id;
-    }
-    find.reset();
-    auto& insert = impl_->w("INSERT INTO sources (url, ref, created_at) VALUES (?, ?, ?)");
-    insert.bind(1, url).bind(2, ref).bind(3, now_iso8601());
-    insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    tx.commit();
-    return id;
+        auto& insert = impl_->w("INSERT INTO sources (url, ref, created_at) VALUES (?, ?, ?)");
+        insert.bind(1, url).bind(2, ref).bind(3, now_iso8601());
+        insert.run();
+        return impl_->writer->conn.last_insert_id();
+    });
 }
 
 Id Store::record_sync(Id source_id, const registry::SyncReport& report) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    const Id id = impl_->insert_sync(source_id, report);
-    tx.commit();
-    return id;
+    return write("a sync", [&] { return impl_->insert_sync(source_id, report); });
 }
 
 Id Store::Impl::insert_sync(Id source_id, const registry::SyncReport& report) {
@@ -481,150 +481,130 @@ Store::Ingested Store::ingest_revision(Id source_id, const registry::Document& d
 
 std::vector<Store::Ingested> Store::ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
                                                      const std::string& actor, const registry::SyncReport* sync) {
-    require_writable(write_error_);
-    for (const auto* doc : docs) {
-        if (!doc->recipe() || !doc->valid())
-            throw StoreError("only valid recipe documents become revisions (" + doc->provenance.path + " is not one)");
-    }
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    if (sync) impl_->insert_sync(source_id, *sync);
-    std::vector<Ingested> out;
-    out.reserve(docs.size());
-    for (const auto* doc : docs) out.push_back(impl_->ingest(source_id, *doc, actor));
-    tx.commit();
-    return out;
+    return write("revisions", [&] {
+        for (const auto* doc : docs) {
+            if (!doc->recipe() || !doc->valid())
+                throw StoreError("only valid recipe documents become revisions (" + doc->provenance.path + " is not one)");
+        }
+        if (sync) impl_->insert_sync(source_id, *sync);
+        std::vector<Ingested> out;
+        out.reserve(docs.size());
+        for (const auto* doc : docs) out.push_back(impl_->ingest(source_id, *doc, actor));
+        return out;
+    });
 }
 
 Id Store::add_evidence(const EvidenceRow& row) {
-    require_writable(write_error_);
-    if (row.metric.empty()) throw StoreError("evidence needs a metric name");
-    if (row.source.empty()) throw StoreError("evidence for " + row.metric + " needs a source");
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO evidence (revision_id, metric, value_min, value_max, unit, status, class, source, observed_at, "
-                            "receipt_sha256, receipt_path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    insert.bind(1, row.revision_id).bind(2, row.metric).bind(3, to_sql(row.min)).bind(4, to_sql(row.max)).bind(5, row.unit);
-    insert.bind(6, std::string(registry::to_string(row.status))).bind(7, std::string(to_string(row.evidence_class)));
-    insert.bind(8, row.source).bind(9, row.observed_at.empty() ? now_iso8601() : row.observed_at);
-    insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now_iso8601());
-    insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    tx.commit();
-    return id;
+    return write("evidence", [&] {
+        if (row.metric.empty()) throw StoreError("evidence needs a metric name");
+        if (row.source.empty()) throw StoreError("evidence for " + row.metric + " needs a source");
+        auto& insert = impl_->w("INSERT INTO evidence (revision_id, metric, value_min, value_max, unit, status, class, source, observed_at, "
+                                "receipt_sha256, receipt_path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        insert.bind(1, row.revision_id).bind(2, row.metric).bind(3, to_sql(row.min)).bind(4, to_sql(row.max)).bind(5, row.unit);
+        insert.bind(6, std::string(registry::to_string(row.status))).bind(7, std::string(to_string(row.evidence_class)));
+        insert.bind(8, row.source).bind(9, row.observed_at.empty() ? now_iso8601() : row.observed_at);
+        insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now_iso8601());
+        insert.run();
+        return impl_->writer->conn.last_insert_id();
+    });
 }
 
 Id Store::add_verdict(const VerdictRow& row) { return add_verdicts({row}).front(); }
 
 std::vector<Id> Store::add_verdicts(const std::vector<VerdictRow>& rows) {
-    require_writable(write_error_);
-    for (const auto& row : rows)
-        if (row.gate.empty()) throw StoreError("a verdict needs a gate name");
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    std::vector<Id> ids;
-    ids.reserve(rows.size());
-    for (const auto& row : rows) {
-        auto& insert = impl_->w("INSERT INTO verdicts (revision_id, gate, result, class, reasons, evidence_ids, created_at) "
-                                "VALUES (?, ?, ?, ?, ?, ?, ?)");
-        insert.bind(1, row.revision_id).bind(2, row.gate).bind(3, std::string(to_string(row.result))).bind(4, row.verdict_class);
-        insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now_iso8601());
-        insert.run();
-        ids.push_back(impl_->writer->conn.last_insert_id());
-        if (row.gate == "feasibility") {
-            auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE id = (SELECT recipe_id FROM recipe_revisions WHERE id = ?1) "
-                                     "AND latest_revision_id = ?1");
-            summary.bind(1, row.revision_id).bind(2, row.verdict_class.value_or(std::string(to_string(row.result))));
-            summary.run();
+    return write("verdicts", [&] {
+        for (const auto& row : rows)
+            if (row.gate.empty()) throw StoreError("a verdict needs a gate name");
+        std::vector<Id> ids;
+        ids.reserve(rows.size());
+        for (const auto& row : rows) {
+            auto& insert = impl_->w("INSERT INTO verdicts (revision_id, gate, result, class, reasons, evidence_ids, created_at) "
+                                    "VALUES (?, ?, ?, ?, ?, ?, ?)");
+            insert.bind(1, row.revision_id).bind(2, row.gate).bind(3, std::string(to_string(row.result))).bind(4, row.verdict_class);
+            insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now_iso8601());
+            insert.run();
+            ids.push_back(impl_->writer->conn.last_insert_id());
+            if (row.gate == "feasibility") {
+                auto& summary = impl_->w("UPDATE recipes SET verdict = ?2 WHERE id = (SELECT recipe_id FROM recipe_revisions WHERE id = ?1) "
+                                         "AND latest_revision_id = ?1");
+                summary.bind(1, row.revision_id).bind(2, row.verdict_class.value_or(std::string(to_string(row.result))));
+                summary.run();
+            }
         }
-    }
-    tx.commit();
-    return ids;
+        return ids;
+    });
 }
 
 Id Store::transition(const TransitionRequest& request) { return transition_batch({request}).front(); }
 
 std::vector<Id> Store::transition_batch(const std::vector<TransitionRequest>& requests) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    std::vector<Id> ids;
-    ids.reserve(requests.size());
-    const std::string now = now_iso8601();
-    for (const auto& r : requests) ids.push_back(impl_->guarded_transition(r, now));
-    tx.commit();
-    return ids;
+    return write("transitions", [&] {
+        std::vector<Id> ids;
+        ids.reserve(requests.size());
+        const std::string now = now_iso8601();
+        for (const auto& r : requests) ids.push_back(impl_->guarded_transition(r, now));
+        return ids;
+    });
 }
 
 Store::Promotion Store::promote(Id revision_id, const std::string& reason, const std::string& actor,
                                 const std::vector<Id>& evidence_ids, const std::vector<Id>& verdict_ids) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    Promotion out;
-    const std::string now = now_iso8601();
-    auto& current = impl_->w("SELECT s.revision_id FROM revision_status s JOIN recipe_revisions r ON r.id = ?1 "
-                             "WHERE s.serving_slot = r.serving_slot AND s.status = 'promoted' AND s.revision_id != ?1");
-    current.bind(1, revision_id);
-    if (current.step()) out.retired_revision = current.integer(0);
-    current.reset();
-    if (out.retired_revision) {
-        TransitionRequest retire{*out.retired_revision, Status::retired,
-                                 "superseded by revision " + std::to_string(revision_id) + ": " + reason, actor, evidence_ids, verdict_ids, std::nullopt};
-        out.retired_transition = impl_->guarded_transition(retire, now);
-    }
-    out.promoted_transition = impl_->guarded_transition({revision_id, Status::promoted, reason, actor, evidence_ids, verdict_ids, std::nullopt}, now);
-    tx.commit();
-    return out;
+    return write("a promotion", [&] {
+        Promotion out;
+        const std::string now = now_iso8601();
+        auto& current = impl_->w("SELECT s.revision_id FROM revision_status s JOIN recipe_revisions r ON r.id = ?1 "
+                                 "WHERE s.serving_slot = r.serving_slot AND s.status = 'promoted' AND s.revision_id != ?1");
+        current.bind(1, revision_id);
+        if (current.step()) out.retired_revision = current.integer(0);
+        current.reset();
+        if (out.retired_revision) {
+            TransitionRequest retire{*out.retired_revision, Status::retired, "superseded by revision " + std::to_string(revision_id) + ": " + reason,
+                                     actor, evidence_ids, verdict_ids, std::nullopt};
+            out.retired_transition = impl_->guarded_transition(retire, now);
+        }
+        out.promoted_transition =
+            impl_->guarded_transition({revision_id, Status::promoted, reason, actor, evidence_ids, verdict_ids, std::nullopt}, now);
+        return out;
+    });
 }
 
 Id Store::record_engine_start(const EngineRow& row) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at, "
-                            "engine_key, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    const std::string now = now_iso8601();
-    insert.bind(1, row.revision_id).bind(2, row.driver).bind(3, row.pid).bind(4, row.container_id).bind(5, row.port);
-    insert.bind(6, row.started_at.empty() ? now : row.started_at).bind(7, row.health.empty() ? "starting" : row.health).bind(8, now);
-    insert.bind(9, row.engine_key).bind(10, row.role);
-    insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    tx.commit();
-    return id;
+    return write("an engine", [&] {
+        auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at, "
+                                "engine_key, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        const std::string now = now_iso8601();
+        insert.bind(1, row.revision_id).bind(2, row.driver).bind(3, row.pid).bind(4, row.container_id).bind(5, row.port);
+        insert.bind(6, row.started_at.empty() ? now : row.started_at).bind(7, row.health.empty() ? "starting" : row.health).bind(8, now);
+        insert.bind(9, row.engine_key).bind(10, row.role);
+        insert.run();
+        return impl_->writer->conn.last_insert_id();
+    });
 }
 
 void Store::record_engine_health(Id engine_id, const std::string& health) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& update = impl_->w("UPDATE engines SET health = ?2, health_at = ?3 WHERE id = ?1");
-    update.bind(1, engine_id).bind(2, health).bind(3, now_iso8601());
-    update.run();
-    tx.commit();
+    write("an engine's health", [&] {
+        auto& update = impl_->w("UPDATE engines SET health = ?2, health_at = ?3 WHERE id = ?1");
+        update.bind(1, engine_id).bind(2, health).bind(3, now_iso8601());
+        update.run();
+    });
 }
 
 void Store::record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_code) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    const std::string now = now_iso8601();
-    auto& update = impl_->w("UPDATE engines SET stopped_at = ?2, exit_code = ?3, health = 'exited', health_at = ?2 WHERE id = ?1");
-    update.bind(1, engine_id).bind(2, now).bind(3, exit_code);
-    update.run();
-    tx.commit();
+    write("an engine's stop", [&] {
+        const std::string now = now_iso8601();
+        auto& update = impl_->w("UPDATE engines SET stopped_at = ?2, exit_code = ?3, health = 'exited', health_at = ?2 WHERE id = ?1");
+        update.bind(1, engine_id).bind(2, now).bind(3, exit_code);
+        update.run();
+    });
 }
 
 Id Store::append_event(const std::string& kind, const std::string& subject, const std::string& message, const json& data) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& insert = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES (?, ?, ?, ?, ?)");
-    insert.bind(1, kind).bind(2, subject).bind(3, message).bind(4, data.dump()).bind(5, now_iso8601());
-    insert.run();
-    Id id = impl_->writer->conn.last_insert_id();
-    tx.commit();
-    return id;
+    return write("an event", [&] {
+        auto& insert = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES (?, ?, ?, ?, ?)");
+        insert.bind(1, kind).bind(2, subject).bind(3, message).bind(4, data.dump()).bind(5, now_iso8601());
+        insert.run();
+        return impl_->writer->conn.last_insert_id();
+    });
 }
 
 // ---------------------------------------------------------------- reads
@@ -886,32 +866,28 @@ std::string Store::integrity_check() const {
 // ---------------------------------------------------------------- daemon support
 
 void Store::set_setting(const std::string& key, const json& value, const std::string& actor) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    const std::string now = now_iso8601();
-    auto& upsert = impl_->w("INSERT INTO settings (key, value, actor, updated_at) VALUES (?1, ?2, ?3, ?4) "
-                            "ON CONFLICT (key) DO UPDATE SET value = ?2, actor = ?3, updated_at = ?4");
-    upsert.bind(1, key).bind(2, value.dump()).bind(3, actor).bind(4, now);
-    upsert.run();
-    auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
-    event.bind(1, key).bind(2, actor + " set " + key).bind(3, json{{"key", key}, {"value", value}, {"actor", actor}}.dump()).bind(4, now);
-    event.run();
-    tx.commit();
+    write("a setting", [&] {
+        const std::string now = now_iso8601();
+        auto& upsert = impl_->w("INSERT INTO settings (key, value, actor, updated_at) VALUES (?1, ?2, ?3, ?4) "
+                                "ON CONFLICT (key) DO UPDATE SET value = ?2, actor = ?3, updated_at = ?4");
+        upsert.bind(1, key).bind(2, value.dump()).bind(3, actor).bind(4, now);
+        upsert.run();
+        auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
+        event.bind(1, key).bind(2, actor + " set " + key).bind(3, json{{"key", key}, {"value", value}, {"actor", actor}}.dump()).bind(4, now);
+        event.run();
+    });
 }
 
 void Store::clear_setting(const std::string& key, const std::string& actor) {
-    require_writable(write_error_);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);
-    auto& erase = impl_->w("DELETE FROM settings WHERE key = ?");
-    erase.bind(1, key);
-    erase.run();
-    auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
-    event.bind(1, key).bind(2, actor + " cleared " + key).bind(3, json{{"key", key}, {"value", nullptr}, {"actor", actor}}.dump());
-    event.bind(4, now_iso8601());
-    event.run();
-    tx.commit();
+    write("a setting", [&] {
+        auto& erase = impl_->w("DELETE FROM settings WHERE key = ?");
+        erase.bind(1, key);
+        erase.run();
+        auto& event = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES ('setting', ?, ?, ?, ?)");
+        event.bind(1, key).bind(2, actor + " cleared " + key).bind(3, json{{"key", key}, {"value", nullptr}, {"actor", actor}}.dump());
+        event.bind(4, now_iso8601());
+        event.run();
+    });
 }
 
 std::optional<json> Store::setting(const std::string& key) const {

@@ -118,6 +118,11 @@ public:
     std::string integrity_check() const;
 
 private:
+    // Every write goes through here: refused when the store is read-only, then the write lock and
+    // one transaction, committed when `body` returns and rolled back when it throws.
+    template <typename Body>
+    auto write(std::string_view what, Body&& body);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::filesystem::path path_;
