@@ -90,6 +90,24 @@ struct RevisionRow {
     nlohmann::json document;
 };
 
+// A recipe revision as the ledger records it: fields the registry already read out of the document,
+// and the document itself as text. The store keeps the text and never reads fields back out of it.
+struct RevisionInput {
+    std::string recipe_id;
+    std::string sha256;     // of the document's bytes: one revision per content
+    std::string commit_id;  // empty when it came from no commit
+    std::string path;
+    std::string blob_id;
+    std::string engine;
+    std::string hardware_id;
+    std::string launch_kind;
+    std::string serving_slot = "default";
+    bool pinned = false;
+    std::vector<std::string> unpinned_reasons;
+    std::string description;  // searched with the id (its first 4 KiB)
+    std::string document;     // JSON text, stored once
+};
+
 struct EngineRow {
     Id id = 0;
     std::optional<Id> revision_id;

@@ -9,12 +9,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "registry/catalog.hpp"
 #include "registry/document.hpp"
 #include "state/records.hpp"
+#include "state/revision_input.hpp"
 #include "state/sqlite.hpp"
 
 namespace anvil::state {
@@ -55,9 +57,15 @@ public:
     // revision of a promoted recipe does not inherit its status). Bytes that are already a revision
     // make it the recipe's newest again (a revert or a force-push back): the registry decides what
     // is newest, and a retired revision that returns is a candidate again.
-    Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
-    // Every document of one registry commit in one transaction: the commit lands whole or not at all,
+    Ingested ingest_revision(Id source_id, const RevisionInput& revision, const std::string& actor = "reconciler");
+    // Every revision of one registry commit in one transaction (a span, so that a braced list of
+    // document pointers still means the overload below): the commit lands whole or not at all,
     // with the sync that read it (`sync`, as record_sync) when given.
+    std::vector<Ingested> ingest_revisions(Id source_id, std::span<const RevisionInput> revisions,
+                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
+    // The same from the registry's documents (each made a RevisionInput by revision_input()); only
+    // valid recipe documents become revisions.
+    Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
     std::vector<Ingested> ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
                                            const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
     Id add_evidence(const EvidenceRow& row);

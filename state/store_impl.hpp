@@ -125,10 +125,10 @@ struct Store::Impl {
     Id guarded_transition(const TransitionRequest& r, const std::string& now);
 
     // The recipes row's summary columns and search index follow the newest revision.
-    void make_newest(const registry::Document& doc, Id revision_id);
+    void make_newest(const RevisionInput& revision, Id revision_id);
     // Bytes already recorded as a revision that is not the newest: the registry went back to them.
-    void return_to_newest(const registry::Document& doc, Id revision_id, const std::string& actor);
-    Store::Ingested ingest(Id source_id, const registry::Document& doc, const std::string& actor);
+    void return_to_newest(const RevisionInput& revision, Id revision_id, const std::string& actor);
+    Store::Ingested ingest(Id source_id, const RevisionInput& revision, const std::string& actor);
 };
 
 template <typename Body>

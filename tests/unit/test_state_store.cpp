@@ -138,6 +138,47 @@ TEST_CASE("ingesting a recipe records a candidate revision with its provenance, 
     CHECK_THROWS_WITH(store.ingest_revision(0, invalid), Catch::Contains("bad.json"));
 }
 
+TEST_CASE("the store records the fields it is given and never reads them out of the document", "[state]") {
+    TempDir tmp;
+    Store store(tmp / "state.db");
+    RevisionInput in;
+    in.recipe_id = "given";
+    in.sha256 = std::string(64, 'd');
+    in.path = "recipes/given.json";
+    in.engine = "vllm";
+    in.hardware_id = "h100";
+    in.launch_kind = "container";
+    in.serving_slot = "edge";
+    in.pinned = true;
+    in.description = "Searchable Words";
+    in.document = R"({"data":{"id":"something-else","serving":{"slot":"default"}}})";  // not consulted
+    const auto ingested = store.ingest_revision(0, in);
+    CHECK(ingested.created);
+    const auto row = store.revision(ingested.revision_id);
+    REQUIRE(row);
+    CHECK(row->recipe_id == "given");
+    CHECK(row->serving_slot == "edge");
+    CHECK(row->engine == "vllm");
+    CHECK(row->launch_kind == "container");
+    CHECK(row->document == nlohmann::json::parse(in.document));
+    RecipeFilter words;
+    words.text = "searchable";
+    CHECK(store.list_recipes(words).total == 1);
+    CHECK_FALSE(store.ingest_revision(0, in).created);
+
+    // The registry's document becomes those fields in one place, its serving slot among them.
+    auto j = nlohmann::json::parse(test::seed_text("003_"));
+    j["data"]["id"] = "slotted";
+    j["data"]["serving"]["slot"] = "edge";
+    const auto doc = registry::parse_document(j.dump(), {"/srv/registry", std::string(40, 'a'), "recipes/slotted.json", std::string(40, 'b'), ""});
+    const auto fields = revision_input(doc);
+    CHECK(fields.recipe_id == "slotted");
+    CHECK(fields.serving_slot == "edge");
+    CHECK(fields.commit_id == std::string(40, 'a'));
+    CHECK(nlohmann::json::parse(fields.document) == doc.to_json());
+    CHECK(store.revision(store.ingest_revision(0, doc).revision_id)->serving_slot == "edge");
+}
+
 TEST_CASE("illegal transitions are refused naming the guard", "[state][lifecycle]") {
     TempDir tmp;
     Store store(tmp / "state.db");
