@@ -57,8 +57,6 @@ bool is_valid_actor(std::string_view actor) {
     return actor == "reconciler" || actor == "cli" || (actor.starts_with("api:") && actor.size() > 4);
 }
 
-std::vector<std::string> default_hard_gates() { return {"identity", "smoke", "json", "determinism"}; }
-
 std::optional<std::string> refuse_transition(const TransitionFacts& f) {
     // Built only for a refusal: an allowed move (the common case) costs no string.
     auto move = [&f] { return std::string(f.from ? to_string(*f.from) : "(new)") + " → " + std::string(to_string(f.to)); };

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "state/gate_table.hpp"  // default_hard_gates(): what required_hard_gates holds
+
 namespace anvil::state {
 
 enum class Status { candidate, qualifying, validated, promoted, retired, rejected, failed };
@@ -19,9 +21,6 @@ std::optional<Status> parse_status(std::string_view s);
 // Who asked: the reconciler, an API token ("api:<token id>"), or the command line.
 bool is_valid_actor(std::string_view actor);
 
-// The hard gates a revision must pass on local evidence before it may be validated or promoted.
-std::vector<std::string> default_hard_gates();
-
 struct TransitionFacts {
     std::optional<Status> from;  // none for a new revision
     Status to;
@@ -29,7 +28,7 @@ struct TransitionFacts {
     std::string actor;
     bool pinned = false;
     std::vector<std::string> unpinned_reasons;
-    std::vector<std::string> required_hard_gates;
+    std::vector<std::string> required_hard_gates;     // default_hard_gates(), from the gate table
     std::set<std::string> hard_gates_passed_locally;  // gates with a `pass` verdict backed only by local evidence
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -323,6 +324,16 @@ GateOutcome needle_gate(RunContext& run) {
         for (std::size_t i = 1; i < misses.size() && i < 3; ++i) why += "; " + misses[i];
         return why;
     });
+}
+
+GateFunction gate_function(std::string_view name) {
+    static constexpr std::pair<std::string_view, GateFunction> kFunctions[] = {
+        {"identity", identity_gate}, {"smoke", smoke_gate}, {"json", json_gate},
+        {"determinism", determinism_gate}, {"tools", tools_gate}, {"needle", needle_gate},
+    };
+    for (const auto& [gate, function] : kFunctions)
+        if (gate == name) return function;
+    return nullptr;
 }
 
 }  // namespace anvil::qualify::detail

@@ -2,6 +2,8 @@
 // passed / attempts >= Plan::min_pass_rate. An attempt that fails says why in one line.
 #pragma once
 
+#include <string_view>
+
 #include "daemon/qualify/run_context.hpp"
 
 namespace anvil::qualify::detail {
@@ -12,5 +14,9 @@ GateOutcome json_gate(RunContext& run);
 GateOutcome determinism_gate(RunContext& run);
 GateOutcome tools_gate(RunContext& run);        // only when Plan::tools
 GateOutcome needle_gate(RunContext& run);       // only when Plan::needle_context
+
+// The function that runs the gate named in state::gate_table(), or nullptr for a name with none.
+using GateFunction = GateOutcome (*)(RunContext&);
+GateFunction gate_function(std::string_view name);
 
 }  // namespace anvil::qualify::detail

@@ -2,6 +2,10 @@
 // the engine answered at all, then peak memory), and the receipt that records it.
 #include "daemon/qualify/qualification.hpp"
 
+#include <map>
+#include <stdexcept>
+#include <string_view>
+
 #include <spdlog/spdlog.h>
 
 #include "daemon/qualify/draft_acceptance.hpp"
@@ -10,16 +14,22 @@
 #include "daemon/qualify/quality.hpp"
 #include "daemon/qualify/receipt.hpp"
 #include "registry/sha256.hpp"
+#include "state/gate_table.hpp"
 
 namespace anvil::qualify {
 
 using nlohmann::json;
 
 bool Report::hard_gates_passed() const {
-    if (gates.empty()) return false;
+    std::map<std::string, bool> passed_by_gate;
+    for (const auto& g : gates) passed_by_gate[g.gate] = g.pass;
+    return state::hard_gates_passed(passed_by_gate);
+}
+
+const GateOutcome* Report::find_gate(std::string_view gate) const {
     for (const auto& g : gates)
-        if (!g.pass) return false;
-    return true;
+        if (g.gate == gate) return &g;
+    return nullptr;
 }
 
 const Measurement* Report::find(const std::string& metric) const {
@@ -106,16 +116,18 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
     spdlog::info("qualify: {} revision {} at {}:{} (model {})", target.recipe_id, target.revision_id, target.host,
                  target.port, target.model);
 
-    report.gates.push_back(identity_gate(run));
-    report.gates.push_back(smoke_gate(run));
-    report.gates.push_back(json_gate(run));
-    report.gates.push_back(determinism_gate(run));
-    if (plan.tools) report.gates.push_back(tools_gate(run));
-    if (plan.needle_context) report.gates.push_back(needle_gate(run));
+    const state::GateClaims claims{.tools = plan.tools, .context = plan.needle_context.has_value()};
+    for (const auto& spec : state::gate_table()) {
+        if (!state::runs_for(spec, claims)) continue;
+        const GateFunction gate = gate_function(spec.name);
+        if (!gate) throw std::logic_error("the gate table names '" + std::string(spec.name) + "', which daemon/qualify cannot run");
+        report.gates.push_back(gate(run));
+    }
 
     // An engine that never completed a smoke request has nothing to measure: minutes of timeouts
-    // would only delay the verdict the gates already gave.
-    const bool answered = report.gates[1].passed > 0;
+    // would only delay the verdict the gates already gave. (smoke runs on every plan.)
+    const GateOutcome* smoke = report.find_gate("smoke");
+    const bool answered = smoke && smoke->passed > 0;
     if (answered) {
         // Draft counters around the speed and quality measurements: their difference is this run's.
         const auto draft_before = scrape_draft_counters(run, "draft_counters");

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,7 @@ struct Target {
 struct Plan {
     int attempts = 3;                 // per hard gate
     double min_pass_rate = 1.0;       // min_deterministic_pass_rate
+    // Which gates run is state::gate_table()'s: the always-gates, plus these claims' gates.
     bool tools = false;               // the recipe claims tool calling: the tool-call gate runs
     std::optional<std::int64_t> needle_context;  // tokens: the needle gate runs up to this context
     std::vector<double> needle_depths{0.25, 0.5, 0.75};
@@ -65,7 +67,7 @@ struct Cancelled : std::runtime_error {
 };
 
 struct GateOutcome {
-    std::string gate;  // identity | smoke | json | determinism | tools | needle
+    std::string gate;  // a name from state::gate_table(): identity | smoke | json | determinism | tools | needle
     int passed = 0;
     int attempts = 0;
     bool pass = false;  // passed / attempts >= min_pass_rate
@@ -105,7 +107,9 @@ struct Report {
     std::string receipt_sha256;
     std::string started_at, finished_at;
 
+    // Every hard gate of state::gate_table() that ran passed, and the ones every plan runs did run.
     bool hard_gates_passed() const;
+    const GateOutcome* find_gate(std::string_view gate) const;  // nullptr when it did not run
     const Measurement* find(const std::string& metric) const;
 };
 
