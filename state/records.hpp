@@ -58,6 +58,31 @@ struct TransitionRequest {
     std::optional<std::string> commit_id;
 };
 
+// One qualification's outcome, written in one transaction: its evidence, its verdicts citing that
+// evidence, and the transition that closes it citing both. Nothing of it lands if any part is refused.
+struct QualificationVerdict {
+    std::string gate;
+    GateResult result = GateResult::unknown;
+    std::optional<std::string> verdict_class;
+    std::vector<std::string> reasons;
+    std::vector<std::size_t> evidence;  // positions in QualificationRecord::evidence
+};
+
+struct QualificationRecord {
+    Id revision_id = 0;
+    std::vector<EvidenceRow> evidence;  // each row's revision_id is ignored: it is the record's
+    std::vector<QualificationVerdict> verdicts;
+    Status to = Status::failed;  // validated, failed or retired
+    std::string reason;
+    std::string actor = "reconciler";
+};
+
+struct QualificationRecorded {
+    std::vector<Id> evidence_ids;  // in the order of QualificationRecord::evidence
+    std::vector<Id> verdict_ids;
+    Id transition_id = 0;
+};
+
 struct TransitionRow {
     Id id = 0;
     Id revision_id = 0;

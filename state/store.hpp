@@ -72,6 +72,10 @@ public:
     Id add_verdict(const VerdictRow& row);
     // Many verdicts in one transaction (the feasibility of a whole registry commit).
     std::vector<Id> add_verdicts(const std::vector<VerdictRow>& rows);
+    // A qualification's evidence, verdicts and closing transition (to validated, failed or retired) in
+    // one transaction; the guard sees the verdicts written in it. Throws TransitionRefused, leaving
+    // no row behind, when the transition is refused.
+    QualificationRecorded record_qualification(const QualificationRecord& record);
     // Guarded; throws TransitionRefused naming the guard that failed.
     Id transition(const TransitionRequest& request);
     // Many transitions in one transaction: all or none.

@@ -114,6 +114,10 @@ struct Store::Impl {
 
     // ---- pieces of write transactions; the caller holds the transaction ----
 
+    Id insert_evidence(const EvidenceRow& row);
+    // A feasibility verdict also becomes the recipe's summary verdict when it judges the newest revision.
+    Id insert_verdict(const VerdictRow& row);
+
     // The ledger row, the status cache and the recipe summary: three writes, one transaction (the
     // caller's). Every lookup goes through a primary key.
     Id insert_transition(Id revision_id, const std::string& recipe_id, const std::string& slot, std::optional<Status> from,

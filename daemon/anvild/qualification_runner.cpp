@@ -104,8 +104,13 @@ bool QualificationRunner::run(QualificationJob job, std::function<void()> done) 
 void QualificationRunner::execute(const QualificationJob& job) {
     spdlog::info("qualifying {} revision {}{}", job.recipe.id, job.revision_id,
                  job.control_revision ? " against the default, revision " + std::to_string(*job.control_revision) : std::string());
-    auto fail = [&](const std::string& reason, std::vector<state::Id> verdicts = {}, std::vector<state::Id> evidence = {}) {
-        store_.transition({job.revision_id, state::Status::failed, reason, "reconciler", evidence, verdicts, std::nullopt});
+    // A qualification's evidence, verdicts and closing transition are one transaction (record_qualification).
+    state::QualificationRecord record;
+    record.revision_id = job.revision_id;
+    auto fail = [&](const std::string& reason) {
+        record.to = state::Status::failed;
+        record.reason = reason;
+        store_.record_qualification(record);
         store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " failed: " + reason);
     };
 
@@ -132,8 +137,8 @@ void QualificationRunner::execute(const QualificationJob& job) {
         cut_short(e.what());
         return;
     } catch (const std::exception& e) {
-        const state::Id v = store_.add_verdict({0, job.revision_id, "startup", state::GateResult::fail, std::nullopt, {e.what()}, {}, ""});
-        fail(std::string("the engine did not start: ") + e.what(), {v});
+        record.verdicts.push_back({"startup", state::GateResult::fail, std::nullopt, {e.what()}, {}});
+        fail(std::string("the engine did not start: ") + e.what());
         return;
     }
 
@@ -176,9 +181,10 @@ void QualificationRunner::execute(const QualificationJob& job) {
     // Evidence: every measurement and every gate's pass rate, local and measured, with the receipt.
     const std::string source = "qualification of revision " + std::to_string(job.revision_id) + " (receipt " +
                                report.receipt_path.filename().string() + ")";
+    // The control the quality was compared with, when the suite compared every control position.
+    const bool compared = report.find("relative_quality_loss") && job.control_revision;
     auto evidence = [&](const std::string& metric, double value, const std::string& unit) {
         state::EvidenceRow row;
-        row.revision_id = job.revision_id;
         row.metric = metric;
         row.min = row.max = registry::Number(value);
         row.unit = unit;
@@ -188,44 +194,43 @@ void QualificationRunner::execute(const QualificationJob& job) {
         row.observed_at = report.finished_at;
         row.receipt_sha256 = report.receipt_sha256;
         row.receipt_path = report.receipt_path.string();
-        return store_.add_evidence(row);
+        record.evidence.push_back(std::move(row));
+        return record.evidence.size() - 1;
     };
-    std::vector<state::Id> all_evidence, verdict_ids;
-    for (const auto& m : report.measurements) all_evidence.push_back(evidence(m.metric, m.value, m.unit));
-    // The suite reports the quality comparison only when every control position was compared; the
-    // control it was measured against is recorded beside it, so a later default cannot inherit it.
-    if (report.find("relative_quality_loss") && job.control_revision)
-        all_evidence.push_back(evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision"));
+    for (const auto& m : report.measurements) evidence(m.metric, m.value, m.unit);
+    // The control it was measured against is recorded beside the comparison, so a later default
+    // cannot inherit it.
+    if (compared) evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision");
     std::vector<std::string> failed_gates;
     for (const auto& g : report.gates) {
-        const state::Id e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
-        all_evidence.push_back(e);
-        const state::Id v = store_.add_verdict({0, job.revision_id, g.gate, g.pass ? state::GateResult::pass : state::GateResult::fail,
-                                                std::nullopt, g.reasons, {e}, ""});
-        verdict_ids.push_back(v);
+        const std::size_t e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
+        record.verdicts.push_back({g.gate, g.pass ? state::GateResult::pass : state::GateResult::fail, std::nullopt, g.reasons, {e}});
         if (!g.pass) failed_gates.push_back(g.gate + " (" + std::to_string(g.passed) + "/" + std::to_string(g.attempts) + ")");
     }
 
     if (!failed_gates.empty()) {
         std::string reason = "hard gates failed: ";
         for (std::size_t i = 0; i < failed_gates.size(); ++i) reason += (i ? ", " : "") + failed_gates[i];
-        fail(reason, verdict_ids, all_evidence);
+        fail(reason);
         return;
     }
     // Only a revision whose document is at the synced commit is validated: one removed or replaced
     // while it was measured is retired instead, its measurements kept as evidence.
     if (auto why = in_registry_ ? in_registry_(job.revision_id) : std::nullopt) {
-        store_.transition({job.revision_id, state::Status::retired, "not validated: " + *why, "reconciler", all_evidence, verdict_ids, std::nullopt});
+        record.to = state::Status::retired;
+        record.reason = "not validated: " + *why;
+        store_.record_qualification(record);
         store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " passed but was retired: " + *why);
         return;
     }
     write_atomically(samples_path(job.revision_id), report.quality_samples.dump());
     try {
-        store_.transition({job.revision_id, state::Status::validated,
-                           "every hard gate passed on this machine (receipt sha256 " + report.receipt_sha256.substr(0, 12) + ")",
-                           "reconciler", all_evidence, verdict_ids, std::nullopt});
+        record.to = state::Status::validated;
+        record.reason = "every hard gate passed on this machine (receipt sha256 " + report.receipt_sha256.substr(0, 12) + ")";
+        store_.record_qualification(record);
     } catch (const state::TransitionRefused& e) {
-        fail(std::string("could not be validated: ") + e.what(), verdict_ids, all_evidence);
+        // Nothing of the refused record landed: the same measurements are recorded with the failure.
+        fail(std::string("could not be validated: ") + e.what());
     }
 }
 

@@ -1,0 +1,121 @@
+// A qualification's record: evidence, verdicts and the closing transition land in one transaction,
+// or none of it does.
+#include <catch2/catch.hpp>
+
+#include "registry/document.hpp"
+#include "state/store.hpp"
+#include "test_support.hpp"
+
+using namespace anvil;
+using namespace anvil::state;
+using anvil::test::TempDir;
+
+namespace {
+
+Id candidate(Store& store, const std::string& id) {
+    auto j = nlohmann::json::parse(test::seed_text("003_"));
+    j["data"]["id"] = id;
+    return store.ingest_revision(0, registry::parse_document(j.dump(), {"/srv/registry", "", "recipes/" + id + ".json", "", ""})).revision_id;
+}
+
+EvidenceRow measured(const std::string& metric, double value) {
+    EvidenceRow e;
+    e.metric = metric;
+    e.min = e.max = registry::Number(value);
+    e.unit = "ratio";
+    e.source = "qualification test";
+    e.receipt_sha256 = std::string(64, 'e');
+    return e;
+}
+
+// Every hard gate measured and judged; `failing` fails instead of passing.
+QualificationRecord qualification(Id revision, Status to, const std::string& failing = "") {
+    QualificationRecord r;
+    r.revision_id = revision;
+    r.to = to;
+    r.reason = "test qualification";
+    r.evidence.push_back(measured("warm_e2e_seconds", 1.5));
+    for (const auto& gate : default_hard_gates()) {
+        const bool pass = gate != failing;
+        r.evidence.push_back(measured("gate_pass_rate:" + gate, pass ? 1.0 : 0.0));
+        r.verdicts.push_back({gate, pass ? GateResult::pass : GateResult::fail, std::nullopt, {"test"}, {r.evidence.size() - 1}});
+    }
+    return r;
+}
+
+std::int64_t count(const std::filesystem::path& db, const std::string& table) {
+    Connection raw(db, OpenMode::read_only);
+    Statement s(raw, "SELECT count(*) FROM " + table);
+    s.step();
+    return s.integer(0);
+}
+
+}  // namespace
+
+TEST_CASE("a qualification's evidence, verdicts and closing transition are one transaction", "[state][qualification]") {
+    TempDir tmp;
+    const auto file = tmp / "state.db";
+    Store store(file);
+    const Id r = candidate(store, "q1");
+    store.transition({r, Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
+
+    const auto before = store.write_generation();
+    const auto recorded = store.record_qualification(qualification(r, Status::validated));
+    CHECK(store.write_generation() == before + 1);
+    CHECK(store.status_of(r) == Status::validated);
+    CHECK(recorded.evidence_ids.size() == 1 + default_hard_gates().size());
+    CHECK(recorded.verdict_ids.size() == default_hard_gates().size());
+
+    const auto detail = store.recipe("q1");
+    REQUIRE(detail);
+    const auto& closing = detail->history.back();
+    CHECK(closing.id == recorded.transition_id);
+    CHECK(closing.to == Status::validated);
+    CHECK(closing.evidence_ids == recorded.evidence_ids);
+    CHECK(closing.verdict_ids == recorded.verdict_ids);
+    // Each verdict cites the evidence row it was given by position, under that row's new id.
+    REQUIRE(detail->verdicts.size() == default_hard_gates().size());
+    for (std::size_t i = 0; i < detail->verdicts.size(); ++i) CHECK(detail->verdicts[i].evidence_ids == std::vector<Id>{recorded.evidence_ids[i + 1]});
+    for (const auto& e : detail->evidence) CHECK(e.revision_id == r);
+}
+
+TEST_CASE("a refused qualification leaves no evidence or verdict behind", "[state][qualification]") {
+    TempDir tmp;
+    const auto file = tmp / "state.db";
+    Store store(file);
+    const Id r = candidate(store, "q2");
+
+    SECTION("the lifecycle refuses: the revision is not qualifying") {
+        CHECK_THROWS_AS(store.record_qualification(qualification(r, Status::validated)), TransitionRefused);
+        CHECK(store.status_of(r) == Status::candidate);
+    }
+    SECTION("the evidence guard refuses: a hard gate failed, judged on the verdicts written in the same transaction") {
+        store.transition({r, Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
+        CHECK_THROWS_WITH(store.record_qualification(qualification(r, Status::validated, "json")),
+                          Catch::Contains("evidence guard") && Catch::Contains("json"));
+        CHECK(store.status_of(r) == Status::qualifying);
+        CHECK(count(file, "evidence") == 0);
+        CHECK(count(file, "verdicts") == 0);
+        // The same measurements, recorded as the failure they are.
+        const auto failed = store.record_qualification(qualification(r, Status::failed, "json"));
+        CHECK(store.status_of(r) == Status::failed);
+        CHECK(count(file, "evidence") == static_cast<std::int64_t>(failed.evidence_ids.size()));
+        CHECK(count(file, "verdicts") == static_cast<std::int64_t>(failed.verdict_ids.size()));
+    }
+    SECTION("a verdict citing evidence that is not in the record") {
+        store.transition({r, Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
+        auto record = qualification(r, Status::failed);
+        record.verdicts.back().evidence = {record.evidence.size()};
+        CHECK_THROWS_WITH(store.record_qualification(record), Catch::Contains("cites evidence"));
+        CHECK(store.status_of(r) == Status::qualifying);
+    }
+    SECTION("a qualification ends validated, failed or retired") {
+        CHECK_THROWS_WITH(store.record_qualification(qualification(r, Status::promoted)), Catch::Contains("validated, failed or retired"));
+    }
+    if (store.status_of(r) != Status::failed) {
+        CHECK(count(file, "evidence") == 0);
+        CHECK(count(file, "verdicts") == 0);
+        CHECK(store.recipe("q2")->history.size() == (store.status_of(r) == Status::candidate ? 1u : 2u));
+    }
+    CHECK(store.statuses() == store.statuses_from_ledger());
+}
