@@ -99,6 +99,14 @@ SyncReport Catalog::sync(GitSource& source) {
     return apply(source, source.fetch());
 }
 
+std::string Catalog::full_read_reason(const GitSource& source, const std::string& commit) const {
+    if (commit == commit_ && source.url() == source_url_) return "";
+    if (commit_.empty() || source.url() != source_url_) return "first read of " + source.url();
+    if (!source.has_commit(commit_)) return "previous commit " + commit_ + " is no longer in the source";
+    if (!source.descends_from(commit, commit_)) return "ref rewound or force-pushed from " + commit_.substr(0, 12) + " to " + commit.substr(0, 12);
+    return "";
+}
+
 SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     SyncReport report;
     report.previous_commit = commit_;
@@ -109,10 +117,7 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
         return parse_document(source.read_blob(blob_id), Provenance{source.url(), commit, path, blob_id, ""}, limits_);
     };
 
-    if (commit_.empty() || source.url() != source_url_) report.full_reason = "first read of " + source.url();
-    else if (!source.has_commit(commit_)) report.full_reason = "previous commit " + commit_ + " is no longer in the source";
-    else if (!source.descends_from(commit, commit_))
-        report.full_reason = "ref rewound or force-pushed from " + commit_.substr(0, 12) + " to " + commit.substr(0, 12);
+    report.full_reason = full_read_reason(source, commit);
 
     if (!report.full_reason.empty()) {
         if (!commit_.empty()) spdlog::warn("registry {}: {}; reading every document again", source.url(), report.full_reason);

@@ -33,6 +33,10 @@ public:
     SyncReport sync(GitSource& source);
     // Brings the catalog to `commit` of an already fetched source.
     SyncReport apply(const GitSource& source, const std::string& commit);
+    // Why apply(source, commit) would read every document again (first read, ref rewound, previous
+    // commit gone), or empty when it reads only what the diff names. Lets a caller that publishes
+    // the catalog to other threads apply a full read to a copy instead of in place.
+    std::string full_read_reason(const GitSource& source, const std::string& commit) const;
     // Reads a plain directory (every document path below it) or one file of any name, outside git.
     // `owners` keeps ids with the paths that had them (see owners()).
     static Catalog from_filesystem(const std::filesystem::path& root, const std::map<std::string, std::string>& owners = {},

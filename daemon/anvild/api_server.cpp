@@ -1,5 +1,8 @@
 #include "daemon/anvild/api_server.hpp"
 
+#include "daemon/anvild/api_views.hpp"
+#include "daemon/controller/promotion_settings.hpp"
+
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/safe_text.hpp"
 #include "kernels/hardware/inventory_report.hpp"
@@ -212,18 +215,18 @@ void ApiServer::routes() {
           }));
     h.Get("/metrics", wrap("/metrics", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
               std::string gauges = "# HELP anvil_recipes Recipes by the status of their newest revision.\n# TYPE anvil_recipes gauge\n";
-              const json counts = reconciler_.status()["recipes"];
+              const json counts = status_view(reconciler_, store_)["recipes"];
               for (const auto& [status, n] : counts.items()) gauges += "anvil_recipes{status=\"" + status + "\"} " + std::to_string(n.get<std::int64_t>()) + "\n";
               gauges += "# HELP anvil_engines Engines anvild runs now.\n# TYPE anvil_engines gauge\nanvil_engines " +
                         std::to_string(reconciler_.engines().size()) + "\n";
               res.set_content(metrics_.render(gauges), "text/plain; version=0.0.4");
           }));
 
-    h.Get("/api/v1/status", wrap("/api/v1/status", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, reconciler_.status()); }));
+    h.Get("/api/v1/status", wrap("/api/v1/status", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, status_view(reconciler_, store_)); }));
 
     // What NVML reads now, and what feasibility judges with (declared, measured at start, or none).
     h.Get("/api/v1/inventory", wrap("/api/v1/inventory", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-              send(res, 200, {{"data", {{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", reconciler_.inventory_json()}}}});
+              send(res, 200, {{"data", {{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", inventory_view(reconciler_)}}}});
           }));
 
     h.Get("/api/v1/recipes", wrap("/api/v1/recipes", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
@@ -316,7 +319,7 @@ void ApiServer::routes() {
     h.Get("/api/v1/default", wrap("/api/v1/default", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
               const auto current = store_.current_default();
               if (!current) return send(res, 200, {{"data", nullptr}});
-              const auto pin = store_.setting("promotion.pin");
+              const auto pin = store_.setting(kPinKey);
               std::string since;
               if (const auto detail = store_.recipe(current->recipe_id))
                   for (const auto& t : detail->history)
@@ -339,7 +342,7 @@ void ApiServer::routes() {
               }
               send(res, 200, {{"data", data}});
           }));
-    h.Get("/api/v1/registry", wrap("/api/v1/registry", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, {{"data", reconciler_.registry_status()}}); }));
+    h.Get("/api/v1/registry", wrap("/api/v1/registry", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, {{"data", registry_view(reconciler_)}}); }));
     h.Get("/api/v1/events", wrap("/api/v1/events", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
               state::FeedCursor cursor;
               if (req.has_param("after")) {

@@ -10,7 +10,7 @@
 
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "daemon/anvild/reconciler.hpp"
+#include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/response_cache.hpp"
 #include "state/store.hpp"
 

@@ -237,7 +237,7 @@ void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
                          "drain_timeout_seconds", "retry_backoff_min_seconds", "retry_backoff_max_seconds"},
                         reader);
     if (auto policy = reader.string(n, "policy", Presence::optional)) {
-        if (*policy == "auto" || *policy == "manual") p.policy = *policy;
+        if (const auto parsed = qualify::parse_policy(*policy)) p.policy = *parsed;
         else reader.fail(n.child("policy"), "\"auto\" or \"manual\"");
     }
     if (auto v = reader.integer(n, "min_interval_seconds", Presence::optional, 0)) p.min_interval = std::chrono::seconds(*v);
@@ -526,6 +526,21 @@ std::string ensure_token(const fs::path& file) {
         // Read back what is now there (ours, or a concurrent starter's).
     }
     throw std::runtime_error(file.string() + ": the API token file vanished while it was being created");
+}
+
+qualify::Thresholds promotion_thresholds(const DaemonConfig& config) {
+    qualify::Thresholds t;
+    if (config.requirements)
+        for (const auto& [name, v] : config.requirements->thresholds) {
+            if (!v.value) continue;
+            const double x = registry::to_double(*v.value);
+            if (name == "min_deterministic_pass_rate") t.min_deterministic_pass_rate = x;
+            else if (name == "max_relative_quality_loss") t.max_relative_quality_loss = x;
+            else if (name == "min_warm_e2e_gain") t.min_warm_e2e_gain = x;
+            else if (name == "min_tasks_per_hour_ratio") t.min_tasks_per_hour_ratio = x;
+        }
+    t.margin = config.promotion.margin;
+    return t;
 }
 
 driver::SupervisorSettings supervisor_settings(const DaemonConfig& c) {

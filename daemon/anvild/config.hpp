@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/qualify/promotion_policy.hpp"
 #include "engine/supervisor/engine_supervisor.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility_input.hpp"
@@ -49,7 +50,7 @@ struct SourceConfig {
 };
 
 struct PromotionConfig {
-    std::string policy = "auto";  // auto | manual
+    qualify::Policy policy = qualify::Policy::automatic;
     std::chrono::seconds min_interval{std::chrono::seconds(300)};  // between two automatic promotions
     double margin = 0.02;         // a candidate must beat each threshold by this much more (no flapping)
     int attempts = 3;             // per hard gate; its pass rate is judged against min_deterministic_pass_rate
@@ -115,6 +116,9 @@ struct ConfigOverrides {
     std::optional<HostPort> serve;
 };
 void apply_overrides(DaemonConfig& config, const ConfigOverrides& overrides);
+
+// The promotion thresholds: the requirements' thresholds block (when given) and the margin.
+qualify::Thresholds promotion_thresholds(const DaemonConfig& config);
 
 // What the engine supervisor reads of the configuration: data directory, engine binary, container
 // runtime, and the launch rules (placeholders, allowed roots, port range, ready timeout).

@@ -23,10 +23,11 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/anvild/api_server.hpp"
+#include "daemon/anvild/api_views.hpp"
 #include "daemon/anvild/atomic_file.hpp"
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "daemon/anvild/reconciler.hpp"
+#include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/systemd_notify.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "state/store.hpp"
@@ -148,7 +149,7 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     reconciler.pass();
     loop.beat();
     daemon::notify_ready();
-    daemon::notify_status(status_line(reconciler.status()));
+    daemon::notify_status(status_line(daemon::status_view(reconciler, store)));
     spdlog::info("anvild ready: API on {}:{}, stable endpoint on {}:{}", config.listen.host, api.port(), config.serve.host, endpoint.port());
 
     auto interval = config.reconcile_interval;
@@ -167,7 +168,7 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
             spdlog::error("reconcile pass failed: {}", e.what());
         }
         loop.beat();
-        daemon::notify_status(status_line(reconciler.status()));
+        daemon::notify_status(status_line(daemon::status_view(reconciler, store)));
     }
     api.stop();
     reconciler.shut_down(loop.terminate && config.stop_engines_on_exit);

@@ -1,8 +1,18 @@
 // The reconcile loop's one pass: level-triggered and idempotent. Each pass observes (registry
 // commits, engines' health), reads the ledger, takes the one next step per concern, records it and
-// acts: ingest and judge new revisions, keep the default's engine running behind the stable
-// endpoint, qualify the next candidate, promote by policy, and roll back a default that cannot
-// serve. A pass never assumes the previous one finished: everything it needs is read again.
+// acts. The steps, each in its own file:
+//   registry_step.cpp       fetch each due source, swap its catalog in, ingest what changed, retire what left
+//   judge_step.cpp          feasibility on paper for new revisions: a verdict each, `rejected` for what cannot run
+//   engine_step.cpp         notice engines that exited
+//   promotion_step.cpp      ask qualify::choose_promotion (pin, freeze, policy, thresholds) and act on its answer
+//   serving_step.cpp        keep the default's engine running behind the stable endpoint; roll back one that cannot serve
+//   qualification_step.cpp  start the next qualification (retries with backoff, the exclusive window)
+// Operator requests (operator_requests.cpp) record intent in the ledger and wake the pass, which
+// acts. A pass never assumes the previous one finished: everything it needs is read again.
+//
+// Locking: the reconcile thread is the only writer of the state below mutex_; it takes mutex_ only
+// to swap in what it prepared (a catalog, a condition, gate inputs), never across a fetch, a drain,
+// an engine start or stop, so /readyz, /metrics and /api/v1/status answer while a pass is slow.
 #pragma once
 
 #include <chrono>
@@ -18,10 +28,10 @@
 
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "engine/supervisor/engine_supervisor.hpp"
-#include "daemon/anvild/qualification_runner.hpp"
-#include "daemon/anvild/registry_watch.hpp"
+#include "daemon/controller/controller_ports.hpp"
+#include "daemon/controller/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
 #include "daemon/qualify/promotion_policy.hpp"
 #include "registry/recipe_gates.hpp"
 #include "state/store.hpp"
@@ -44,7 +54,10 @@ struct Condition {
 
 class Reconciler {
 public:
-    Reconciler(const DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, DaemonMetrics& metrics);
+    // Production: the real engine supervisor, qualification runner and clock.
+    Reconciler(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics);
+    // Tests: every part of the world it acts on given.
+    Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics);
     ~Reconciler();
 
     // Finds the engines an earlier anvild left running; call once before the first pass.
@@ -55,16 +68,31 @@ public:
     // Called (from any thread) when something wants a pass soon: a qualification ended, an API write.
     void set_wake(std::function<void()> wake) { wake_ = std::move(wake); }
 
-    // ---- for the API (any thread) ----
-    bool ready() const;
+    // ---- reads for the API (any thread; each takes mutex_ only to copy) ----
+    bool ready() const { return not_ready_reasons().empty(); }
     std::vector<std::string> not_ready_reasons() const;
-    nlohmann::json status() const;
-    // The inventory feasibility judges with ({"source", "inventory"}; inventory null without one).
-    nlohmann::json inventory_json() const;
-    nlohmann::json registry_status() const;
+    std::map<std::string, Condition> conditions() const;
     nlohmann::json last_pass() const;  // when it finished, how long, and each step's milliseconds
+    // The inventory feasibility judges with, and where it came from.
+    std::pair<std::optional<registry::Inventory>, std::string> inventory() const;
+    // Each source as last read: where it stands and which documents it refused, and why.
+    struct SourceView {
+        SourceConfig config;
+        std::string commit;
+        std::string last_sync_at;
+        std::optional<std::string> last_error;
+        std::size_t documents = 0;
+        std::vector<std::pair<std::string, std::vector<std::string>>> invalid;  // path → problems
+    };
+    std::vector<SourceView> sources() const;
+    // Feasibility of the recipe as the registry holds it now, on this machine's inputs.
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;
-    std::vector<driver::RunningEngine> engines() const { return engines_.engines(); }
+    std::vector<driver::RunningEngine> engines() const { return engines_->engines(); }
+    std::optional<state::Id> qualifying() const { return qualifications_->current(); }
+    std::optional<endpoint::Upstream> upstream() const { return endpoint_->current(); }
+    const DaemonConfig& config() const { return config_; }
+
+    // ---- operator requests (any thread): checked, recorded as intent, then the pass acts ----
     void request_sync();
     void request_qualification(const std::string& recipe_id, const std::string& actor);
     void pin(const std::optional<std::string>& recipe_id, const std::string& actor);
@@ -76,42 +104,47 @@ private:
         int failures = 0;
         std::chrono::steady_clock::time_point next{};
     };
+    // What feasibility reads besides the recipe: licences and hardware records from the catalogs,
+    // this host's memory, model shapes. Gathered once per set of commits; shared with API threads.
+    struct GateInputs {
+        registry::LicenceBook licences;
+        std::map<std::string, double> vram_gb;  // hardware id → nominal GB per GPU
+        std::optional<registry::EvidenceVariable> host_memory;  // MemTotal, read with the inputs
+        // Each model directory's shape (its config.json), read once per directory found.
+        std::shared_ptr<std::map<std::string, registry::ModelShapeReading>> model_shapes =
+            std::make_shared<std::map<std::string, registry::ModelShapeReading>>();
+        std::shared_ptr<std::mutex> model_shapes_mutex = std::make_shared<std::mutex>();
+    };
+    Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics);  // both constructors' common part
 
-    void registry_step();
+    // ---- the steps (one file each) ----
+    void registry_step();  // registry_step.cpp
     void ingest(RegistryWatch& watch, const WatchResult& result, state::Id source_id);
     // Retires what must no longer be considered: revisions superseded by a newer one of their recipe,
     // and newest revisions whose document is not at the synced commit of its source (removed, or
     // replaced by a force-push). Level-triggered: finds them whatever pass or crash left them.
     void retire_step();
+    // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
+    void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);  // judge_step.cpp
+    void judge_stragglers();
+    void engine_step();         // engine_step.cpp
+    void promotion_step();      // promotion_step.cpp
+    void serving_step();        // serving_step.cpp
+    void qualification_step();  // qualification_step.cpp
+
+    // ---- shared by the steps ----
     // Why this revision's document is not at the synced commit of its source, or nothing when it
-    // is. Every decision to qualify, validate, pin or promote asks first. Takes mutex_.
+    // is. Every decision to qualify, validate, pin or promote asks first. Any thread.
     std::optional<std::string> not_in_registry(const std::string& source_url, const std::string& recipe_id, const std::string& sha256) const;
     std::optional<std::string> not_in_registry(const state::RevisionRow& revision) const {
         return not_in_registry(revision.source_url, revision.recipe_id, revision.sha256);
     }
-    // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
-    void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);
     // Records `moves` in one transaction, or, when the guard refuses one, each on its own.
     void record_transitions(const std::vector<state::TransitionRequest>& moves);
-    void judge_stragglers();
-    void engine_step();
-    void qualification_step();
-    void promotion_step();
-    void serving_step();
-
-    struct GateInputs {
-        registry::LicenceBook licences;
-        std::map<std::string, double> vram_gb;  // hardware id → nominal GB per GPU
-        // The embedded engine's host_memory gate: this host's memory (MemTotal, read with the
-        // inputs), and each model directory's shape (its config.json), read once per directory found.
-        std::optional<registry::EvidenceVariable> host_memory;
-        std::shared_ptr<std::map<std::string, registry::ModelShapeReading>> model_shapes =
-            std::make_shared<std::map<std::string, registry::ModelShapeReading>>();
-    };
-    const GateInputs& gate_inputs() const;  // callers hold mutex_
-    registry::GateContext gate_context(const registry::Recipe& recipe) const;
+    std::shared_ptr<const GateInputs> gate_inputs() const;  // any thread
+    registry::GateContext gate_context(const registry::Recipe& recipe, const std::shared_ptr<const GateInputs>& inputs) const;
     qualify::Contender contender(const state::RevisionRow& revision) const;
-    qualify::Thresholds thresholds() const;
+    qualify::PolicyState policy_state() const;
     void promote(const state::RevisionRow& revision, const std::string& reason, const std::string& actor);
     void rollback(const std::string& why);
     void set_condition(const std::string& type, bool ok, const std::string& reason, const std::string& message);
@@ -119,34 +152,43 @@ private:
     void wake() const {
         if (wake_) wake_();
     }
+    // Milliseconds since `t`, for the pass's step timings.
+    double ms_since(std::chrono::steady_clock::time_point t) const;
 
     const DaemonConfig& config_;
     state::Store& store_;
-    endpoint::StableEndpoint& endpoint_;
     DaemonMetrics& metrics_;
-    driver::EngineSupervisor engines_;
-    QualificationRunner runner_;
+    // Production's own parts (empty when a test gives its own), then the ports the code uses.
+    std::unique_ptr<driver::EngineSupervisor> own_engines_;
+    std::unique_ptr<Qualifications> own_qualifications_;
+    SystemClock own_clock_;
+    driver::EngineFleet* engines_ = nullptr;
+    endpoint::UpstreamSwitch* endpoint_ = nullptr;
+    Qualifications* qualifications_ = nullptr;
+    const Clock* clock_ = nullptr;
     std::function<void()> wake_;
 
-    mutable std::mutex mutex_;  // guards everything below, which API threads read
+    mutable std::mutex mutex_;  // guards what API threads read, below and in each watch
     std::vector<std::unique_ptr<RegistryWatch>> watches_;
-    std::map<std::string, state::Id> source_ids_;
-    std::optional<registry::Inventory> inventory_;
+    std::optional<registry::Inventory> inventory_;  // set at construction, read-only after
     std::string inventory_note_;
     std::map<std::string, Condition> conditions_;
     nlohmann::json last_pass_ = nullptr;
     bool force_sync_ = false;
-    nlohmann::json step_detail_;  // finer timings of the running pass (reconcile thread only)
     bool first_pass_done_ = false;
+    mutable std::shared_ptr<const GateInputs> gate_inputs_;
+    mutable std::string gate_inputs_key_;
+
+    // The reconcile thread's own (no lock).
+    std::map<std::string, state::Id> source_ids_;
+    nlohmann::json step_detail_;  // finer timings of the running pass
     bool exclusive_qualification_ = false;  // the default's engine is paused for a qualification
-    std::optional<std::pair<std::string, std::string>> resume_after_exclusive_;  // (default, candidate): reconcile thread only
+    std::optional<std::pair<std::string, std::string>> resume_after_exclusive_;  // (default, candidate)
     std::map<state::Id, Backoff> serving_backoff_;
     std::map<state::Id, Backoff> retry_backoff_;
-    std::map<std::string, std::string> last_notes_;
-    std::map<state::Id, int> fidelity_ranks_;
-    std::string retire_checked_key_;  // catalogs and ledger as the retire step last saw them (reconcile thread only)
-    mutable std::optional<GateInputs> gate_inputs_;
-    mutable std::string gate_inputs_key_;  // revision → fidelity_rank, computed once  // de-duplicates repeated hold reasons
+    std::map<std::string, std::string> last_notes_;  // de-duplicates repeated hold reasons
+    std::map<state::Id, int> fidelity_ranks_;        // revision → fidelity_rank, computed once
+    std::string retire_checked_key_;  // catalogs and ledger as the retire step last saw them
 };
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16

@@ -1,4 +1,4 @@
-#include "daemon/anvild/registry_watch.hpp"
+#include "daemon/controller/registry_watch.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -19,17 +19,29 @@ void RegistryWatch::remember_recipe_paths(const std::map<std::string, std::strin
     catalog_.remember_owners(remembered_owners_);
 }
 
-WatchResult RegistryWatch::poll() {
+WatchResult RegistryWatch::poll(std::mutex& publish) {
     WatchResult out;
     next_poll_ = std::chrono::steady_clock::now() + config_.poll_interval;
     std::set<std::string> changed_paths;
     try {
         if (git_) {
-            out.report = catalog_.sync(*git_);
+            const std::string commit = git_->fetch();  // the network: never under `publish`
+            if (!catalog_.full_read_reason(*git_, commit).empty()) {
+                // Every document read again: into a copy, swapped in whole.
+                registry::Catalog next = catalog_;
+                out.report = next.apply(*git_, commit);
+                std::lock_guard lock(publish);
+                catalog_ = std::move(next);
+            } else {
+                // Only the paths the diff names: a few blobs, read in place.
+                std::lock_guard lock(publish);
+                out.report = catalog_.apply(*git_, commit);
+            }
             out.changed = out.report.mode != registry::SyncReport::Mode::unchanged;
             changed_paths.insert(out.report.changed_paths.begin(), out.report.changed_paths.end());
         } else {
-            // A plain directory has no history: read it whole and compare document digests.
+            // A plain directory has no history: read it whole and compare document digests. Only this
+            // thread writes catalog_, so reading it here needs no lock.
             auto owners = catalog_.owners();
             owners.insert(remembered_owners_.begin(), remembered_owners_.end());
             registry::Catalog fresh = registry::Catalog::from_filesystem(config_.url, owners, config_.document_limits);
@@ -42,17 +54,22 @@ WatchResult RegistryWatch::poll() {
             out.changed = !changed_paths.empty() || !read_once_;
             out.report.mode = read_once_ ? registry::SyncReport::Mode::incremental : registry::SyncReport::Mode::full;
             out.report.changed_paths.assign(changed_paths.begin(), changed_paths.end());
+            std::lock_guard lock(publish);
             catalog_ = std::move(fresh);
         }
     } catch (const std::exception& e) {
         const std::string message = "source " + config_.name + " (" + config_.url + "): " + e.what();
         if (last_error_ != message) spdlog::error("{}; serving is left as it is", message);
+        std::lock_guard lock(publish);
         last_error_ = message;
         return out;
     }
-    last_error_.reset();
-    read_once_ = true;
-    last_sync_at_ = state::now_iso8601();
+    {
+        std::lock_guard lock(publish);
+        last_error_.reset();
+        read_once_ = true;
+        last_sync_at_ = state::now_iso8601();
+    }
     if (!out.changed) return out;
 
     // A full read may have changed any path: consider every one.

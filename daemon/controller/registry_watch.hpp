@@ -1,12 +1,17 @@
 // One configured registry source as the daemon watches it: a git repository (bare clone under the
 // data directory, fetched on its poll interval or on demand) or a plain directory (read again each
 // poll). Keeps the catalog current and says what changed, what went away, and why a fetch failed.
+//
+// One thread polls; others read the catalog, read_once(), last_error() and last_sync_at() while
+// holding the mutex given to poll(). poll() does the slow work (the fetch, a full read into a copy)
+// without it, and takes it only to swap the result in.
 #pragma once
 
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,8 +48,9 @@ public:
     void remember_recipe_paths(const std::map<std::string, std::string>& paths);
 
     // Fetches (git) or re-reads (directory) and applies what changed. Never throws: a source that
-    // cannot be read leaves the catalog as it was and sets last_error().
-    WatchResult poll();
+    // cannot be read leaves the catalog as it was and sets last_error(). `publish` guards what
+    // readers on other threads see.
+    WatchResult poll(std::mutex& publish);
 
 private:
     SourceConfig config_;

@@ -52,7 +52,16 @@ struct EndpointStats {
     std::uint64_t switches = 0;
 };
 
-class StableEndpoint {
+// What the controller needs of the endpoint: which engine it forwards to, and a switch that
+// drains the old one. StableEndpoint is the real one; controller tests give a recording one.
+class UpstreamSwitch {
+public:
+    virtual ~UpstreamSwitch() = default;
+    virtual SwitchResult switch_to(std::optional<Upstream> next) = 0;
+    virtual std::optional<Upstream> current() const = 0;
+};
+
+class StableEndpoint final : public UpstreamSwitch {
 public:
     explicit StableEndpoint(EndpointOptions options);
     ~StableEndpoint();  // stops
@@ -66,8 +75,8 @@ public:
 
     // New requests go to `next` (none: 503 with Retry-After) from the moment this is called;
     // returns once the requests admitted to the previous upstream have finished or the drain timed out.
-    SwitchResult switch_to(std::optional<Upstream> next);
-    std::optional<Upstream> current() const;
+    SwitchResult switch_to(std::optional<Upstream> next) override;
+    std::optional<Upstream> current() const override;
     EndpointStats stats() const;
 
     // The server itself, for feeding it raw bytes (GuardedServer::handle_bytes) in the fuzz target

@@ -1,7 +1,7 @@
-// The promotion decision as pure functions: no clock reads (PolicyState::now is given), no I/O.
-// Order of precedence: freeze, pin, hard gates, no default, thresholds (inconclusive holds), the
-// minimum interval, and last the manual policy, which holds whatever the thresholds said but
-// still reports them so an operator can see what auto would have done.
+// The promotion rules as pure functions: no clock reads (PolicyState::now is given), no I/O.
+// choose_promotion's precedence: pin, freeze, the manual policy, no candidate, no default, then
+// decide per candidate: hard gates, measured against this default, thresholds (inconclusive
+// holds), the minimum interval; among the winners, best_of's order.
 #include "daemon/qualify/promotion_policy.hpp"
 
 #include <algorithm>
@@ -18,6 +18,14 @@ std::string_view to_string(Action a) {
     case Action::pass_over: return "pass_over";
     }
     return "hold";
+}
+
+std::string_view to_string(Policy p) { return p == Policy::manual ? "manual" : "auto"; }
+
+std::optional<Policy> parse_policy(std::string_view text) {
+    if (text == "auto") return Policy::automatic;
+    if (text == "manual") return Policy::manual;
+    return std::nullopt;
 }
 
 namespace {
@@ -94,29 +102,19 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
 
 Decision decide(const Contender& candidate, const std::optional<Contender>& control, const Thresholds& thresholds,
                 const PolicyState& state) {
-    if (state.frozen) return make(Action::hold, "frozen: no promotion while the default is frozen");
-
-    if (state.pinned_recipe) {
-        const std::string& pin = *state.pinned_recipe;
-        if (candidate.recipe_id != pin) return make(Action::pass_over, "pinned to " + pin);
-        if (control && control->recipe_id == pin && control->revision_id == candidate.revision_id)
-            return make(Action::hold, "pinned to " + pin + ", which is already the default");
-        // The pin overrides thresholds, interval and policy, but not a candidate that failed its
-        // hard gates: promoting it would switch clients to an engine that does not answer.
-        if (!candidate.hard_gates_passed)
-            return make(Action::hold, "pinned to " + pin + ", but its hard gates failed: waiting for a passing qualification",
-                        {"hard gates: fail"});
-        return make(Action::promote, "pinned to " + pin + " (the pin overrides the thresholds)", {"hard gates: pass"});
-    }
-
-    if (state.policy != "auto" && state.policy != "manual")
-        return make(Action::hold, "unknown promotion policy '" + state.policy + "' (expected auto or manual)");
-
     if (!candidate.hard_gates_passed) return make(Action::pass_over, "hard gates failed", {"hard gates: fail"});
     std::vector<std::string> checks{"hard gates: pass"};
 
     if (control && control->revision_id == candidate.revision_id && control->recipe_id == candidate.recipe_id)
         return make(Action::hold, "the candidate is the default", checks);
+
+    // Quality is a comparison of samples with the default's: one made against another default says
+    // nothing about this one.
+    if (control && candidate.control_revision_id != control->revision_id)
+        return make(Action::hold,
+                    "inconclusive: its quality was not measured against the current default (revision " + std::to_string(control->revision_id) +
+                        "); qualify it again to compare",
+                    checks);
 
     Decision verdict;
     if (!control) {
@@ -146,9 +144,6 @@ Decision decide(const Contender& candidate, const std::optional<Contender>& cont
         }
     }
 
-    if (state.policy == "manual" && verdict.action == Action::promote)
-        return make(Action::hold, "manual policy: an operator promotes (auto would promote: " + verdict.reason + ")",
-                    verdict.checks);
     return verdict;
 }
 
@@ -166,6 +161,57 @@ std::optional<Contender> best_of(const std::vector<Contender>& contenders) {
     };
     return **std::min_element(passed.begin(), passed.end(),
                               [&](const Contender* a, const Contender* b) { return key(a) < key(b); });
+}
+
+PromotionChoice choose_promotion(const std::vector<Contender>& validated, const std::optional<Contender>& current,
+                                 const Thresholds& thresholds, const PolicyState& state) {
+    PromotionChoice choice;
+    auto hold = [&](std::string condition, std::string reason) {
+        choice.action = Action::hold;
+        choice.condition = std::move(condition);
+        choice.reason = std::move(reason);
+        return choice;
+    };
+    if (state.pin) {
+        const Pin& pin = *state.pin;
+        if (current && current->revision_id == pin.revision_id) return hold("Pinned", "pinned to " + pin.recipe_id + " by " + pin.actor);
+        choice.action = Action::promote;
+        choice.revision_id = pin.revision_id;
+        choice.actor = pin.actor;
+        choice.condition = "Pinned";
+        choice.reason = "pinned as the default by " + pin.actor;
+        return choice;
+    }
+    if (state.freeze) return hold("Frozen", "frozen by " + state.freeze->actor + ": " + state.freeze->reason);
+    if (state.policy == Policy::manual) return hold("Manual", "the policy is manual: pin a recipe to change the default");
+    if (validated.empty()) return hold("NothingToPromote", current ? "no validated candidate is waiting" : "no validated candidate yet");
+    if (!current) {
+        const auto best = best_of(validated);
+        if (!best) return hold("NothingToPromote", "no validated candidate passed its hard gates");
+        const auto e2e = metric(*best, "warm_e2e_seconds");
+        choice.action = Action::promote;
+        choice.revision_id = best->revision_id;
+        choice.condition = "FirstDefault";
+        choice.reason = "first default: the best validated candidate (warm e2e " + (e2e ? fmt::format("{:.6f} s", *e2e) : std::string("unmeasured")) + ")";
+        return choice;
+    }
+    std::vector<Contender> winners;
+    std::vector<std::string> holds;
+    for (const auto& c : validated) {
+        Decision d = decide(c, current, thresholds, state);
+        if (d.action == Action::promote) winners.push_back(c);
+        else holds.push_back(c.recipe_id + ": " + d.reason);
+        choice.decisions.emplace_back(c, std::move(d));
+    }
+    const auto best = best_of(winners);
+    if (!best) return hold("Holding", join(holds, " | "));
+    for (const auto& [c, d] : choice.decisions)
+        if (c.revision_id == best->revision_id) choice.reason = "beat the default " + current->recipe_id + " (revision " +
+                                                                std::to_string(current->revision_id) + "): " + join(d.checks, "; ");
+    choice.action = Action::promote;
+    choice.revision_id = best->revision_id;
+    choice.condition = "BeatsDefault";
+    return choice;
 }
 
 }  // namespace anvil::qualify

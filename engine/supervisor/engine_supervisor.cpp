@@ -228,11 +228,8 @@ std::vector<RunningEngine> EngineSupervisor::engines() const {
     return engines_;
 }
 
-std::optional<RunningEngine> EngineSupervisor::serving_for(state::Id revision_id) const {
-    std::lock_guard lock(mutex_);
-    for (const auto& e : engines_)
-        if (e.revision_id == revision_id && e.role == EngineRole::serving) return e;
-    return std::nullopt;
+bool EngineSupervisor::answers(const RunningEngine& engine) const {
+    return models_list(engine.handle.host, engine.handle.port, engine.handle.served_model_name, std::chrono::seconds(5), engine.handle.api_key);
 }
 
 }  // namespace anvil::driver

@@ -16,17 +16,11 @@
 #include <vector>
 
 #include "engine/supervisor/driver.hpp"
+#include "engine/supervisor/engine_fleet.hpp"
 #include "engine/supervisor/launch_resolution.hpp"
 #include "state/store.hpp"
 
 namespace anvil::driver {
-
-// Why an engine runs: it serves the default behind the stable endpoint, or it is being qualified.
-// Stored in the ledger's engines table as the string to_string gives.
-enum class EngineRole { serving, qualification };
-std::string_view to_string(EngineRole role);
-// Unknown strings (a ledger written by a later anvild) read as qualification: never served.
-EngineRole engine_role_from(std::string_view text);
 
 // What the supervisor needs from the daemon's configuration.
 struct SupervisorSettings {
@@ -38,14 +32,7 @@ struct SupervisorSettings {
     LaunchConfig launch;  // placeholders, allowed roots, port range, ready timeout
 };
 
-struct RunningEngine {
-    state::Id row_id = 0;      // engines table
-    state::Id revision_id = 0;
-    EngineRole role = EngineRole::qualification;
-    EngineHandle handle;
-};
-
-class EngineSupervisor {
+class EngineSupervisor final : public EngineFleet {
 public:
     EngineSupervisor(SupervisorSettings settings, state::Store& store);
     ~EngineSupervisor();
@@ -53,28 +40,28 @@ public:
     // Why anvild cannot run this recipe at all, judged on paper before anything starts: a launch kind
     // it does not run, loader variables in the environment, model paths or mount sources outside
     // the allowed roots (paper_refusal). One line, or nothing.
-    std::optional<std::string> unsupported(const registry::Recipe& recipe) const;
+    std::optional<std::string> unsupported(const registry::Recipe& recipe) const override;
     // Whether the revision could start now: launch resolves, model (and draft model) present with the pinned digest,
     // the engine binary exists. The reason when it could not (a rollback target is checked with it).
-    std::optional<std::string> startable(const registry::Recipe& recipe) const;
+    std::optional<std::string> startable(const registry::Recipe& recipe) const override;
     // The directory a recipe's model block names (launch.model or launch.draft.model), its
     // placeholders expanded and inside the allowed roots, as a launch would place it. Throws
     // LaunchError naming `where` ("/launch/model/path") when it cannot be placed.
-    std::filesystem::path model_directory(const registry::ModelRef& model, const std::string& where) const;
+    std::filesystem::path model_directory(const registry::ModelRef& model, const std::string& where) const override;
 
     // Starts, waits until ready, records. Throws EngineError / LaunchError with the reason.
     // `cancelled`: see wait_ready; the engine is stopped and StartCancelled thrown.
     RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, EngineRole role,
-                        const std::atomic<bool>* cancelled = nullptr);
-    void stop(const RunningEngine& engine, std::chrono::milliseconds grace = std::chrono::seconds(10));
+                        const std::atomic<bool>* cancelled = nullptr) override;
+    void stop(const RunningEngine& engine, std::chrono::milliseconds grace = std::chrono::seconds(10)) override;
     // Probes every tracked engine; records and forgets those that exited. Returns the ones that exited.
-    std::vector<RunningEngine> check();
+    std::vector<RunningEngine> check() override;
     // Engines of an earlier anvild that still run are tracked again; records of ones that are gone
     // are closed in the ledger; engines nobody recorded are stopped.
-    void adopt();
+    void adopt() override;
 
-    std::vector<RunningEngine> engines() const;
-    std::optional<RunningEngine> serving_for(state::Id revision_id) const;
+    std::vector<RunningEngine> engines() const override;
+    bool answers(const RunningEngine& engine) const override;
 
 private:
     Driver& driver_for(const std::string& launch_kind);

@@ -31,7 +31,7 @@
 
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "daemon/anvild/reconciler.hpp"
+#include "daemon/controller/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/supervisor/launch_resolution.hpp"
 #include "registry/model_digest.hpp"

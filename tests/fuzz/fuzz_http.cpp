@@ -45,7 +45,7 @@
 #include "daemon/anvild/api_server.hpp"
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
-#include "daemon/anvild/reconciler.hpp"
+#include "daemon/controller/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/safe_text.hpp"

@@ -49,7 +49,7 @@ TEST_CASE("examples/anvild.json loads and points at the bundled example registry
     CHECK_FALSE(c.inventory);
     CHECK(c.listen.str() == "127.0.0.1:7700");
     CHECK(c.serve.str() == "127.0.0.1:7701");
-    CHECK(c.promotion.policy == "auto");
+    CHECK(c.promotion.policy == anvil::qualify::Policy::automatic);
     CHECK(c.promotion.min_interval == std::chrono::seconds(0));
     CHECK(c.promotion.attempts == 3);
     CHECK(c.reconcile_interval == std::chrono::seconds(2));
@@ -107,7 +107,7 @@ TEST_CASE("an empty object is the documented defaults", "[config]") {
     CHECK(c.serve.str() == "127.0.0.1:7701");
     CHECK(c.port_first == 20000);
     CHECK(c.port_last == 20999);
-    CHECK(c.promotion.policy == "auto");
+    CHECK(c.promotion.policy == anvil::qualify::Policy::automatic);
     CHECK(c.promotion.needle_depths == std::vector<double>{0.25, 0.5, 0.75});
     CHECK_FALSE(c.promotion.exclusive_window);
     CHECK(c.reconcile_interval == std::chrono::seconds(10));
@@ -165,7 +165,7 @@ TEST_CASE("every key is read into its member", "[config]") {
     CHECK(c.port_first == 30000);
     CHECK(c.port_last == 30010);
     CHECK(anvil::daemon::token_path(c) == "/run/secrets/anvil-token");
-    CHECK(c.promotion.policy == "manual");
+    CHECK(c.promotion.policy == anvil::qualify::Policy::manual);
     CHECK(c.promotion.min_interval == std::chrono::seconds(60));
     CHECK(c.promotion.margin == Approx(0.05));
     CHECK(c.promotion.attempts == 5);

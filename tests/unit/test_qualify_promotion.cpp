@@ -1,6 +1,9 @@
-// The promotion policy as pure functions: precedence (freeze, pin, gates, no default, thresholds,
-// interval, manual), every threshold with its numbers and margin, inconclusive holds, ties, and
-// the deterministic pick among contenders with no default.
+// The promotion policy as pure functions: choose_promotion's precedence (pin, freeze, manual,
+// nothing to promote, no default, each candidate against the default), decide's rules (gates,
+// measured against this default, every threshold with its numbers and margin, inconclusive holds,
+// the interval), ties, and the deterministic pick among contenders.
+#include <functional>
+
 #include <catch2/catch.hpp>
 
 #include "daemon/qualify/promotion_policy.hpp"
@@ -15,6 +18,7 @@ Contender contender(std::int64_t revision, const std::string& recipe, double e2e
     c.revision_id = revision;
     c.recipe_id = recipe;
     c.hard_gates_passed = true;
+    c.control_revision_id = 1;  // measured against kControl
     c.metrics["warm_e2e_seconds"] = e2e;
     c.metrics["tasks_per_hour"] = tph;
     if (loss) c.metrics["relative_quality_loss"] = *loss;
@@ -99,6 +103,7 @@ TEST_CASE("a tie with the default never promotes: the margin keeps the default",
     Contender winner = contender(2, "q8", 7.0, 2057.0, 0.0);
     Contender old_default = kControl;
     old_default.metrics["relative_quality_loss"] = 0.0;
+    old_default.control_revision_id = winner.revision_id;  // requalified against the new default
     CHECK(decide(winner, kControl, Thresholds{}, PolicyState{}).action == Action::promote);
     CHECK(decide(old_default, winner, Thresholds{}, PolicyState{}).action == Action::pass_over);
 }
@@ -170,50 +175,93 @@ TEST_CASE("the minimum interval holds a winning candidate until it has passed", 
     CHECK(decide(contender(3, "bf16", 10.0, 1440.0, 0.0), kControl, Thresholds{}, s).action == Action::pass_over);
 }
 
-TEST_CASE("frozen holds everything; a pin wins over thresholds, interval and policy but not failed gates", "[promotion]") {
-    const Contender winner = contender(2, "q8", 7.0, 2057.0, 0.0);
-    const Contender loser = contender(3, "bf16", 30.0, 100.0, 0.5);
-    PolicyState frozen;
-    frozen.frozen = true;
-    frozen.pinned_recipe = "q8";
-    Decision d = decide(winner, kControl, Thresholds{}, frozen);
+TEST_CASE("a candidate measured against another default is inconclusive, whatever its numbers", "[promotion]") {
+    Contender winner = contender(2, "q8", 7.0, 2057.0, 0.0);
+    winner.control_revision_id = 9;
+    Decision d = decide(winner, kControl, Thresholds{}, PolicyState{});
     CHECK(d.action == Action::hold);
-    CHECK_THAT(d.reason, Catch::StartsWith("frozen"));
-    CHECK(decide(winner, std::nullopt, Thresholds{}, frozen).action == Action::hold);
-
-    PolicyState pinned;
-    pinned.pinned_recipe = "bf16";
-    pinned.policy = "manual";
-    pinned.last_promotion = pinned.now;
-    d = decide(loser, kControl, Thresholds{}, pinned);
-    CHECK(d.action == Action::promote);
-    CHECK_THAT(d.reason, Catch::Contains("pinned to bf16"));
-    d = decide(winner, kControl, Thresholds{}, pinned);
-    CHECK(d.action == Action::pass_over);
-    CHECK(d.reason == "pinned to bf16");
-    CHECK(decide(loser, loser, Thresholds{}, pinned).action == Action::hold);  // already the default
-    Contender broken = loser;
-    broken.hard_gates_passed = false;
-    d = decide(broken, kControl, Thresholds{}, pinned);
-    CHECK(d.action == Action::hold);
-    CHECK_THAT(d.reason, Catch::Contains("hard gates failed"));
+    CHECK_THAT(d.reason, Catch::StartsWith("inconclusive: its quality was not measured against the current default (revision 1)"));
+    winner.control_revision_id.reset();
+    CHECK(decide(winner, kControl, Thresholds{}, PolicyState{}).action == Action::hold);
+    // With no default there is nothing to have measured against.
+    CHECK(decide(winner, std::nullopt, Thresholds{}, PolicyState{}).action == Action::promote);
 }
 
-TEST_CASE("the manual policy holds what auto would promote and says so; unknown policies hold", "[promotion]") {
-    PolicyState manual;
-    manual.policy = "manual";
-    Decision d = decide(contender(2, "q8", 7.0, 2057.0, 0.0), kControl, Thresholds{}, manual);
-    CHECK(d.action == Action::hold);
-    CHECK_THAT(d.reason, Catch::StartsWith("manual policy") && Catch::Contains("auto would promote"));
-    CHECK(d.checks.size() >= 4);
-    CHECK(decide(contender(2, "q8", 7.0, 2057.0, 0.0), std::nullopt, Thresholds{}, manual).action == Action::hold);
-    // What auto would pass over stays passed over.
-    CHECK(decide(contender(3, "bf16", 30.0, 100.0, 0.0), kControl, Thresholds{}, manual).action == Action::pass_over);
-    PolicyState odd;
-    odd.policy = "sometimes";
-    d = decide(contender(2, "q8", 7.0, 2057.0, 0.0), kControl, Thresholds{}, odd);
-    CHECK(d.action == Action::hold);
-    CHECK_THAT(d.reason, Catch::Contains("unknown promotion policy 'sometimes'"));
+namespace {
+
+struct ChoiceRow {
+    const char* name;
+    std::function<void(PolicyState&)> policy;
+    std::vector<Contender> validated;
+    std::optional<Contender> current;
+    Action action;
+    std::optional<std::int64_t> revision;
+    const char* condition;
+    const char* reason_starts;
+};
+
+}  // namespace
+
+TEST_CASE("choose_promotion: pin, freeze, manual, nothing, first default, winners and holds, in that order", "[promotion]") {
+    const Contender q8 = contender(2, "q8", 7.0, 2057.0, 0.0);        // beats kControl
+    const Contender fast = contender(4, "q4", 6.0, 2400.0, 0.0);      // beats it by more
+    const Contender slow = contender(3, "bf16", 30.0, 100.0, 0.0);    // does not
+    Contender elsewhere = q8;                                         // measured against another default
+    elsewhere.control_revision_id = 7;
+    auto pin = [](std::int64_t revision) {
+        return [revision](PolicyState& p) { p.pin = Pin{"pinned-recipe", revision, "api:abcd1234"}; };
+    };
+    auto frozen = [](PolicyState& p) { p.freeze = Freeze{"reconciler", "automatic rollback"}; };
+    auto manual = [](PolicyState& p) { p.policy = Policy::manual; };
+    auto plain = [](PolicyState&) {};
+    auto recent = [](PolicyState& p) { p.last_promotion = p.now - 10s; };
+
+    const std::vector<ChoiceRow> rows{
+        {"a pin promotes its revision over a freeze, the policy and the thresholds",
+         [&](PolicyState& p) { pin(3)(p); frozen(p); manual(p); }, {q8, slow}, kControl, Action::promote, 3, "Pinned", "pinned as the default by api:abcd1234"},
+        {"a pin names a revision that need not be validated now", pin(42), {}, kControl, Action::promote, 42, "Pinned", "pinned as the default"},
+        {"a pin that is the default holds", pin(1), {q8}, kControl, Action::hold, std::nullopt, "Pinned", "pinned to pinned-recipe by api:abcd1234"},
+        {"a freeze holds a winner", frozen, {q8}, kControl, Action::hold, std::nullopt, "Frozen", "frozen by reconciler: automatic rollback"},
+        {"the manual policy holds a winner", manual, {q8}, kControl, Action::hold, std::nullopt, "Manual", "the policy is manual"},
+        {"the manual policy holds a first default too", manual, {q8}, std::nullopt, Action::hold, std::nullopt, "Manual", "the policy is manual"},
+        {"nothing validated, no default", plain, {}, std::nullopt, Action::hold, std::nullopt, "NothingToPromote", "no validated candidate yet"},
+        {"nothing validated, a default", plain, {}, kControl, Action::hold, std::nullopt, "NothingToPromote", "no validated candidate is waiting"},
+        {"no default: the best of the validated, unmeasured against anyone", plain, {slow, q8, fast}, std::nullopt, Action::promote, 4, "FirstDefault",
+         "first default: the best validated candidate (warm e2e 6.000000 s)"},
+        {"two winners: best_of's order picks the faster", plain, {q8, slow, fast}, kControl, Action::promote, 4, "BeatsDefault",
+         "beat the default f32 (revision 1): hard gates: pass"},
+        {"no winner: every hold named", plain, {slow, elsewhere}, kControl, Action::hold, std::nullopt, "Holding", "bf16: does not beat the default"},
+        {"a winner inside the minimum interval holds", recent, {q8}, kControl, Action::hold, std::nullopt, "Holding", "q8: minimum interval"},
+    };
+    for (const auto& row : rows) {
+        INFO(row.name);
+        PolicyState policy;
+        row.policy(policy);
+        const PromotionChoice choice = choose_promotion(row.validated, row.current, Thresholds{}, policy);
+        CHECK(choice.action == row.action);
+        CHECK(choice.revision_id == row.revision);
+        CHECK(choice.condition == row.condition);
+        CHECK_THAT(choice.reason, Catch::StartsWith(row.reason_starts));
+    }
+}
+
+TEST_CASE("choose_promotion reports each candidate's own decision and who promotes", "[promotion]") {
+    Contender elsewhere = contender(5, "q8-old", 7.0, 2057.0, 0.0);
+    elsewhere.control_revision_id = 7;
+    const PromotionChoice choice =
+        choose_promotion({contender(2, "q8", 7.0, 2057.0, 0.0), contender(3, "bf16", 30.0, 100.0, 0.0), elsewhere}, kControl, Thresholds{}, PolicyState{});
+    REQUIRE(choice.decisions.size() == 3);
+    CHECK(choice.decisions[0].second.action == Action::promote);
+    CHECK(choice.decisions[1].second.action == Action::pass_over);
+    CHECK_THAT(choice.decisions[2].second.reason, Catch::StartsWith("inconclusive"));
+    CHECK(choice.actor == "reconciler");
+    PolicyState pinned;
+    pinned.pin = Pin{"bf16", 3, "api:abcd1234"};
+    CHECK(choose_promotion({}, kControl, Thresholds{}, pinned).actor == "api:abcd1234");
+    CHECK(parse_policy("auto") == Policy::automatic);
+    CHECK(parse_policy("manual") == Policy::manual);
+    CHECK_FALSE(parse_policy("sometimes"));
+    CHECK(to_string(Policy::automatic) == "auto");
 }
 
 TEST_CASE("best_of picks the fastest validated contender, ties by tasks per hour then recipe id", "[promotion]") {

@@ -1,0 +1,20 @@
+// The JSON the API (and the systemd status line) shows of the controller: its status, each
+// registry source, the inventory it judges with. Built from the Reconciler's read accessors and
+// the ledger, on the caller's thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/controller/reconciler.hpp"
+#include "state/store.hpp"
+
+namespace anvil::daemon {
+
+// GET /api/v1/status: the default, the policy, counts by status, engines, conditions, last pass.
+nlohmann::json status_view(const Reconciler& reconciler, const state::Store& store);
+// GET /api/v1/registry: each source's commit, last sync and error, and its refused documents.
+nlohmann::json registry_view(const Reconciler& reconciler);
+// The inventory feasibility judges with ({"source", "inventory"}; inventory null without one).
+nlohmann::json inventory_view(const Reconciler& reconciler);
+
+}  // namespace anvil::daemon

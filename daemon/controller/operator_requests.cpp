@@ -1,0 +1,85 @@
+// What an operator asks for through the API, on the API's threads: each request is checked
+// (unknown recipe: 404; not allowed now: 409), recorded in the ledger as intent (a setting, or a
+// revision moved to `qualifying`), and the pass is woken to act on it. No request promotes or
+// starts anything itself: the pass is the only actor, so two can never race.
+#include "daemon/controller/reconciler.hpp"
+
+#include "daemon/controller/promotion_settings.hpp"
+
+namespace anvil::daemon {
+
+using state::Status;
+
+void Reconciler::request_sync() {
+    {
+        std::lock_guard lock(mutex_);
+        force_sync_ = true;
+    }
+    wake();
+}
+
+void Reconciler::request_qualification(const std::string& recipe_id, const std::string& actor) {
+    const auto detail = store_.recipe(recipe_id);
+    if (!detail) throw RequestRefused(404, "not_found", "no recipe " + recipe_id);
+    const auto& latest = detail->revisions.front();
+    if (qualifications_->current() == latest.id) throw RequestRefused(409, "conflict", recipe_id + " is being qualified now");
+    if (latest.status != Status::candidate && latest.status != Status::failed && latest.status != Status::validated)
+        throw RequestRefused(409, "conflict", recipe_id + " is " + std::string(state::to_string(latest.status)) +
+                                                  "; only a candidate, failed or validated revision can be qualified");
+    if (const auto why = not_in_registry(latest))
+        throw RequestRefused(409, "conflict", recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
+    try {
+        store_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
+    } catch (const state::TransitionRefused& e) {
+        throw RequestRefused(409, "conflict", e.what());
+    }
+    wake();
+}
+
+void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
+    if (!recipe_id) {
+        if (!store_.setting(kPinKey)) throw RequestRefused(409, "conflict", "no recipe is pinned");
+        store_.clear_setting(kPinKey, actor);
+        wake();
+        return;
+    }
+    const auto detail = store_.recipe(*recipe_id);
+    if (!detail) throw RequestRefused(404, "not_found", "no recipe " + *recipe_id);
+    // The newest revision that has been validated: a pin never serves unqualified weights, nor a
+    // revision whose document is not at the synced commit of the registry.
+    std::optional<state::RevisionRow> target;
+    std::optional<std::string> absent;
+    for (const auto& r : detail->revisions)
+        if (r.status == Status::validated || r.status == Status::promoted || r.status == Status::retired) {
+            if (auto why = not_in_registry(r)) {
+                if (!absent) absent = "revision " + std::to_string(r.id) + " is " + *why;
+                continue;
+            }
+            target = r;
+            break;
+        }
+    if (!target || target->status == Status::retired) {
+        bool ever_validated = false;
+        for (const auto& t : detail->history)
+            if (target && t.revision_id == target->id && t.to == Status::validated) ever_validated = true;
+        if (!ever_validated)
+            throw RequestRefused(409, "conflict", *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
+    }
+    // The promotion step promotes it (qualify::choose_promotion: a pin wins over everything).
+    store_.set_setting(kPinKey, {{"recipe_id", *recipe_id}, {"revision_id", target->id}, {"actor", actor}, {"at", state::now_iso8601()}}, actor);
+    wake();
+}
+
+void Reconciler::freeze(const std::string& reason, const std::string& actor) {
+    store_.set_setting(kFreezeKey, {{"reason", reason.empty() ? std::string("frozen through the API") : reason}, {"actor", actor}, {"at", state::now_iso8601()}},
+                       actor);
+    wake();
+}
+
+void Reconciler::unfreeze(const std::string& actor) {
+    if (!store_.setting(kFreezeKey)) throw RequestRefused(409, "conflict", "promotion is not frozen");
+    store_.clear_setting(kFreezeKey, actor);
+    wake();
+}
+
+}  // namespace anvil::daemon

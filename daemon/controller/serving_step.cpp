@@ -1,0 +1,79 @@
+// Step 5 of the pass: serving. In: the current default, the fleet's serving engines, the stable
+// endpoint's upstream. Out: the default's engine running (started with backoff) and the endpoint
+// forwarding to it, other serving engines stopped, the DefaultServing condition; a new default
+// that cannot start within its probation, or stops answering after the switch, is rolled back.
+// Nothing here holds mutex_: a drain or an engine stop takes as long as it takes.
+#include "daemon/controller/reconciler.hpp"
+
+#include "daemon/controller/promotion_settings.hpp"
+#include "daemon/controller/revision_document.hpp"
+
+namespace anvil::daemon {
+
+namespace {
+
+constexpr int kRollbackAfterFailures = 3;
+constexpr auto kProbation = std::chrono::minutes(10);  // a new default that cannot serve this soon is rolled back
+
+}  // namespace
+
+void Reconciler::serving_step() {
+    if (exclusive_qualification_) return;  // the qualification step paused the default; it brings it back
+    const auto current = store_.current_default();
+    if (!current) {
+        // The default was retired (removed from the registry) and nothing replaced it: stop
+        // admitting, then stop what served it.
+        if (endpoint_->current()) endpoint_->switch_to(std::nullopt);
+        for (const auto& e : engines_->engines())
+            if (e.role == driver::EngineRole::serving) engines_->stop(e);
+        set_condition("DefaultServing", false, "NoDefault", "no recipe is promoted: the stable endpoint answers 503");
+        return;
+    }
+    auto engine = engines_->serving_for(current->id);
+    if (!engine) {
+        auto& b = serving_backoff_[current->id];
+        if (clock_->steady() < b.next) return;
+        auto doc = document_of(*current);
+        if (!doc) return;
+        try {
+            engine = engines_->start(current->id, *doc->recipe(), driver::EngineRole::serving);
+            b = {};
+        } catch (const std::exception& e) {
+            ++b.failures;
+            b.next = clock_->steady() + std::min<std::chrono::milliseconds>(std::chrono::seconds(60), std::chrono::seconds(1) * (1 << std::min(b.failures, 6)));
+            const std::string why = "the default " + current->recipe_id + " could not start (" + std::to_string(b.failures) + " tries): " + e.what();
+            set_condition("DefaultServing", false, "EngineFailed", why);
+            store_.append_event("engine", current->recipe_id, why);
+            const auto last = store_.setting(kLastPromotionKey);
+            const bool recent = last && last->value("revision_id", state::Id{0}) == current->id &&
+                                clock_->system() - parse_utc(last->value("at", std::string())) < kProbation;
+            if (recent && b.failures >= kRollbackAfterFailures) rollback(why);
+            return;
+        }
+    }
+    const auto upstream = endpoint_->current();
+    if (!upstream || upstream->engine_id != engine->handle.engine_id) {
+        endpoint::Upstream next;
+        next.host = engine->handle.host;
+        next.port = engine->handle.port;
+        next.model = engine->handle.served_model_name;
+        next.engine_id = engine->handle.engine_id;
+        next.recipe_id = current->recipe_id;
+        next.api_key = engine->handle.api_key;
+        const auto result = endpoint_->switch_to(next);
+        store_.append_event("endpoint", current->recipe_id,
+                            "the stable endpoint now forwards to engine " + engine->handle.engine_id + " (drained " +
+                                std::to_string(result.drained) + " requests, " + std::to_string(result.still_running) + " still running)");
+        // After the switch the new default must still answer as promised; if not, roll back.
+        if (!engines_->answers(*engine)) {
+            rollback("the new default " + current->recipe_id + " stopped answering /v1/models after the switch");
+            return;
+        }
+    }
+    set_condition("DefaultServing", true, "Serving", current->recipe_id + " on engine " + engine->handle.engine_id);
+    // Serving engines of anything else go, now that nothing is admitted to them.
+    for (const auto& e : engines_->engines())
+        if (e.role == driver::EngineRole::serving && e.revision_id != current->id) engines_->stop(e);
+}
+
+}  // namespace anvil::daemon
