@@ -173,6 +173,21 @@ INSERT INTO recipe_search (recipe_search) VALUES ('rebuild');
 CREATE INDEX revision_status_by_status ON revision_status(status);
 )sql";
 
+// Version 6: the revision a measurement was compared against is a column of its evidence row, not
+// a second row ("quality_control_revision", the control's id as a number) to be found beside it.
+// Existing ledgers get the column filled from that fact: every local row recorded with it (same
+// revision, source and receipt: one qualification) names the control. The old rows stay.
+constexpr std::string_view kVersion6 = R"sql(
+ALTER TABLE evidence ADD COLUMN control_revision_id INTEGER REFERENCES recipe_revisions(id);
+UPDATE evidence SET control_revision_id = (
+    SELECT CAST(q.value_min AS INTEGER) FROM evidence q
+    WHERE q.revision_id = evidence.revision_id AND q.metric = 'quality_control_revision' AND q.class = 'local'
+      AND q.source = evidence.source AND q.receipt_sha256 IS evidence.receipt_sha256
+      AND CAST(q.value_min AS INTEGER) IN (SELECT id FROM recipe_revisions)
+    ORDER BY q.id DESC LIMIT 1)
+  WHERE class = 'local';
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -182,6 +197,7 @@ const std::vector<Migration>& migrations() {
         {3, "trigram search over recipe ids and descriptions", kVersion3},
         {4, "engine keys and roles, operator settings", kVersion4},
         {5, "search text bounded and indexed without a copy; statuses indexed", kVersion5},
+        {6, "evidence names the control revision it was compared against", kVersion6},
     };
     return all;
 }

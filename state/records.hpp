@@ -32,6 +32,8 @@ struct EvidenceRow {
     std::optional<std::string> receipt_sha256;
     std::optional<std::string> receipt_path;
     std::string created_at;
+    // The revision this measurement was compared against (the default's quality samples), when it was.
+    std::optional<Id> control_revision_id;
 };
 
 enum class GateResult { pass, fail, unknown };

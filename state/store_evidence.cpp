@@ -12,11 +12,11 @@ Id Store::Impl::insert_evidence(const EvidenceRow& row) {
     if (row.metric.empty()) throw StoreError("evidence needs a metric name");
     if (row.source.empty()) throw StoreError("evidence for " + row.metric + " needs a source");
     auto& insert = w("INSERT INTO evidence (revision_id, metric, value_min, value_max, unit, status, class, source, observed_at, "
-                     "receipt_sha256, receipt_path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                     "receipt_sha256, receipt_path, created_at, control_revision_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, row.revision_id).bind(2, row.metric).bind(3, to_sql(row.min)).bind(4, to_sql(row.max)).bind(5, row.unit);
     insert.bind(6, std::string(registry::to_string(row.status))).bind(7, std::string(to_string(row.evidence_class)));
     insert.bind(8, row.source).bind(9, row.observed_at.empty() ? now_iso8601() : row.observed_at);
-    insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now_iso8601());
+    insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now_iso8601()).bind(13, row.control_revision_id);
     insert.run();
     return writer->conn.last_insert_id();
 }

@@ -111,7 +111,7 @@ std::optional<RecipeDetail> Store::recipe(const std::string& id) const {
     if (detail.revisions.empty()) return std::nullopt;
 
     auto& evidence = r.prepare("SELECT e.id, e.revision_id, e.metric, e.value_min, e.value_max, e.unit, e.status, e.class, e.source, "
-                               "e.observed_at, e.receipt_sha256, e.receipt_path, e.created_at FROM evidence e "
+                               "e.observed_at, e.receipt_sha256, e.receipt_path, e.created_at, e.control_revision_id FROM evidence e "
                                "JOIN recipe_revisions r ON r.id = e.revision_id WHERE r.recipe_id = ? ORDER BY e.id");
     evidence.bind(1, id);
     while (evidence.step()) {
@@ -129,6 +129,7 @@ std::optional<RecipeDetail> Store::recipe(const std::string& id) const {
         e.receipt_sha256 = evidence.optional_text(10);
         e.receipt_path = evidence.optional_text(11);
         e.created_at = evidence.text(12);
+        if (!evidence.is_null(13)) e.control_revision_id = evidence.integer(13);
         detail.evidence.push_back(std::move(e));
     }
     evidence.reset();

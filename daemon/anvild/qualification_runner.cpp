@@ -194,12 +194,14 @@ void QualificationRunner::execute(const QualificationJob& job) {
         row.observed_at = report.finished_at;
         row.receipt_sha256 = report.receipt_sha256;
         row.receipt_path = report.receipt_path.string();
+        if (compared) row.control_revision_id = job.control_revision;
         record.evidence.push_back(std::move(row));
         return record.evidence.size() - 1;
     };
     for (const auto& m : report.measurements) evidence(m.metric, m.value, m.unit);
     // The control it was measured against is recorded beside the comparison, so a later default
-    // cannot inherit it.
+    // cannot inherit it. Every row names it in control_revision_id too; this older row stays written
+    // only until the reconciler reads the column instead (then delete it here).
     if (compared) evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision");
     std::vector<std::string> failed_gates;
     for (const auto& g : report.gates) {

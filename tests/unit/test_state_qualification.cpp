@@ -2,7 +2,10 @@
 // or none of it does.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "registry/document.hpp"
+#include "state/migrations.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -118,4 +121,62 @@ TEST_CASE("a refused qualification leaves no evidence or verdict behind", "[stat
         CHECK(store.recipe("q2")->history.size() == (store.status_of(r) == Status::candidate ? 1u : 2u));
     }
     CHECK(store.statuses() == store.statuses_from_ledger());
+}
+
+TEST_CASE("evidence names the control revision it was compared against", "[state][qualification]") {
+    TempDir tmp;
+    Store store(tmp / "state.db");
+    const Id control = candidate(store, "control");
+    const Id r = candidate(store, "compared");
+    store.transition({r, Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
+    auto record = qualification(r, Status::validated);
+    for (auto& e : record.evidence) e.control_revision_id = control;
+    record.evidence.front().control_revision_id.reset();
+    store.record_qualification(record);
+    const auto detail = store.recipe("compared");
+    REQUIRE(detail->evidence.size() == record.evidence.size());
+    CHECK_FALSE(detail->evidence.front().control_revision_id);
+    for (std::size_t i = 1; i < detail->evidence.size(); ++i) CHECK(detail->evidence[i].control_revision_id == control);
+}
+
+TEST_CASE("a ledger of schema version 5 gets the control revision column from its quality_control_revision rows", "[state][migrations]") {
+    TempDir tmp;
+    const auto file = tmp / "state.db";
+    {
+        Connection db(file, OpenMode::read_write_create);
+        migrate(db, 5);
+        db.exec("INSERT INTO recipes (id, latest_revision_id, status, engine, hardware_id, pinned, search_text, first_seen_at) VALUES "
+                "('control', 1, 'promoted', 'vllm', 'gpu', 1, 'control', 't'), ('candidate', 2, 'validated', 'vllm', 'gpu', 1, 'candidate', 't')");
+        db.exec("INSERT INTO recipe_revisions (id, recipe_id, sha256, commit_id, path, blob_id, engine, hardware_id, launch_kind, serving_slot, "
+                "pinned, unpinned_reasons, document, created_at) VALUES "
+                "(1, 'control', 'a', 'c', 'recipes/control.json', 'b', 'vllm', 'gpu', 'docker', 'default', 1, '[]', '{}', 't'), "
+                "(2, 'candidate', 'b', 'c', 'recipes/candidate.json', 'b', 'vllm', 'gpu', 'docker', 'default', 1, '[]', '{}', 't')");
+        db.exec("INSERT INTO transitions (id, revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, actor, created_at) VALUES "
+                "(1, 1, NULL, 'candidate', 'ingested', '[]', '[]', 'reconciler', 't'), (2, 2, NULL, 'candidate', 'ingested', '[]', '[]', 'reconciler', 't')");
+        db.exec("INSERT INTO revision_status VALUES (1, 'candidate', 'default', 1), (2, 'candidate', 'default', 2)");
+        // Two qualifications of revision 2 as the runner wrote them: the first compared with revision 1
+        // (its quality_control_revision row, the id as a real), the second with no control; and a prior.
+        const std::string columns = "INSERT INTO evidence (id, revision_id, metric, value_min, value_max, unit, status, class, source, "
+                                    "observed_at, receipt_sha256, receipt_path, created_at) VALUES ";
+        db.exec(columns + "(1, 2, 'relative_quality_loss', 0.01, 0.01, 'ratio', 'measured', 'local', 'qualification A', 't', 'aa', 'a.json', 't'), "
+                          "(2, 2, 'quality_control_revision', 1.0, 1.0, 'revision', 'measured', 'local', 'qualification A', 't', 'aa', 'a.json', 't'), "
+                          "(3, 2, 'gate_pass_rate:json', 1.0, 1.0, 'ratio', 'measured', 'local', 'qualification A', 't', 'aa', 'a.json', 't'), "
+                          "(4, 2, 'gate_pass_rate:json', 1.0, 1.0, 'ratio', 'measured', 'local', 'qualification B', 't', 'bb', 'b.json', 't'), "
+                          "(5, 2, 'warm_e2e_seconds', 2.0, 2.0, 's', 'measured', 'external-prior', 'qualification A', 't', 'aa', NULL, 't'), "
+                          "(6, 1, 'gate_pass_rate:json', 1.0, 1.0, 'ratio', 'measured', 'local', 'qualification C', 't', 'cc', 'c.json', 't')");
+    }
+    Store store(file);
+    CHECK(store.schema_version() == current_schema_version());
+    const auto detail = store.recipe("candidate");
+    REQUIRE(detail);
+    std::map<Id, std::optional<Id>> control;
+    for (const auto& e : detail->evidence) control[e.id] = e.control_revision_id;
+    CHECK(control.at(1) == Id{1});
+    CHECK(control.at(2) == Id{1});  // the old row stays, and names its control too
+    CHECK(control.at(3) == Id{1});
+    CHECK_FALSE(control.at(4));  // another qualification, with no control
+    CHECK_FALSE(control.at(5));  // not local
+    CHECK(detail->evidence.size() == 5);
+    CHECK_FALSE(store.recipe("control")->evidence.front().control_revision_id);
+    CHECK(store.integrity_check() == "ok");
 }
