@@ -17,6 +17,7 @@
 #include "registry/document.hpp"
 #include "state/records.hpp"
 #include "state/revision_input.hpp"
+#include "state/settings.hpp"
 #include "state/sqlite.hpp"
 
 namespace anvil::state {
@@ -97,11 +98,23 @@ public:
                     const nlohmann::json& data = nlohmann::json::object());
 
     // An operator's setting (promotion pin, freeze): written with its actor, and as an event.
+    // Prefer the typed accessors below; these stay while callers move to them.
     void set_setting(const std::string& key, const nlohmann::json& value, const std::string& actor);
     void clear_setting(const std::string& key, const std::string& actor);
 
+    // The promotion settings, typed (state/settings.hpp). A set is written by its actor (the pin's
+    // and the freeze's own); a clear says whether there was one, and writes an event only then.
+    void set_pin(const PromotionPin& pin);
+    bool clear_pin(const std::string& actor);
+    void set_freeze(const PromotionFreeze& freeze);
+    bool clear_freeze(const std::string& actor);
+    void set_last_promotion(const LastPromotion& last, const std::string& actor);
+
     // ---- reads ----
     std::optional<nlohmann::json> setting(const std::string& key) const;
+    std::optional<PromotionPin> pin() const;
+    std::optional<PromotionFreeze> freeze() const;
+    std::optional<LastPromotion> last_promotion() const;
     // The newest revision of each recipe whose status is `status`, by recipe id.
     std::vector<RevisionRow> latest_revisions_with_status(Status status, int limit = 1000) const;
     // The same, ids only (cheap over many thousands).
@@ -130,6 +143,8 @@ public:
     std::string integrity_check() const;
 
 private:
+    bool clear_setting_if_set(const std::string& key, const std::string& actor);
+
     // Every write goes through here: refused when the store is read-only, then the write lock and
     // one transaction, committed when `body` returns and rolled back when it throws.
     template <typename Body>

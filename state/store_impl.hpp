@@ -114,6 +114,9 @@ struct Store::Impl {
 
     // ---- pieces of write transactions; the caller holds the transaction ----
 
+    // The feed's record of a setting's change: what the key holds now (null once cleared) and who changed it.
+    void setting_event(const std::string& key, const std::string& message, const nlohmann::json& value, const std::string& actor,
+                       const std::string& now);
     Id insert_evidence(const EvidenceRow& row);
     // A feasibility verdict also becomes the recipe's summary verdict when it judges the newest revision.
     Id insert_verdict(const VerdictRow& row);
