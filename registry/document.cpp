@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "registry/json_text_check.hpp"
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 #include "registry/utf8.hpp"
 
 namespace anvil::registry {
@@ -208,7 +208,7 @@ void check_id_length(Document& doc, const std::string& root_pointer) {
 
 Document parse_document(std::string_view bytes, Provenance provenance, const DocumentLimits& limits) {
     Document doc;
-    if (provenance.sha256.empty()) provenance.sha256 = sha256_hex(bytes);
+    if (provenance.sha256.empty()) provenance.sha256 = support::sha256_hex(bytes);
     doc.provenance = std::move(provenance);
     if (!readable_as_json(doc, bytes, limits)) return doc;
     try {

@@ -5,10 +5,11 @@
 #include <fstream>
 #include <set>
 
+#include <fmt/ranges.h>
 #include <git2.h>
 
 #include "registry/document.hpp"
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 
 namespace anvil::registry {
 
@@ -77,7 +78,7 @@ std::string clone_name(const std::string& url) {
     if (base.ends_with(".git")) base.resize(base.size() - 4);
     std::replace_if(base.begin(), base.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_'; }, '_');
     if (base.empty()) base = "registry";
-    return base + "-" + sha256_hex(url).substr(0, 12) + ".git";
+    return base + "-" + support::sha256_hex(url).substr(0, 12) + ".git";
 }
 
 // A path on this machine rather than a URL: such a source shares its objects with the clone
@@ -278,9 +279,7 @@ std::string GitSource::resolve() const {
             return oid_string(git_object_id(object.get()));
     }
     auto join = [](const std::vector<std::string>& items) {
-        std::string out;
-        for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
-        return out.empty() ? std::string("none") : out;
+        return items.empty() ? std::string("none") : fmt::format("{}", fmt::join(items, ", "));
     };
     throw SourceError("ref '" + (ref_.empty() ? std::string("HEAD") : ref_) + "' not found in registry source " + url_ +
                       " (branches: " + join(impl_->names("refs/remotes/origin/")) + "; tags: " + join(impl_->names("refs/tags/")) + ")");

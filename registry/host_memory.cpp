@@ -1,10 +1,9 @@
 #include "registry/host_memory.hpp"
 
-#include <chrono>
-#include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <sstream>
+
+#include "registry/support/clock.hpp"
 
 namespace anvil::registry {
 
@@ -35,12 +34,7 @@ std::optional<EvidenceVariable> measure_host_memory(const std::string& path) {
     v.unit = "bytes";
     v.status = EvidenceStatus::measured;
     v.source = path + " MemTotal";
-    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    v.observed_at = stamp;
+    v.observed_at = support::utc_now(support::Precision::seconds);
     return v;
 }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <ranges>
+
+#include <fmt/ranges.h>
 
 #include "registry/interval.hpp"
 
@@ -84,9 +87,8 @@ EvidenceStatus Inventory::evidence() const {
 }
 
 EvidenceVariable Inventory::total_vram() const {
-    std::string names;
-    for (const auto& g : gpus) names += (names.empty() ? "" : ", ") + g.name;
-    return sum(gpus, &Gpu::total_bytes, "inventory (" + source + "): " + std::to_string(gpus.size()) + " GPUs: " + names);
+    const auto names = gpus | std::views::transform(&Gpu::name);
+    return sum(gpus, &Gpu::total_bytes, fmt::format("inventory ({}): {} GPUs: {}", source, gpus.size(), fmt::join(names, ", ")));
 }
 
 EvidenceVariable Inventory::idle_allocations() const {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 
 namespace anvil::registry {
 
@@ -26,8 +26,8 @@ std::string model_directory_digest(const std::filesystem::path& directory) {
     std::sort(files.begin(), files.end());
     // Paths are NUL-terminated so that no file name can forge another entry.
     std::string manifest;
-    for (const auto& file : files) manifest += file + '\0' + sha256_file_hex(directory / file) + '\n';
-    return "sha256:" + sha256_hex(manifest);
+    for (const auto& file : files) manifest += file + '\0' + support::sha256_file_hex(directory / file) + '\n';
+    return "sha256:" + support::sha256_hex(manifest);
 }
 
 }  // namespace anvil::registry

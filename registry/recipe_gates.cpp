@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 namespace anvil::registry {
 
 namespace {
@@ -10,12 +12,6 @@ namespace {
 std::string lower(std::string_view s) {
     std::string out(s);
     std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-    std::string out;
-    for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
     return out;
 }
 
@@ -93,7 +89,7 @@ Gate context(const Recipe& r, const GateContext& ctx) {
 
 Gate pinning(const PinStatus& pins) {
     if (pins.pinned()) return {GateName::pinning, AxisStatus::pass, "image and models pinned by digest or commit"};
-    return {GateName::pinning, AxisStatus::fail, "unpinned: " + join(pins.unpinned_reasons, "; ")};
+    return {GateName::pinning, AxisStatus::fail, fmt::format("unpinned: {}", fmt::join(pins.unpinned_reasons, "; "))};
 }
 
 Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
@@ -120,18 +116,18 @@ Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
     }
     if (!non_commercial.empty()) {
         g.status = ctx.policy.commercial == true ? AxisStatus::fail : AxisStatus::unknown;
-        g.reason = join(non_commercial, "; ") + (ctx.policy.commercial == true
+        g.reason = fmt::format("{}", fmt::join(non_commercial, "; ")) + (ctx.policy.commercial == true
                                                      ? ": refused for a commercial deployment"
                                                      : ": allowed only for non-commercial use, and the licence policy does not say "
                                                        "whether this deployment is commercial");
         return g;
     }
     if (!unrecorded.empty()) {
-        g.reason = "no licence recorded for " + join(unrecorded, ", ");
+        g.reason = fmt::format("no licence recorded for {}", fmt::join(unrecorded, ", "));
         return g;
     }
     g.status = AxisStatus::pass;
-    g.reason = join(permitted, "; ");
+    g.reason = fmt::format("{}", fmt::join(permitted, "; "));
     return g;
 }
 
@@ -141,7 +137,7 @@ Gate host_memory(const Recipe& r, const GateContext& ctx) {
     Gate g{GateName::host_memory, AxisStatus::unknown, ""};
     const EmbeddedMemory m = estimate_embedded_memory(r, ctx.model_shapes);
     if (!m.unknowns.empty()) {
-        g.reason = "the embedded engine's memory is unknown: " + join(m.unknowns, "; ");
+        g.reason = fmt::format("the embedded engine's memory is unknown: {}", fmt::join(m.unknowns, "; "));
         return g;
     }
     const std::string need = "the embedded engine needs " + to_string(m.total) + " bytes, estimated: " + m.describe();

@@ -1,15 +1,12 @@
-// SHA-256 of bytes and files (OpenSSL's libcrypto: a well-kept, constant-time implementation).
+// Forwards to registry/support/digest.hpp, the one sha256. Kept only while daemon/qualify still
+// includes this path (its owners switch to support::sha256_hex); delete it after that.
 #pragma once
 
-#include <filesystem>
-#include <string>
-#include <string_view>
+#include "registry/support/digest.hpp"
 
 namespace anvil::registry {
 
-// 64 lowercase hex digits.
-std::string sha256_hex(std::string_view bytes);
-// Streams the file; throws std::runtime_error naming the file when it cannot be read.
-std::string sha256_file_hex(const std::filesystem::path& file);
+using support::sha256_file_hex;
+using support::sha256_hex;
 
 }  // namespace anvil::registry

@@ -1,7 +1,6 @@
 #include "state/records.hpp"
 
-#include <chrono>
-#include <ctime>
+#include "registry/support/clock.hpp"
 
 namespace anvil::state {
 
@@ -25,18 +24,6 @@ std::optional<FeedCursor> FeedCursor::parse(const std::string& text) {
     return FeedCursor{std::stoll(a), std::stoll(b)};
 }
 
-std::string now_iso8601() {
-    using namespace std::chrono;
-    const auto now = system_clock::now();
-    const std::time_t seconds = system_clock::to_time_t(now);
-    const auto millis = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-    char out[40];
-    std::snprintf(out, sizeof out, "%s.%03dZ", text, static_cast<int>(millis));
-    return out;
-}
+std::string now_iso8601() { return support::utc_now(support::Precision::milliseconds); }
 
 }  // namespace anvil::state

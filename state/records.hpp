@@ -223,7 +223,8 @@ struct SupersededRevision {
     Id newest_revision_id = 0;
 };
 
-// UTC, ISO 8601 with milliseconds: "2026-11-30T06:14:00.123Z".
+// UTC, ISO 8601 with milliseconds: "2026-11-30T06:14:00.123Z". Forwards to support::utc_now
+// (registry/support/clock.hpp), the one clock format; kept so the ledger's many callers read as before.
 std::string now_iso8601();
 
 }  // namespace anvil::state

@@ -1,12 +1,19 @@
-// Files the daemon writes whole or not at all: a temporary file, fsync, rename, fsync of the
-// directory. A crash leaves the previous version or none, never half of one.
+// Forwards to support::write_file_atomically (registry/support/atomic_file.hpp), the one atomic
+// writer. Kept only while qualification_runner.cpp still calls write_atomically; its owners switch
+// to the support function (creating the directory themselves) and then this header goes.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
+#include "registry/support/atomic_file.hpp"
+
 namespace anvil::daemon {
 
-void write_atomically(const std::filesystem::path& file, const std::string& text);
+// The daemon's records, for its user alone (0600); the directory is created when missing.
+inline void write_atomically(const std::filesystem::path& file, const std::string& text) {
+    std::filesystem::create_directories(file.parent_path());
+    support::write_file_atomically(file, text, 0600);
+}
 
 }  // namespace anvil::daemon

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -34,12 +35,6 @@ using registry::Presence;
 using nlohmann::json;
 
 namespace {
-
-std::string join_lines(const std::vector<std::string>& lines) {
-    std::string out;
-    for (const auto& line : lines) out += (out.empty() ? "" : "\n") + line;
-    return out;
-}
 
 // "<file>: <pointer>: expected X, found Y" — the pointer alone, so the line can be pasted into jq.
 std::string config_line(const std::string& file, const FieldError& e) {
@@ -297,7 +292,7 @@ void read_container_api_socket(const Node& top, JsonReader& reader, DaemonConfig
 
 }  // namespace
 
-ConfigError::ConfigError(std::vector<std::string> lines) : std::runtime_error(join_lines(lines)), problems(std::move(lines)) {}
+ConfigError::ConfigError(std::vector<std::string> lines) : std::runtime_error(fmt::format("{}", fmt::join(lines, "\n"))), problems(std::move(lines)) {}
 
 HostPort parse_host_port(const std::string& text, const std::string& where) {
     auto bad = [&] {

@@ -24,12 +24,12 @@
 
 #include "daemon/anvild/api_server.hpp"
 #include "daemon/anvild/api_views.hpp"
-#include "daemon/anvild/atomic_file.hpp"
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/systemd_notify.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
+#include "registry/support/atomic_file.hpp"
 #include "state/store.hpp"
 
 namespace {
@@ -140,11 +140,11 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     // Port 0 chose a port once: a reload keeps answering where clients found it.
     if (config.listen.port == 0) config.listen.port = api.port();
     // Where this anvild answers, for tools and tests that start it on port 0.
-    daemon::write_atomically(config.data_dir / "addresses.json",
-                             nlohmann::json{{"pid", getpid()},
-                                            {"api", config.listen.host + ":" + std::to_string(api.port())},
-                                            {"serve", config.serve.host + ":" + std::to_string(endpoint.port())}}
-                                 .dump());
+    // The data directory exists: restrict_data_dir made it before the store opened there.
+    const nlohmann::json addresses{{"pid", getpid()},
+                                   {"api", config.listen.host + ":" + std::to_string(api.port())},
+                                   {"serve", config.serve.host + ":" + std::to_string(endpoint.port())}};
+    support::write_file_atomically(config.data_dir / "addresses.json", addresses.dump(), 0600);
     // The first pass reads every source once; READY=1 follows it.
     reconciler.pass();
     loop.beat();

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
 #include "kernels/hardware/collective_probe.hpp"
@@ -61,11 +63,7 @@ void print_outcome(const hardware::ProbeOutcome& o, const hardware::WrittenRecei
                   << fixed(o.seconds, 1) << " s: NCCL " << version("nccl_version") << ", CUDA runtime " << version("cuda_runtime_version")
                   << ", driver CUDA " << version("cuda_driver_version") << ", transport "
                   << (o.transports.empty() ? std::string(r["ranks"].size() == 1 ? "none (single rank)" : "not reported")
-                                           : [&] {
-                                                 std::string t;
-                                                 for (const auto& x : o.transports) t += (t.empty() ? "" : ", ") + x;
-                                                 return t;
-                                             }())
+                                           : fmt::format("{}", fmt::join(o.transports, ", ")))
                   << "\n";
         for (const auto& rank : r["ranks"])
             std::cout << "  rank " << rank.value("rank", -1) << " → " << rank.value("uuid", "?") << " (CUDA device "
@@ -116,9 +114,7 @@ int probe_command(const std::vector<std::string>& args) {
     std::set<std::string> seen;
     for (const auto& uuid : request.gpus) {
         if (!present.count(uuid)) {
-            std::string known;
-            for (const auto& g : present) known += (known.empty() ? "" : ", ") + g;
-            throw UsageError("--gpus: " + uuid + " is not a GPU of this host (`anvil gpus` lists them: " + known + ")");
+            throw UsageError(fmt::format("--gpus: {} is not a GPU of this host (`anvil gpus` lists them: {})", uuid, fmt::join(present, ", ")));
         }
         if (!seen.insert(uuid).second) throw UsageError("--gpus: " + uuid + " is listed twice");
     }

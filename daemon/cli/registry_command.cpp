@@ -4,6 +4,8 @@
 #include <charconv>
 #include <iostream>
 
+#include <fmt/ranges.h>
+
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
 #include "registry/catalog.hpp"
@@ -13,23 +15,17 @@ namespace anvil::cli {
 
 namespace {
 
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-    std::string out;
-    for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
-    return out;
-}
-
 void print_table(const registry::Catalog& catalog, const std::string& location) {
     for (const auto& [path, doc] : catalog.documents()) {
         const auto problems = catalog.problems(doc);
         std::string id = doc.id.empty() ? path : doc.id;
         std::string line = id + "  " + std::string(registry::to_string(doc.kind)) + "  ";
-        if (!problems.empty()) line += "INVALID: " + join(problems, " | ");
+        if (!problems.empty()) line += fmt::format("INVALID: {}", fmt::join(problems, " | "));
         else if (!doc.pins_apply()) line += "(pinning n/a)";
         else if (doc.pins.pinned()) line += "pinned";
-        else line += "unpinned: " + join(doc.pins.unpinned_reasons, "; ");
+        else line += fmt::format("unpinned: {}", fmt::join(doc.pins.unpinned_reasons, "; "));
         if (problems.empty() && doc.is_external_prior()) line += "  (external prior: never promotes)";
-        if (problems.empty() && !doc.warnings.empty()) line += "  warnings: " + join(doc.warnings, "; ");
+        if (problems.empty() && !doc.warnings.empty()) line += fmt::format("  warnings: {}", fmt::join(doc.warnings, "; "));
         std::cout << line << "\n";
     }
     const auto s = registry::summarize(catalog);

@@ -2,9 +2,12 @@
 
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "registry/support/atomic_file.hpp"
 
 namespace anvil::driver {
 
@@ -24,15 +27,12 @@ void write_record(const EngineHandle& e) {
                     {"served_model_name", e.served_model_name},
                     {"log_path", e.log_path.string()},
                     {"api_key", e.api_key}};
-    const fs::path file = e.directory / kRecordFile;
-    const fs::path tmp = e.directory / (std::string(kRecordFile) + ".tmp");
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << j.dump(2) << "\n";
-        out.flush();
-        if (!out) throw EngineError("cannot write the engine record " + tmp.string() + "; check the state directory is writable");
+    // 0600: the record holds the engine's API key.
+    try {
+        support::write_file_atomically(e.directory / kRecordFile, j.dump(2) + "\n", 0600);
+    } catch (const std::system_error& error) {
+        throw EngineError(std::string("cannot write the engine record: ") + error.what() + "; check the state directory is writable");
     }
-    fs::rename(tmp, file);
 }
 
 std::optional<EngineHandle> read_record(const fs::path& file) {

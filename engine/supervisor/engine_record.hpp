@@ -13,7 +13,8 @@ namespace anvil::driver {
 inline constexpr const char* kRecordFile = "engine.json";
 inline constexpr const char* kRetiredRecordFile = "engine.retired.json";
 
-// Writes the record atomically (temporary file, then rename), so a crash never leaves half a record.
+// Writes the record atomically and durably (support::write_file_atomically), so a crash never leaves
+// half a record, nor loses one whose engine is running.
 void write_record(const EngineHandle& engine);
 std::optional<EngineHandle> read_record(const std::filesystem::path& file);
 // Every live record under `state_dir`, any driver; unreadable ones are logged and skipped.

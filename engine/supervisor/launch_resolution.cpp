@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ranges>
+
+#include <fmt/ranges.h>
 
 #include "registry/engine_environment.hpp"
 
@@ -32,10 +35,8 @@ std::string expand_placeholders(std::string_view text, const std::map<std::strin
         const std::string name(text.substr(open + 2, close - open - 2));
         auto it = values.find(name);
         if (it == values.end()) {
-            std::string known;
-            for (const auto& [k, v] : values) known += (known.empty() ? "" : ", ") + k;
-            throw LaunchError(std::string(where) + ": unknown placeholder ${" + name + "}; configure it or use one of: " +
-                              (known.empty() ? "(none configured)" : known));
+            const std::string known = values.empty() ? "(none configured)" : fmt::format("{}", fmt::join(std::views::keys(values), ", "));
+            throw LaunchError(std::string(where) + ": unknown placeholder ${" + name + "}; configure it or use one of: " + known);
         }
         out.append(it->second);
         i = close + 1;
@@ -88,10 +89,10 @@ fs::path resolve_inside_roots(const fs::path& path, const std::vector<fs::path>&
     const auto allowed = distinct_roots(roots);
     for (const auto& root : allowed)
         if (is_inside(real, root.real)) return real;
-    std::string list;
-    for (const auto& root : allowed) list += (list.empty() ? "" : ", ") + root.configured.string();
-    throw LaunchError(std::string(where) + ": '" + path.string() + "' resolves to '" + real.string() +
-                      "', outside the allowed roots (" + list + "); move it under one of them or configure allowed_mount_roots");
+    const auto list = allowed | std::views::transform([](const auto& root) { return root.configured.string(); });
+    throw LaunchError(fmt::format("{}: '{}' resolves to '{}', outside the allowed roots ({}); move it under one of them or configure "
+                                  "allowed_mount_roots",
+                                  where, path.string(), real.string(), fmt::join(list, ", ")));
 }
 
 bool port_is_free(const std::string& host, int port) {

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "engine/supervisor/engine_record.hpp"
@@ -68,9 +69,7 @@ EngineHandle ProcessDriver::start_command(const RecipeRevision& recipe, const Re
     plan.environment = launch.environment;
     // GPUs are chosen by UUID, which CUDA accepts in CUDA_VISIBLE_DEVICES on the host.
     if (!launch.gpu_uuids.empty() && !plan.environment.count("CUDA_VISIBLE_DEVICES")) {
-        std::string list;
-        for (const auto& u : launch.gpu_uuids) list += (list.empty() ? "" : ",") + u;
-        plan.environment["CUDA_VISIBLE_DEVICES"] = list;
+        plan.environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(launch.gpu_uuids, ","));
     }
     plan.log_path = e.log_path;
     plan.exit_code_path = e.directory / kExitCodeFile;

@@ -1,24 +1,20 @@
 #include "kernels/hardware/collective_probe.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "kernels/hardware/bounded_child.hpp"
+#include "registry/support/atomic_file.hpp"
+#include "registry/support/clock.hpp"
+#include "registry/support/digest.hpp"
 
 namespace anvil::hardware {
 
@@ -39,36 +35,6 @@ std::vector<std::string_view> lines_of(std::string_view log) {
 std::string clip(std::string_view line) {
     constexpr std::size_t kMax = 400;
     return line.size() <= kMax ? std::string(line) : std::string(line.substr(0, kMax)) + "…";
-}
-
-std::string utc_now(const char* format) {
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t t = std::chrono::system_clock::to_time_t(now);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[48];
-    std::strftime(buf, sizeof buf, format, &tm);
-    return buf;
-}
-
-std::string sha256_hex(const std::string& bytes) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1)
-        throw std::runtime_error("sha256 failed");
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < length; ++i) {
-        out += hex[digest[i] >> 4];
-        out += hex[digest[i] & 15];
-    }
-    return out;
-}
-
-std::string join(const std::vector<std::string>& words, const char* sep) {
-    std::string out;
-    for (const auto& w : words) out += (out.empty() ? "" : sep) + w;
-    return out;
 }
 
 // Checks what the probe says against what was asked: every rank, every size, every result verified.
@@ -108,7 +74,7 @@ std::optional<std::filesystem::path> find_probe() {
 
 std::map<std::string, std::string> probe_environment(const std::vector<std::string>& gpus,
                                                      std::map<std::string, std::string>* settings) {
-    std::map<std::string, std::string> set{{"NCCL_DEBUG", "INFO"}, {"CUDA_VISIBLE_DEVICES", join(gpus, ",")}};
+    std::map<std::string, std::string> set{{"NCCL_DEBUG", "INFO"}, {"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(gpus, ","))}};
     auto env = current_environment();
     for (const auto& [k, v] : set) env[k] = v;
     if (settings) *settings = set;
@@ -140,7 +106,7 @@ std::vector<std::string> nccl_diagnostics(std::string_view log, std::size_t tail
 
 ProbeOutcome run_collective_probe(const ProbeRequest& request) {
     ProbeOutcome o;
-    std::vector<std::string> argv{request.probe.string(), "--gpus", join(request.gpus, ","), "--min-bytes",
+    std::vector<std::string> argv{request.probe.string(), "--gpus", fmt::format("{}", fmt::join(request.gpus, ",")), "--min-bytes",
                                   std::to_string(request.min_bytes), "--max-bytes", std::to_string(request.max_bytes)};
     const auto env = probe_environment(request.gpus, &o.child_settings);
     spdlog::info("collective probe: {} over {} GPUs, deadline {} ms", request.probe.string(), request.gpus.size(), request.deadline.count());
@@ -185,7 +151,7 @@ registry::CollectivePath collective_path(const ProbeOutcome& outcome) {
 nlohmann::json probe_receipt(const ProbeRequest& request, const ProbeOutcome& outcome, const nlohmann::json& inventory) {
     const nlohmann::json& r = outcome.result.is_object() ? outcome.result : nlohmann::json::object();
     nlohmann::json receipt{{"kind", "anvil-collective-probe-receipt/v1"},
-                           {"written_at", utc_now("%Y-%m-%dT%H:%M:%SZ")},
+                           {"written_at", support::utc_now(support::Precision::seconds)},
                            {"outcome", std::string(registry::to_string(collective_path(outcome)))},
                            {"gpus", request.gpus},
                            {"sizes_bytes", {{"min", request.min_bytes}, {"max", request.max_bytes}}},
@@ -213,37 +179,11 @@ WrittenReceipt write_probe_receipt(const std::filesystem::path& dir, const nlohm
     std::filesystem::create_directories(dir, ec);
     if (ec) throw std::runtime_error(dir.string() + ": cannot create the receipt directory: " + ec.message());
     const std::string bytes = receipt.dump(2) + "\n";
-    const std::string stamp = utc_now("%Y%m%dT%H%M%SZ");
+    const std::string stamp = support::format_utc_compact(std::chrono::system_clock::now());
     std::filesystem::path path = dir / ("collectives-" + stamp + ".json");
     for (int n = 1; std::filesystem::exists(path); ++n) path = dir / ("collectives-" + stamp + "-" + std::to_string(n) + ".json");
-    const std::filesystem::path temporary = path.string() + ".tmp";
-    auto fail = [&](const std::string& what) {
-        const std::string reason = std::strerror(errno);
-        ::unlink(temporary.c_str());
-        throw std::runtime_error(path.string() + ": " + what + ": " + reason);
-    };
-    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail("cannot create");
-    for (std::size_t done = 0; done < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            ::close(fd);
-            fail("cannot write");
-        }
-        done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(fd) != 0) {
-        ::close(fd);
-        fail("cannot fsync");
-    }
-    ::close(fd);
-    if (::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot rename into place");
-    if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
-    return {path, sha256_hex(bytes)};
+    support::write_file_atomically(path, bytes, 0644);
+    return {path, support::sha256_hex(bytes)};
 }
 
 std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir) {
@@ -263,7 +203,7 @@ std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir
         spdlog::warn("collective probe receipt {} cannot be read as JSON: ignored", newest->string());
         return std::nullopt;
     }
-    return ReadReceipt{*newest, sha256_hex(bytes.str()), std::move(parsed)};
+    return ReadReceipt{*newest, support::sha256_hex(bytes.str()), std::move(parsed)};
 }
 
 void apply_probe_receipt(registry::Inventory& inventory, const ReadReceipt& read) {

@@ -3,12 +3,12 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <ctime>
 #include <exception>
 
 #include <spdlog/spdlog.h>
 
 #include "kernels/hardware/nvml_abi.hpp"
+#include "registry/support/clock.hpp"
 
 namespace anvil::hardware {
 
@@ -16,15 +16,6 @@ namespace {
 
 using registry::EvidenceStatus;
 using registry::EvidenceVariable;
-
-std::string utc_now() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 EvidenceVariable measured_bytes(std::int64_t bytes, std::string source, const std::string& observed_at) {
     EvidenceVariable v;
@@ -82,7 +73,7 @@ std::string default_nvml_library() {
 InventoryReading read_inventory(const std::string& nvml_library) {
     InventoryReading r;
     r.library = nvml_library;
-    r.observed_at = utc_now();
+    r.observed_at = support::utc_now(support::Precision::seconds);
     r.inventory.source = "NVML (" + nvml_library + ")";
 
     Library lib;

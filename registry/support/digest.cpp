@@ -1,4 +1,4 @@
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 
 #include <array>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include <openssl/evp.h>
 
-namespace anvil::registry {
+namespace anvil::support {
 
 namespace {
 struct MdCtxDeleter {
@@ -56,4 +56,4 @@ std::string sha256_file_hex(const std::filesystem::path& file) {
     return finish(ctx.get());
 }
 
-}  // namespace anvil::registry
+}  // namespace anvil::support

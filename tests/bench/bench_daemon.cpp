@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -35,6 +34,7 @@
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/supervisor/launch_resolution.hpp"
 #include "registry/model_digest.hpp"
+#include "registry/support/clock.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -198,12 +198,10 @@ void bench_api(const fs::path& dir, const anvil::test::GitRepo& repo) {
 
 // ---------------------------------------------------------------- 3. commit → serving
 
+// Milliseconds since the epoch of a ledger timestamp; 0 for text that is not one.
 double iso_ms(const std::string& iso) {
-    std::tm tm{};
-    const char* rest = strptime(iso.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-    double ms = static_cast<double>(timegm(&tm)) * 1000;
-    if (rest && *rest == '.') ms += std::atof(rest + 1);
-    return ms;
+    const auto t = anvil::support::parse_utc(iso);
+    return t ? std::chrono::duration<double, std::milli>(t->time_since_epoch()).count() : 0;
 }
 
 // ---------------------------------------------------------------- 4. hostile connections

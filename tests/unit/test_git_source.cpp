@@ -5,7 +5,7 @@
 #include "registry/catalog.hpp"
 #include "registry/catalog_report.hpp"
 #include "registry/git_source.hpp"
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
@@ -54,7 +54,7 @@ TEST_CASE("a first sync reads every document from the commit with provenance", "
     CHECK(a.provenance.commit == head);
     CHECK(a.provenance.source_url == f.upstream.dir().string());
     CHECK(a.provenance.blob_id.size() == 40);
-    CHECK(a.provenance.sha256 == sha256_hex(anvil::test::read_file(f.upstream.dir() / "recipes/a.json")));
+    CHECK(a.provenance.sha256 == anvil::support::sha256_hex(anvil::test::read_file(f.upstream.dir() / "recipes/a.json")));
     CHECK(std::filesystem::exists(source.clone_dir() / "HEAD"));  // its own bare clone under the data dir
 }
 

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/qualify/qualification.hpp"
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 #include "test_qualify_engine.hpp"
 #include "test_support.hpp"
 
@@ -51,7 +51,7 @@ int closed_port() {
 void check_receipt(const Report& report, const std::filesystem::path& dir) {
     REQUIRE(std::filesystem::exists(report.receipt_path));
     CHECK(report.receipt_path.parent_path() == dir);
-    CHECK(anvil::registry::sha256_file_hex(report.receipt_path) == report.receipt_sha256);
+    CHECK(anvil::support::sha256_file_hex(report.receipt_path) == report.receipt_sha256);
     // Only the receipt: the temporary file was renamed, not left behind.
     int files = 0;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.path() == report.receipt_path ? 1 : 100;
