@@ -26,12 +26,11 @@ qualify::Contender Reconciler::contender(const state::RevisionRow& revision) con
     const auto detail = store_.recipe(revision.recipe_id);
     if (!detail) return c;
     // The newest local measurement of each metric for this revision.
-    for (const auto& e : detail->evidence)
-        if (e.revision_id == revision.id && e.evidence_class == state::EvidenceClass::local && e.min)
-            c.metrics[e.metric] = registry::to_double(*e.min);
-    if (auto it = c.metrics.find("quality_control_revision"); it != c.metrics.end()) {
-        c.control_revision_id = static_cast<state::Id>(it->second);
-        c.metrics.erase(it);
+    // Its quality was compared with the default its newest quality measurement names.
+    for (const auto& e : detail->evidence) {
+        if (e.revision_id != revision.id || e.evidence_class != state::EvidenceClass::local || !e.min) continue;
+        c.metrics[e.metric] = registry::to_double(*e.min);
+        if (e.metric == "relative_quality_loss") c.control_revision_id = e.control_revision_id;
     }
     std::map<std::string, bool> gates;
     for (const auto& v : detail->verdicts)
