@@ -1,13 +1,12 @@
 #include "daemon/anvild/api_server.hpp"
 
 #include "daemon/anvild/api_views.hpp"
-#include "daemon/controller/promotion_settings.hpp"
+#include "registry/support/digest.hpp"
 
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/safe_text.hpp"
 #include "kernels/hardware/inventory_report.hpp"
 
-#include <openssl/sha.h>
 
 #include <charconv>
 
@@ -142,14 +141,7 @@ json body_of(const httplib::Request& req) {
 
 }  // namespace
 
-std::string token_id(const std::string& token) {
-    unsigned char digest[SHA256_DIGEST_LENGTH];
-    SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (int i = 0; i < 4; ++i) out += {hex[digest[i] >> 4], hex[digest[i] & 15]};
-    return out;
-}
+std::string token_id(const std::string& token) { return support::sha256_hex(token).substr(0, 8); }
 
 ApiServer::ApiServer(const DaemonConfig& config, state::Store& store, Reconciler& reconciler, DaemonMetrics& metrics, std::string token)
     : config_(config), store_(store), reconciler_(reconciler), metrics_(metrics), token_(std::move(token)), actor_("api:" + token_id(token_)),
@@ -319,13 +311,13 @@ void ApiServer::routes() {
     h.Get("/api/v1/default", wrap("/api/v1/default", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
               const auto current = store_.current_default();
               if (!current) return send(res, 200, {{"data", nullptr}});
-              const auto pin = store_.setting(kPinKey);
+              const auto pin = store_.pin();
               std::string since;
               if (const auto detail = store_.recipe(current->recipe_id))
                   for (const auto& t : detail->history)
                       if (t.revision_id == current->id && t.to == state::Status::promoted) since = t.created_at;
               send(res, 200, {{"data", {{"slot", current->serving_slot}, {"recipe_id", current->recipe_id}, {"revision_id", current->id},
-                                        {"since", since}, {"pinned", pin && (*pin)["recipe_id"] == current->recipe_id}}}});
+                                        {"since", since}, {"pinned", pin && pin->recipe_id == current->recipe_id}}}});
           }));
     h.Get("/api/v1/engines", wrap("/api/v1/engines", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
               json data = json::array();

@@ -1,6 +1,5 @@
 #include "daemon/anvild/api_views.hpp"
 
-#include "daemon/controller/promotion_settings.hpp"
 
 namespace anvil::daemon {
 
@@ -11,12 +10,12 @@ json status_view(const Reconciler& reconciler, const state::Store& store) {
     json out;
     const auto current = store.current_default();
     out["default"] = current ? json{{"recipe_id", current->recipe_id}, {"revision_id", current->id}} : json(nullptr);
-    const auto pin = store.setting(kPinKey);
-    const auto freeze = store.setting(kFreezeKey);
+    const auto pin = store.pin();
+    const auto freeze = store.freeze();
     out["policy"] = {{"mode", std::string(qualify::to_string(reconciler.config().promotion.policy))},
                      {"frozen", freeze.has_value()},
-                     {"freeze", freeze.value_or(json(nullptr))},
-                     {"pinned", pin ? json((*pin)["recipe_id"]) : json(nullptr)}};
+                     {"freeze", freeze ? json(*freeze) : json(nullptr)},
+                     {"pinned", pin ? json(pin->recipe_id) : json(nullptr)}};
     json counts = json::object();
     for (Status s : {Status::candidate, Status::qualifying, Status::validated, Status::promoted, Status::retired, Status::rejected, Status::failed}) {
         state::RecipeFilter f;

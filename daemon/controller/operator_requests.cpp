@@ -4,7 +4,6 @@
 // starts anything itself: the pass is the only actor, so two can never race.
 #include "daemon/controller/reconciler.hpp"
 
-#include "daemon/controller/promotion_settings.hpp"
 
 namespace anvil::daemon {
 
@@ -38,8 +37,7 @@ void Reconciler::request_qualification(const std::string& recipe_id, const std::
 
 void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
     if (!recipe_id) {
-        if (!store_.setting(kPinKey)) throw RequestRefused(409, "conflict", "no recipe is pinned");
-        store_.clear_setting(kPinKey, actor);
+        if (!store_.clear_pin(actor)) throw RequestRefused(409, "conflict", "no recipe is pinned");
         wake();
         return;
     }
@@ -66,19 +64,17 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
             throw RequestRefused(409, "conflict", *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
     }
     // The promotion step promotes it (qualify::choose_promotion: a pin wins over everything).
-    store_.set_setting(kPinKey, {{"recipe_id", *recipe_id}, {"revision_id", target->id}, {"actor", actor}, {"at", state::now_iso8601()}}, actor);
+    store_.set_pin({*recipe_id, target->id, actor, state::now_iso8601()});
     wake();
 }
 
 void Reconciler::freeze(const std::string& reason, const std::string& actor) {
-    store_.set_setting(kFreezeKey, {{"reason", reason.empty() ? std::string("frozen through the API") : reason}, {"actor", actor}, {"at", state::now_iso8601()}},
-                       actor);
+    store_.set_freeze({reason.empty() ? std::string("frozen through the API") : reason, actor, state::now_iso8601()});
     wake();
 }
 
 void Reconciler::unfreeze(const std::string& actor) {
-    if (!store_.setting(kFreezeKey)) throw RequestRefused(409, "conflict", "promotion is not frozen");
-    store_.clear_setting(kFreezeKey, actor);
+    if (!store_.clear_freeze(actor)) throw RequestRefused(409, "conflict", "promotion is not frozen");
     wake();
 }
 

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/controller/promotion_settings.hpp"
+#include "registry/support/clock.hpp"
 #include "daemon/controller/revision_document.hpp"
 #include "state/gate_table.hpp"
 
@@ -44,11 +44,9 @@ qualify::PolicyState Reconciler::policy_state() const {
     policy.policy = config_.promotion.policy;
     policy.min_interval = config_.promotion.min_interval;
     policy.now = clock_->system();
-    if (const auto pin = store_.setting(kPinKey))
-        policy.pin = qualify::Pin{pin->value("recipe_id", std::string()), pin->value("revision_id", state::Id{0}), pin->value("actor", std::string())};
-    if (const auto freeze = store_.setting(kFreezeKey))
-        policy.freeze = qualify::Freeze{freeze->value("actor", std::string()), freeze->value("reason", std::string())};
-    if (const auto last = store_.setting(kLastPromotionKey)) policy.last_promotion = parse_utc(last->value("at", std::string()));
+    if (const auto pin = store_.pin()) policy.pin = qualify::Pin{pin->recipe_id, pin->revision_id, pin->actor};
+    if (const auto freeze = store_.freeze()) policy.freeze = qualify::Freeze{freeze->actor, freeze->reason};
+    if (const auto last = store_.last_promotion()) policy.last_promotion = support::parse_utc(last->at);
     return policy;
 }
 
@@ -63,10 +61,7 @@ void Reconciler::promote(const state::RevisionRow& revision, const std::string& 
             if (v.revision_id == revision.id && v.gate != "feasibility") verdicts.push_back(v.id);
     }
     store_.promote(revision.id, reason, actor, evidence, verdicts);
-    store_.set_setting(kLastPromotionKey,
-                       {{"revision_id", revision.id}, {"recipe_id", revision.recipe_id}, {"at", state::now_iso8601()},
-                        {"previous_revision_id", previous ? json(previous->id) : json(nullptr)}},
-                       actor);
+    store_.set_last_promotion({revision.id, revision.recipe_id, state::now_iso8601(), previous ? std::optional(previous->id) : std::nullopt}, actor);
     spdlog::info("promoted {} revision {}: {}", revision.recipe_id, revision.id, reason);
     wake();
 }
@@ -123,12 +118,12 @@ void Reconciler::promotion_step() {
 }
 
 void Reconciler::rollback(const std::string& why) {
-    const auto last = store_.setting(kLastPromotionKey);
-    if (!last || !last->contains("previous_revision_id") || (*last)["previous_revision_id"].is_null()) {
+    const auto last = store_.last_promotion();
+    if (!last || !last->previous_revision_id) {
         set_condition("DefaultServing", false, "NoRollbackTarget", why + "; there is no previous default to roll back to");
         return;
     }
-    const state::Id previous_id = (*last)["previous_revision_id"].get<state::Id>();
+    const state::Id previous_id = *last->previous_revision_id;
     const auto previous = store_.revision(previous_id);
     if (!previous) return;
     if (const auto gone = not_in_registry(*previous)) {
@@ -139,10 +134,9 @@ void Reconciler::rollback(const std::string& why) {
         promote(*previous, "rollback: " + why, "reconciler");
         store_.append_event("rollback", previous->recipe_id, "rolled back to revision " + std::to_string(previous_id) + ": " + why);
         // A pin on what could not serve no longer holds: the operator is told by the freeze below.
-        if (const auto pin = store_.setting(kPinKey); pin && pin->value("recipe_id", std::string()) != previous->recipe_id)
-            store_.clear_setting(kPinKey, "reconciler");
+        if (const auto pin = store_.pin(); pin && pin->recipe_id != previous->recipe_id) store_.clear_pin("reconciler");
         // Hold automatic promotion until someone looks: the same candidate would win again.
-        store_.set_setting(kFreezeKey, {{"reason", "automatic rollback: " + why}, {"actor", "reconciler"}, {"at", state::now_iso8601()}}, "reconciler");
+        store_.set_freeze({"automatic rollback: " + why, "reconciler", state::now_iso8601()});
     } catch (const std::exception& e) {
         set_condition("DefaultServing", false, "RollbackFailed", why + "; rollback refused: " + e.what());
     }

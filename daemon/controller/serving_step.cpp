@@ -5,7 +5,7 @@
 // Nothing here holds mutex_: a drain or an engine stop takes as long as it takes.
 #include "daemon/controller/reconciler.hpp"
 
-#include "daemon/controller/promotion_settings.hpp"
+#include "registry/support/clock.hpp"
 #include "daemon/controller/revision_document.hpp"
 
 namespace anvil::daemon {
@@ -44,9 +44,9 @@ void Reconciler::serving_step() {
             const std::string why = "the default " + current->recipe_id + " could not start (" + std::to_string(b.failures) + " tries): " + e.what();
             set_condition("DefaultServing", false, "EngineFailed", why);
             store_.append_event("engine", current->recipe_id, why);
-            const auto last = store_.setting(kLastPromotionKey);
-            const bool recent = last && last->value("revision_id", state::Id{0}) == current->id &&
-                                clock_->system() - parse_utc(last->value("at", std::string())) < kProbation;
+            const auto last = store_.last_promotion();
+            const auto promoted_at = last ? support::parse_utc(last->at) : std::nullopt;
+            const bool recent = last && last->revision_id == current->id && promoted_at && clock_->system() - *promoted_at < kProbation;
             if (recent && b.failures >= kRollbackAfterFailures) rollback(why);
             return;
         }

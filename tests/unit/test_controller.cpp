@@ -382,7 +382,7 @@ TEST_CASE("controller: a default that cannot start is retried with backoff, and 
     w.pass();  // the third failure inside the probation rolls back to f32 and freezes promotion
     CHECK(w.default_recipe() == "tiny-f32");
     CHECK(w.store->recipe("tiny-f32")->history.back().reason.starts_with("rollback: "));
-    CHECK(w.store->setting("promotion.freeze"));
+    CHECK(w.store->freeze());
     w.pass();
     CHECK(w.endpoint.current()->recipe_id == "tiny-f32");
     CHECK(w.default_recipe() == "tiny-f32");  // frozen: q8 does not win again
