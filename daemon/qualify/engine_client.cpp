@@ -4,7 +4,7 @@
 
 #include <httplib.h>
 
-#include "registry/sha256.hpp"
+#include "registry/support/digest.hpp"
 
 namespace anvil::qualify::detail {
 
@@ -44,7 +44,7 @@ json shorten(const json& value, std::size_t limit) {
         // The head is cut on a character boundary so the receipt stays valid UTF-8.
         std::size_t head = std::min<std::size_t>(64, s.size());
         while (head > 0 && (static_cast<unsigned char>(s[head]) & 0xC0) == 0x80) --head;
-        return json{{"length", s.size()}, {"sha256", registry::sha256_hex(s)}, {"head", s.substr(0, head)}};
+        return json{{"length", s.size()}, {"sha256", support::sha256_hex(s)}, {"head", s.substr(0, head)}};
     }
     if (value.is_object()) {
         json out = json::object();

@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include <spdlog/fmt/fmt.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace anvil::qualify {
 
@@ -40,11 +41,6 @@ Decision make(Action action, std::string reason, std::vector<std::string> checks
     return Decision{action, std::move(reason), std::move(checks)};
 }
 
-std::string join(const std::vector<std::string>& parts, const char* separator) {
-    std::string out;
-    for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
-    return out;
-}
 
 // The comparison with the control: every threshold as a check line with its numbers; `missing`
 // gets the metrics that could not be compared, `failed` the thresholds that were not met.
@@ -124,9 +120,9 @@ Decision decide(const Contender& candidate, const std::optional<Contender>& cont
         if (!control->hard_gates_passed) checks.push_back("the default's hard gates: fail (it is compared all the same)");
         compare(candidate, *control, thresholds, checks, missing, failed);
         if (!missing.empty()) {
-            verdict = make(Action::hold, "inconclusive: " + join(missing, ", ") + " not measured", checks);
+            verdict = make(Action::hold, "inconclusive: " + fmt::format("{}", fmt::join(missing, ", ")) + " not measured", checks);
         } else if (!failed.empty()) {
-            verdict = make(Action::pass_over, "does not beat the default: " + join(failed, "; "), checks);
+            verdict = make(Action::pass_over, "does not beat the default: " + fmt::format("{}", fmt::join(failed, "; ")), checks);
         } else {
             verdict = make(Action::promote, "beats the default on every threshold with margin " + fmt::format("{:.4f}", thresholds.margin),
                            checks);
@@ -204,10 +200,10 @@ PromotionChoice choose_promotion(const std::vector<Contender>& validated, const 
         choice.decisions.emplace_back(c, std::move(d));
     }
     const auto best = best_of(winners);
-    if (!best) return hold("Holding", join(holds, " | "));
+    if (!best) return hold("Holding", fmt::format("{}", fmt::join(holds, " | ")));
     for (const auto& [c, d] : choice.decisions)
         if (c.revision_id == best->revision_id) choice.reason = "beat the default " + current->recipe_id + " (revision " +
-                                                                std::to_string(current->revision_id) + "): " + join(d.checks, "; ");
+                                                                std::to_string(current->revision_id) + "): " + fmt::format("{}", fmt::join(d.checks, "; "));
     choice.action = Action::promote;
     choice.revision_id = best->revision_id;
     choice.condition = "BeatsDefault";

@@ -13,7 +13,8 @@
 #include "daemon/qualify/measurements.hpp"
 #include "daemon/qualify/quality.hpp"
 #include "daemon/qualify/receipt.hpp"
-#include "registry/sha256.hpp"
+#include "registry/support/clock.hpp"
+#include "registry/support/digest.hpp"
 #include "state/gate_table.hpp"
 
 namespace anvil::qualify {
@@ -110,7 +111,7 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
                const std::optional<json>& control_samples) {
     using namespace detail;
     Report report;
-    report.started_at = utc_timestamp();
+    report.started_at = support::utc_now();
     Journal journal;
     RunContext run(target, plan, journal);
     spdlog::info("qualify: {} revision {} at {}:{} (model {})", target.recipe_id, target.revision_id, target.host,
@@ -158,7 +159,7 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
             report.measurements.push_back({"peak_memory_bytes", double(*peak), "bytes"});
         else journal.note("peak_memory", "not measured: /proc/" + std::to_string(*target.pid) + "/status is not readable");
     }
-    report.finished_at = utc_timestamp();
+    report.finished_at = support::utc_now();
     if (plan.cancelled && plan.cancelled->load())
         throw Cancelled("qualification of " + target.recipe_id + " revision " + std::to_string(target.revision_id) + " cut short");
 
@@ -178,7 +179,7 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
         {"measurements", measurements},
         {"quality", report.quality ? to_json(*report.quality) : json()},
         {"quality_samples", report.quality_samples},
-        {"control_samples_sha256", control_samples ? json(registry::sha256_hex(control_samples->dump())) : json()},
+        {"control_samples_sha256", control_samples ? json(support::sha256_hex(control_samples->dump())) : json()},
         {"notes", journal.notes()},
         {"exchanges", journal.exchanges()},
     };

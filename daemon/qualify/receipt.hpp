@@ -21,7 +21,4 @@ struct WrittenReceipt {
 WrittenReceipt write_receipt(const std::filesystem::path& dir, const std::string& recipe_id, std::int64_t revision_id,
                              const nlohmann::json& receipt);
 
-// "2026-11-30T09:24:15.123Z"
-std::string utc_timestamp();
-
 }  // namespace anvil::qualify::detail
