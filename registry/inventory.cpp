@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <ranges>
 
 #include <fmt/ranges.h>
 
@@ -87,7 +86,8 @@ EvidenceStatus Inventory::evidence() const {
 }
 
 EvidenceVariable Inventory::total_vram() const {
-    const auto names = gpus | std::views::transform(&Gpu::name);
+    std::vector<std::string> names;
+    for (const auto& g : gpus) names.push_back(g.name);
     return sum(gpus, &Gpu::total_bytes, fmt::format("inventory ({}): {} GPUs: {}", source, gpus.size(), fmt::join(names, ", ")));
 }
 

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <ranges>
 
 #include <fmt/ranges.h>
 
@@ -35,7 +34,9 @@ std::string expand_placeholders(std::string_view text, const std::map<std::strin
         const std::string name(text.substr(open + 2, close - open - 2));
         auto it = values.find(name);
         if (it == values.end()) {
-            const std::string known = values.empty() ? "(none configured)" : fmt::format("{}", fmt::join(std::views::keys(values), ", "));
+            std::vector<std::string> names;
+            for (const auto& [known_name, value] : values) names.push_back(known_name);
+            const std::string known = values.empty() ? "(none configured)" : fmt::format("{}", fmt::join(names, ", "));
             throw LaunchError(std::string(where) + ": unknown placeholder ${" + name + "}; configure it or use one of: " + known);
         }
         out.append(it->second);
@@ -89,7 +90,8 @@ fs::path resolve_inside_roots(const fs::path& path, const std::vector<fs::path>&
     const auto allowed = distinct_roots(roots);
     for (const auto& root : allowed)
         if (is_inside(real, root.real)) return real;
-    const auto list = allowed | std::views::transform([](const auto& root) { return root.configured.string(); });
+    std::vector<std::string> list;
+    for (const auto& root : allowed) list.push_back(root.configured.string());
     throw LaunchError(fmt::format("{}: '{}' resolves to '{}', outside the allowed roots ({}); move it under one of them or configure "
                                   "allowed_mount_roots",
                                   where, path.string(), real.string(), fmt::join(list, ", ")));
