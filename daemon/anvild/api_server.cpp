@@ -102,7 +102,8 @@ json evidence_json(const state::EvidenceRow& e) {
             {"source", e.source},
             {"observed_at", e.observed_at},
             {"receipt_sha256", e.receipt_sha256 ? json(*e.receipt_sha256) : json(nullptr)},
-            {"receipt_path", e.receipt_path ? json(*e.receipt_path) : json(nullptr)}};
+            {"receipt_path", e.receipt_path ? json(*e.receipt_path) : json(nullptr)},
+            {"control_revision_id", e.control_revision_id ? json(*e.control_revision_id) : json(nullptr)}};
 }
 
 json verdict_json(const state::VerdictRow& v) {

@@ -1,34 +1,20 @@
 #include "daemon/anvild/qualification_runner.hpp"
 
-#include "daemon/anvild/atomic_file.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fstream>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "engine/supervisor/driver.hpp"
 #include "engine/supervisor/readiness.hpp"
+#include "registry/support/atomic_file.hpp"
 
 namespace anvil::daemon {
-
-namespace {
-
-double threshold(const DaemonConfig& config, const std::string& name, double fallback) {
-    if (!config.requirements) return fallback;
-    for (const auto& [n, v] : config.requirements->thresholds)
-        if (n == name && v.value) return registry::to_double(*v.value);
-    return fallback;
-}
-
-}  // namespace
 
 qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& config) {
     qualify::Plan plan;
     plan.attempts = config.promotion.attempts;
-    plan.min_pass_rate = threshold(config, "min_deterministic_pass_rate", 1.0);
+    plan.min_pass_rate = promotion_thresholds(config).min_deterministic_pass_rate;
     plan.tools = recipe.capabilities.tools.value_or(false);
     plan.needle_depths = config.promotion.needle_depths;
     if (config.requirements) {
@@ -181,7 +167,8 @@ void QualificationRunner::execute(const QualificationJob& job) {
     // Evidence: every measurement and every gate's pass rate, local and measured, with the receipt.
     const std::string source = "qualification of revision " + std::to_string(job.revision_id) + " (receipt " +
                                report.receipt_path.filename().string() + ")";
-    // The control the quality was compared with, when the suite compared every control position.
+    // The control the quality was compared with, when the suite compared every control position:
+    // every row names it (control_revision_id), so a later default cannot inherit the comparison.
     const bool compared = report.find("relative_quality_loss") && job.control_revision;
     auto evidence = [&](const std::string& metric, double value, const std::string& unit) {
         state::EvidenceRow row;
@@ -199,10 +186,6 @@ void QualificationRunner::execute(const QualificationJob& job) {
         return record.evidence.size() - 1;
     };
     for (const auto& m : report.measurements) evidence(m.metric, m.value, m.unit);
-    // The control it was measured against is recorded beside the comparison, so a later default
-    // cannot inherit it. Every row names it in control_revision_id too; this older row stays written
-    // only until the reconciler reads the column instead (then delete it here).
-    if (compared) evidence("quality_control_revision", static_cast<double>(*job.control_revision), "revision");
     std::vector<std::string> failed_gates;
     for (const auto& g : report.gates) {
         const std::size_t e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
@@ -210,10 +193,8 @@ void QualificationRunner::execute(const QualificationJob& job) {
         if (!g.pass) failed_gates.push_back(g.gate + " (" + std::to_string(g.passed) + "/" + std::to_string(g.attempts) + ")");
     }
 
-    if (!failed_gates.empty()) {
-        std::string reason = "hard gates failed: ";
-        for (std::size_t i = 0; i < failed_gates.size(); ++i) reason += (i ? ", " : "") + failed_gates[i];
-        fail(reason);
+    if (!report.hard_gates_passed()) {  // the gate table says which failures fail the revision
+        fail(fmt::format("hard gates failed: {}", fmt::join(failed_gates, ", ")));
         return;
     }
     // Only a revision whose document is at the synced commit is validated: one removed or replaced
@@ -225,7 +206,9 @@ void QualificationRunner::execute(const QualificationJob& job) {
         store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " passed but was retired: " + *why);
         return;
     }
-    write_atomically(samples_path(job.revision_id), report.quality_samples.dump());
+    const auto samples = samples_path(job.revision_id);
+    std::filesystem::create_directories(samples.parent_path());
+    support::write_file_atomically(samples, report.quality_samples.dump(), 0600);
     try {
         record.to = state::Status::validated;
         record.reason = "every hard gate passed on this machine (receipt sha256 " + report.receipt_sha256.substr(0, 12) + ")";

@@ -481,7 +481,7 @@ int run(const std::string& name, const std::vector<std::string>& words) {
     else if (name == "engines") print_engines(answer.body);
     else if (name == "sync") std::cout << "registry sync queued\n";
     else if (name == "qualify") std::cout << "qualification of " << shown_id << " queued\n";
-    else if (name == "pin") std::cout << shown_id << " pinned as the default\n";
+    else if (name == "pin") std::cout << shown_id << " pinned: anvild makes it the default on its next pass\n";
     else if (name == "unpin") std::cout << "default pin released; automatic promotion decides again\n";
     else if (name == "freeze") std::cout << "automatic promotion frozen\n";
     else if (name == "unfreeze") std::cout << "automatic promotion resumed\n";
