@@ -4,6 +4,9 @@
 #include <map>
 #include <utility>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace anvil::state {
 
 namespace {
@@ -34,11 +37,6 @@ const std::map<Status, std::set<Status>>& edges() {
     return all;
 }
 
-std::string join(const std::vector<std::string>& items) {
-    std::string out;
-    for (const auto& i : items) out += (out.empty() ? "" : "; ") + i;
-    return out;
-}
 }  // namespace
 
 std::string_view to_string(Status s) {
@@ -75,10 +73,10 @@ std::optional<std::string> refuse_transition(const TransitionFacts& f) {
         for (const auto& gate : f.required_hard_gates)
             if (!f.hard_gates_passed_locally.count(gate)) missing.push_back(gate);
         if (!missing.empty())
-            return "evidence guard: " + move() + " needs a local pass for every hard gate; missing: " + join(missing);
+            return "evidence guard: " + move() + " needs a local pass for every hard gate; missing: " + fmt::format("{}", fmt::join(missing, "; "));
     }
     if (f.to == Status::promoted && !f.pinned)
-        return "pinning guard: an unpinned revision can never be promoted (" + join(f.unpinned_reasons) + ")";
+        return "pinning guard: an unpinned revision can never be promoted (" + fmt::format("{}", fmt::join(f.unpinned_reasons, "; ")) + ")";
     return std::nullopt;
 }
 

@@ -5,6 +5,9 @@
 // feasibility view with the same inputs.
 #include "daemon/controller/reconciler.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "daemon/controller/revision_document.hpp"
 #include "registry/host_memory.hpp"
 
@@ -89,9 +92,7 @@ void Reconciler::judge(const std::vector<std::pair<state::Id, const registry::Do
                                          : a.verdict == registry::Verdict::benchmark_survivor ? state::GateResult::pass
                                                                                               : state::GateResult::unknown;
         verdicts.push_back({0, revision_id, "feasibility", result, std::string(registry::to_string(a.verdict)), reasons, {}, ""});
-        std::string reason;
-        for (std::size_t i = 0; i < refusals.size(); ++i) reason += (i ? "; " : "refused on paper: ") + refusals[i];
-        refusal_reasons.push_back(reason);
+        refusal_reasons.push_back(refusals.empty() ? std::string() : fmt::format("refused on paper: {}", fmt::join(refusals, "; ")));
     }
     const auto ids = store_.add_verdicts(verdicts);
     std::vector<state::TransitionRequest> rejections;
