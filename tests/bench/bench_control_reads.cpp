@@ -173,27 +173,6 @@ private:
 
 // ---------------------------------------------------------------- anvild
 
-std::string recipe(const std::string& id, const std::string& weights, const std::string& digest, const std::string& hardware) {
-    json r = {{"schema_version", "anvil.recipe/v1"},
-              {"id", id},
-              {"recipe_source", "bench"},
-              {"status", "candidate"},
-              {"description", "bench recipe " + id},
-              {"model_instance_id", "tiny"},
-              {"hardware_id", hardware},
-              {"hardware_count", 1},
-              {"engine", {{"name", "anvil-engine"}, {"version", "0.1.0"}, {"graph_mode", nullptr}}},
-              {"launch",
-               {{"kind", "embedded"},
-                {"model", {{"path", "${MODEL_ROOT}/tiny"}, {"digest", digest}, {"dtype", "f32"}, {"licence", "MIT"}}},
-                {"arguments", {"--weights", weights, "--max-context", "512", "--max-seqs", "4"}},
-                {"environment", json::object()}}},
-              {"serving", {{"served_model_name", "tiny-" + weights}, {"max_context_tokens", 512}, {"max_concurrency", 4}, {"tensor_parallel", 1}}},
-              {"capabilities", {{"chat", true}, {"reasoning", false}, {"tools", false}, {"vision", false}}},
-              {"speed_sweep_ids", json::array()}};
-    return r.dump(2);
-}
-
 json base_config(const fs::path& dir, const std::string& policy, int first_engine_port) {
     auto assumed = [](int v, const char* unit) { return json{{"value", v}, {"unit", unit}, {"status", "assumed"}, {"source", "bench"}, {"observed_at", "2026-12-01"}}; };
     return {{"sources", json::array()},
@@ -493,8 +472,8 @@ struct Options {
 bool bench_fetch_and_pin(const Options& o, const fs::path& root, const std::string& digest, const std::string& backend) {
     const fs::path dir = root / "pin";
     anvil::test::GitRepo local(dir / "registry");
-    local.write("recipes/bench-f32.json", recipe("bench-f32", "f32", digest, "cpu"));
-    local.write("recipes/bench-q8.json", recipe("bench-q8", "q8", digest, "cpu"));
+    local.write("recipes/bench-f32.json", anvil::test::embedded_recipe_json("bench-f32", "f32", digest, "cpu"));
+    local.write("recipes/bench-q8.json", anvil::test::embedded_recipe_json("bench-q8", "q8", digest, "cpu"));
     local.commit("two CPU recipes");
     // The slow source: any registry will do (here one README); what matters is its fetch.
     anvil::test::GitRepo slow_work(dir / "slow-work");
@@ -577,7 +556,7 @@ bool bench_fetch_and_pin(const Options& o, const fs::path& root, const std::stri
 bool bench_exclusive(const Options& o, const fs::path& root, const std::string& digest) {
     const fs::path dir = root / "exclusive";
     anvil::test::GitRepo local(dir / "registry");
-    local.write("recipes/gpu-f32.json", recipe("gpu-f32", "f32", digest, "test-gpu"));
+    local.write("recipes/gpu-f32.json", anvil::test::embedded_recipe_json("gpu-f32", "f32", digest, "test-gpu"));
     local.commit("f32 on the GPU");
     // One GPU declared, recipes that each want one: a candidate and the default cannot run side by
     // side, and the window is open now, so the qualification step pauses the default.
@@ -601,7 +580,7 @@ bool bench_exclusive(const Options& o, const fs::path& root, const std::string& 
     std::string note;
     if (auto stream = hold_stream(d, "gpu-f32", note)) {
         t = Clock::now();
-        local.write("recipes/gpu-q8.json", recipe("gpu-q8", "q8", digest, "test-gpu"));
+        local.write("recipes/gpu-q8.json", anvil::test::embedded_recipe_json("gpu-q8", "q8", digest, "test-gpu"));
         local.commit("q8 on the GPU");
         d.post("/api/v1/registry/sync", json::object());
         const bool paused = eventually([&] { return d.event_says("paused inside the exclusive window"); }, std::chrono::milliseconds(o.hold_ms));

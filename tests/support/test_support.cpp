@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -178,5 +180,28 @@ std::string seed_path(const std::string& prefix) {
 }
 
 std::string seed_text(const std::string& prefix) { return read_file(seed_path(prefix)); }
+
+std::string embedded_recipe_json(const std::string& id, const std::string& weights, const std::string& digest,
+                                 const std::string& hardware_id) {
+    using json = nlohmann::json;
+    json r = {{"schema_version", "anvil.recipe/v1"},
+              {"id", id},
+              {"recipe_source", "test"},
+              {"status", "candidate"},
+              {"description", "test recipe " + id},
+              {"model_instance_id", "tiny"},
+              {"hardware_id", hardware_id},
+              {"hardware_count", 1},
+              {"engine", {{"name", "anvil-engine"}, {"version", "0.1.0"}, {"graph_mode", nullptr}}},
+              {"launch",
+               {{"kind", "embedded"},
+                {"model", {{"path", "${MODEL_ROOT}/tiny"}, {"digest", digest}, {"dtype", "f32"}, {"licence", "MIT"}}},
+                {"arguments", {"--weights", weights, "--max-context", "512", "--max-seqs", "4"}},
+                {"environment", json::object()}}},
+              {"serving", {{"served_model_name", "tiny-" + weights}, {"max_context_tokens", 512}, {"max_concurrency", 4}, {"tensor_parallel", 1}}},
+              {"capabilities", {{"chat", true}, {"reasoning", false}, {"tools", false}, {"vision", false}}},
+              {"speed_sweep_ids", json::array()}};
+    return r.dump(2);
+}
 
 }  // namespace anvil::test

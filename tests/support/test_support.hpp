@@ -71,4 +71,9 @@ private:
 std::string seed_path(const std::string& prefix);  // the seed file whose name starts with prefix
 std::string seed_text(const std::string& prefix);
 
+// An embedded anvil-engine recipe in the registry's shape, digest-pinned: the model at
+// ${MODEL_ROOT}/tiny, `weights` passed as --weights, on `hardware_id` (count 1). JSON text.
+std::string embedded_recipe_json(const std::string& id, const std::string& weights, const std::string& digest,
+                                 const std::string& hardware_id = "cpu");
+
 }  // namespace anvil::test

@@ -38,24 +38,7 @@ inline bool eventually(const std::function<bool()>& done, std::chrono::seconds t
 }
 
 inline std::string embedded_recipe(const std::string& id, const std::string& weights, const std::string& digest) {
-    json r = {{"schema_version", "anvil.recipe/v1"},
-              {"id", id},
-              {"recipe_source", "test"},
-              {"status", "candidate"},
-              {"description", "test recipe " + id},
-              {"model_instance_id", "tiny"},
-              {"hardware_id", "cpu"},
-              {"hardware_count", 1},
-              {"engine", {{"name", "anvil-engine"}, {"version", "0.1.0"}, {"graph_mode", nullptr}}},
-              {"launch",
-               {{"kind", "embedded"},
-                {"model", {{"path", "${MODEL_ROOT}/tiny"}, {"digest", digest}, {"dtype", "f32"}, {"licence", "MIT"}}},
-                {"arguments", {"--weights", weights, "--max-context", "512", "--max-seqs", "4"}},
-                {"environment", json::object()}}},
-              {"serving", {{"served_model_name", "tiny-" + weights}, {"max_context_tokens", 512}, {"max_concurrency", 4}, {"tensor_parallel", 1}}},
-              {"capabilities", {{"chat", true}, {"reasoning", false}, {"tools", false}, {"vision", false}}},
-              {"speed_sweep_ids", json::array()}};
-    return r.dump(2);
+    return anvil::test::embedded_recipe_json(id, weights, digest);
 }
 
 inline std::string unpinned_container_recipe(const std::string& id) {
