@@ -75,6 +75,15 @@ std::int64_t whole(const Number& n, bool lower) {
     return static_cast<std::int64_t>(w);
 }
 
+// T_max: how many tokens' bytes fit in `room` (available bytes less the fixed demand). No token
+// fits in less than no room, whatever a token costs, so a negative room is 0 tokens, not a negative
+// count (as in anvil-serving's calculator).
+IntInterval tokens_that_fit(IntInterval room, const IntInterval& token_bytes) {
+    if (room.max && *room.max < 0) return IntInterval::exact(0);
+    if (room.min && *room.min < 0) room.min = 0;
+    return floor_divide(room, token_bytes);
+}
+
 struct BehaviourSpec {
     AxisName axis;
     std::string_view threshold;
@@ -234,7 +243,8 @@ private:
         } catch (const ArithmeticOverflow& e) {
             note_arithmetic_error(to_string(name), e);
         }
-        if (a.status != AxisStatus::unknown) return;
+        if (name == AxisName::stable_context && !limit) a.status = AxisStatus::not_measured;
+        if (a.status != AxisStatus::unknown && a.status != AxisStatus::not_measured) return;
         note_unknowns(name, ref, false);
         for (const auto& t : s_.token_inputs) note_unknowns(name, t, false);
     }
@@ -261,8 +271,8 @@ private:
             r_.demand = resident + sequence_part + s_.t_req * token_bytes;
             r_.physical_margin = s_.physical_available - r_.demand;
             r_.policy_margin = s_.policy_available - r_.demand;
-            r_.physical_t_max = floor_divide(s_.physical_available - resident - sequence_part, token_bytes);
-            r_.policy_t_max = floor_divide(s_.policy_available - resident - sequence_part, token_bytes);
+            r_.physical_t_max = tokens_that_fit(s_.physical_available - resident - sequence_part, token_bytes);
+            r_.policy_t_max = tokens_that_fit(s_.policy_available - resident - sequence_part, token_bytes);
         } catch (const ArithmeticOverflow& e) {
             r_.demand = r_.physical_margin = r_.policy_margin = r_.physical_t_max = r_.policy_t_max = {};
             note_arithmetic_error("memory", e);
@@ -423,7 +433,10 @@ private:
             r_.verdict = Verdict::requirements_disqualified;
             return;
         }
-        for (AxisName a : {AxisName::context_limit, AxisName::stable_context, AxisName::memory}) {
+        // As in the peer calculator, only the runtime limit and memory hold a verdict open: a stable
+        // context that is unknown or never measured can only fail once measured (rules 1 and 2), so it
+        // is evidence to gather, named below, not a reason to stop.
+        for (AxisName a : {AxisName::context_limit, AxisName::memory}) {
             if (r_.axis(a).status != AxisStatus::unknown) continue;
             std::string why = unknowns_of(a);
             reasons.push_back(std::string(to_string(a)) + " unknown: " + (why.empty() ? "the bounds straddle the requirement" : why));
@@ -443,10 +456,18 @@ private:
         }
         if (unproven.empty()) {
             r_.verdict = Verdict::math_qualified;
-            reasons.push_back("every axis passes on paper");
+            reasons.push_back(stable.status == AxisStatus::pass ? "every axis passes on paper"
+                                                                 : "the runtime limit, memory and every behaviour axis pass on paper");
         } else {
             r_.verdict = Verdict::benchmark_survivor;
-            reasons.push_back("context and memory pass on paper; behaviour not proven: " + unproven);
+            reasons.push_back("context limit and memory pass on paper; behaviour not proven: " + unproven);
+        }
+        if (stable.status == AxisStatus::not_measured) {
+            reasons.push_back("stable context not measured: measure " + pointer(VariableRef{nullptr, Slot::stable_context, {}, true}, r_.index) + " at T_req " +
+                              to_string(s_.t_req) + " tokens");
+        } else if (stable.status == AxisStatus::unknown) {
+            const std::string why = unknowns_of(AxisName::stable_context);
+            reasons.push_back("stable_context unknown: " + (why.empty() ? "the bounds straddle the requirement" : why));
         }
         reasons.push_back("only local qualification authorizes promotion");
     }
@@ -489,6 +510,7 @@ std::string_view to_string(AxisStatus s) {
         case AxisStatus::physical_fail: return "physical-fail";
         case AxisStatus::policy_fail: return "policy-fail";
         case AxisStatus::unknown: return "unknown";
+        case AxisStatus::not_measured: return "not-measured";
     }
     return "unknown";
 }

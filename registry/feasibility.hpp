@@ -38,9 +38,12 @@ bool is_behaviour_axis(AxisName a);
 // Memory and quality loss are at-most comparisons; every other axis is at-least.
 Comparison comparison_of(AxisName a);
 
-// `physical_fail` and `policy_fail` are the memory axis's two ways of failing.
-enum class AxisStatus : std::uint8_t { pass, fail, physical_fail, policy_fail, unknown };
-std::string_view to_string(AxisStatus s);  // pass | fail | physical-fail | policy-fail | unknown
+// `physical_fail` and `policy_fail` are the memory axis's two ways of failing. `not_measured` is
+// the stable-context axis of a candidate whose document has no measured_max_stable_context_tokens:
+// a measurement nobody made yet, which (as in anvil-serving's calculator) can only be asked for,
+// never hold a verdict open.
+enum class AxisStatus : std::uint8_t { pass, fail, physical_fail, policy_fail, unknown, not_measured };
+std::string_view to_string(AxisStatus s);  // pass | fail | physical-fail | policy-fail | unknown | not-measured
 inline bool fails(AxisStatus s) { return s == AxisStatus::fail || s == AxisStatus::physical_fail || s == AxisStatus::policy_fail; }
 
 // The verdict classes, in the order the rules try them. `math_qualified` and `benchmark_survivor`

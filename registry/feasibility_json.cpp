@@ -1,5 +1,6 @@
 #include "registry/feasibility_json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <array>
 #include <cmath>
@@ -12,17 +13,30 @@ namespace {
 // Appends JSON tokens, placing commas itself: after a value or a closed container the next value
 // or key needs one; after an opening bracket or a key it does not. Writes through a raw cursor
 // into `out`, grown ahead of need, because per-character std::string appends dominated the cost.
+//
+// With a sink, the buffer is a window instead: when it fills, what it holds goes to the sink and
+// the window starts again, so the output never lives in memory whole (tens of MB for a large
+// campaign, whose first touch of fresh pages cost more than writing it).
 class Writer {
 public:
-    explicit Writer(std::string& out) : out_(out), base_(out.size()) {
-        out_.resize(out_.capacity() > base_ + 4096 ? out_.capacity() : base_ + 65536);
+    explicit Writer(std::string& out, const JsonSink* sink = nullptr, std::size_t window = 0)
+        : out_(out), base_(out.size()), sink_(sink), window_(window) {
+        const std::size_t want = sink_ ? base_ + window_ : out_.capacity() > base_ + 4096 ? out_.capacity() : base_ + 65536;
+        out_.resize(want);
         p_ = out_.data() + base_;
         end_ = out_.data() + out_.size();
     }
     Writer(const Writer&) = delete;
     Writer& operator=(const Writer&) = delete;
-    // Trims `out` to what was written.
+    // Trims `out` to what was written (with a sink: what is still in the window).
     ~Writer() { out_.resize(static_cast<std::size_t>(p_ - out_.data())); }
+
+    // Hands what the window holds to the sink.
+    void flush() {
+        if (!sink_ || p_ == out_.data() + base_) return;
+        (*sink_)(std::string_view(out_.data() + base_, static_cast<std::size_t>(p_ - (out_.data() + base_))));
+        p_ = out_.data() + base_;
+    }
 
     Writer& begin_object() { return open('{'); }
     Writer& end_object() { return close('}'); }
@@ -80,6 +94,8 @@ public:
 private:
     // Makes room for `n` more bytes, doubling the buffer (and moving the cursor with it).
     void room(std::size_t n) {
+        if (static_cast<std::size_t>(end_ - p_) >= n + 1) return;
+        flush();
         if (static_cast<std::size_t>(end_ - p_) >= n + 1) return;
         const std::size_t used = static_cast<std::size_t>(p_ - out_.data());
         out_.resize(std::max(out_.size() * 2, used + n + 1));
@@ -166,6 +182,8 @@ private:
 
     std::string& out_;
     std::size_t base_;
+    const JsonSink* sink_;
+    std::size_t window_;
     char* p_ = nullptr;
     char* end_ = nullptr;
     bool comma_ = false;
@@ -184,7 +202,7 @@ std::string_view axis_unit(AxisName a) {
 
 class ResultWriter {
 public:
-    explicit ResultWriter(std::string& out) : w_(out) {}
+    explicit ResultWriter(std::string& out, const JsonSink* sink = nullptr, std::size_t window = 0) : w_(out, sink, window) {}
 
     void write(const FeasibilityResult& r) {
         w_.begin_object();
@@ -212,6 +230,7 @@ public:
             for (const auto& ref : r.used(c)) ledger_entry(ref, c.index);
         w_.end_object();
         w_.end_object();
+        w_.flush();
     }
 
 private:
@@ -381,6 +400,11 @@ private:
 }  // namespace
 
 void append_feasibility_json(std::string& out, const FeasibilityResult& result) { ResultWriter(out).write(result); }
+
+void write_feasibility_json(const FeasibilityResult& result, const JsonSink& sink, std::size_t window_bytes) {
+    std::string window;
+    ResultWriter(window, &sink, std::max<std::size_t>(window_bytes, 4096)).write(result);
+}
 
 std::string feasibility_json(const FeasibilityResult& result) {
     std::string out;

@@ -3,7 +3,10 @@
 // ledger of every variable used, keyed by its JSON pointer in the input.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "registry/feasibility.hpp"
 
@@ -15,5 +18,10 @@ namespace anvil::registry {
 // `missing_evidence` with `"absent": true`, not in the ledger.
 void append_feasibility_json(std::string& out, const FeasibilityResult& result);
 std::string feasibility_json(const FeasibilityResult& result);
+
+// The same bytes, handed to `sink` in pieces of about `window_bytes` through one reused buffer, for
+// output far larger than the caches (`anvil feasibility --format json` on a large campaign).
+using JsonSink = std::function<void(std::string_view)>;
+void write_feasibility_json(const FeasibilityResult& result, const JsonSink& sink, std::size_t window_bytes = std::size_t{1} << 20);
 
 }  // namespace anvil::registry

@@ -1,5 +1,7 @@
 #include "daemon/cli/arguments.hpp"
 
+#include <charconv>
+
 namespace anvil::cli {
 
 Arguments::Arguments(const std::vector<std::string>& words, const std::set<std::string>& value_flags,
@@ -40,6 +42,16 @@ std::optional<std::string> Arguments::value(const std::string& flag) const {
 
 std::string Arguments::value_or(const std::string& flag, const std::string& fallback) const {
     return value(flag).value_or(fallback);
+}
+
+std::size_t Arguments::positive_or(const std::string& flag, std::size_t fallback) const {
+    const auto text = value(flag);
+    if (!text) return fallback;
+    std::size_t n = 0;
+    const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), n);
+    if (error != std::errc() || end != text->data() + text->size() || n == 0)
+        throw UsageError(flag + " must be a positive whole number, not '" + *text + "'");
+    return n;
 }
 
 }  // namespace anvil::cli

@@ -24,6 +24,9 @@ public:
     std::optional<std::string> value(const std::string& flag) const;
     std::string value_or(const std::string& flag, const std::string& fallback) const;
     bool has(const std::string& flag) const { return switches_.count(flag) > 0; }
+    // The flag's value as a positive whole number (a byte count, say), `fallback` when absent;
+    // anything else is a UsageError naming the flag.
+    std::size_t positive_or(const std::string& flag, std::size_t fallback) const;
 
 private:
     std::vector<std::string> positional_;

@@ -1,5 +1,5 @@
-// anvil feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
-//                  [--model-root DIR]
+// anvil feasibility FILE... [--format table|json] [--pretty] [--inventory FILE|measure] [--commercial yes|no]
+//                  [--model-root DIR] [--max-document-bytes N]
 //
 // Feasibility inputs go through the calculator; recipes through the gates, using the first
 // feasibility input's requirements, the licences the given external priors record, and the
@@ -7,10 +7,19 @@
 // host's MemTotal, with each model's config.json read from its path (${MODEL_ROOT} is --model-root).
 // With one feasibility input and nothing else, the JSON is exactly the recipe-feasibility-result/v1
 // document.
-#include <chrono>
+//
+// The JSON is compact unless --pretty is given. Either way it is written as the calculator's writer
+// produced it (registry::append_feasibility_json), never parsed back: --pretty re-indents those
+// bytes as they stream out (registry::JsonIndenter), and a report splices them in whole. A campaign
+// of 10,000 candidates is ~13 MB in and ~38 MB out; see docs/FEASIBILITY.md's Speed section.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -23,6 +32,7 @@
 #include "registry/feasibility_json.hpp"
 #include "registry/host_memory.hpp"
 #include "registry/inventory.hpp"
+#include "registry/json_pretty.hpp"
 #include "registry/recipe_gates.hpp"
 
 namespace anvil::cli {
@@ -31,13 +41,70 @@ namespace {
 
 namespace reg = registry;
 
-std::string read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error(path + ": cannot read");
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    return bytes.str();
+// The files named here are the user's own, not a registry author's: a campaign of 10,000 candidates
+// is ~13 MB, far over the 1 MiB a registry document may hold in anvild.
+constexpr std::size_t kDefaultMaxDocumentBytes = std::size_t{256} << 20;
+
+reg::DocumentLimits document_limits(const Arguments& args) {
+    return reg::DocumentLimits{args.positive_or("--max-document-bytes", kDefaultMaxDocumentBytes)};
 }
+
+// The whole file in a few read() calls, sized by fstat when it is a regular file (a pipe, such as
+// <(command), is read until its end).
+std::string read_bytes(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
+    struct stat st {};
+    std::string bytes;
+    // One byte more than the size, so that the end is seen without growing the string.
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) bytes.resize(static_cast<std::size_t>(st.st_size) + 1);
+    std::size_t done = 0;
+    for (;;) {
+        if (done == bytes.size()) bytes.resize(std::max<std::size_t>(bytes.size() * 2, std::size_t{1} << 16));
+        const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int error = errno;
+            ::close(fd);
+            throw std::runtime_error(path + ": cannot read: " + std::strerror(error));
+        }
+        if (n == 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    bytes.resize(done);
+    return bytes;
+}
+
+// Standard output for a JSON document, compact or re-indented (--pretty) as its pieces arrive, in
+// large writes. A failed write (a full disk, a closed pipe) is an error, not a silently short
+// document.
+class JsonOutput {
+public:
+    explicit JsonOutput(bool pretty) : pretty_(pretty) {}
+
+    void write(std::string_view piece) {
+        if (!pretty_) return put(piece);
+        indented_.clear();
+        indenter_.feed(piece, indented_);
+        put(indented_);
+    }
+    // The document's end: a newline, and everything flushed.
+    void finish() {
+        put("\n");
+        if (std::fflush(stdout) != 0) throw std::runtime_error(std::string("writing standard output: ") + std::strerror(errno));
+    }
+
+private:
+    static void put(std::string_view bytes) {
+        if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size())
+            throw std::runtime_error(std::string("writing standard output: ") + std::strerror(errno));
+    }
+
+    bool pretty_;
+    reg::JsonIndenter indenter_{2};
+    std::string indented_;
+};
 
 // NVML's reading (kernels/hardware), the same anvild and `anvil gpus` use.
 reg::Inventory measure_inventory() {
@@ -49,7 +116,7 @@ reg::Inventory measure_inventory() {
 reg::Inventory load_inventory(const std::string& path) {
     reg::json doc;
     try {
-        doc = reg::json::parse(read_bytes(path));
+        doc = reg::json::parse(read_bytes(path));  // an inventory is small: the default limit bounds it
     } catch (const reg::json::exception& e) {
         throw std::runtime_error(path + ": not JSON: " + e.what());
     }
@@ -138,9 +205,10 @@ struct Inputs {
 };
 
 // Reads every file; prints each invalid one's errors and returns false if any was invalid.
-bool read_inputs(const std::vector<std::string>& paths, Inputs& in) {
+bool read_inputs(const std::vector<std::string>& paths, const reg::DocumentLimits& limits, Inputs& in) {
     bool ok = true;
-    for (const auto& path : paths) in.documents.push_back(reg::parse_document(read_bytes(path), reg::Provenance{path, "", path, "", ""}));
+    for (const auto& path : paths)
+        in.documents.push_back(reg::parse_document(read_bytes(path), reg::Provenance{path, "", path, "", ""}, limits));
     for (const auto& doc : in.documents) {
         if (!doc.valid()) {
             for (const auto& line : doc.error_lines()) std::cerr << line << "\n";
@@ -155,13 +223,28 @@ bool read_inputs(const std::vector<std::string>& paths, Inputs& in) {
     return ok;
 }
 
+// The process exits right after the command: freeing the documents' parsed trees (a few hundred MB
+// for a campaign of 10,000 candidates) would cost a tenth of the run and give nothing back. They
+// stay reachable, so a leak checker does not count them.
+void release(Inputs&& in, std::vector<std::unique_ptr<reg::FeasibilityInput>>&& copies) {
+    struct Kept {
+        Inputs in;
+        std::vector<std::unique_ptr<reg::FeasibilityInput>> copies;
+    };
+    static Kept* kept = nullptr;
+    if (!kept) kept = new Kept{std::move(in), std::move(copies)};  // once: one command a process
+}
+
 }  // namespace
 
 int feasibility_command(const std::vector<std::string>& words) {
-    Arguments args(words, {"--format", "--inventory", "--commercial", "--model-root"});
+    Arguments args(words, {"--format", "--inventory", "--commercial", "--model-root", "--max-document-bytes"}, {"--pretty"});
     if (args.positional().empty()) throw UsageError("expected a feasibility input or a recipe file");
     const std::string format = args.value_or("--format", "table");
     if (format != "table" && format != "json") throw UsageError("--format must be table or json");
+    const bool pretty = args.has("--pretty");
+    if (pretty && format != "json") throw UsageError("--pretty indents JSON: give it with --format json");
+    const reg::DocumentLimits limits = document_limits(args);
     reg::GateContext context;
     if (auto c = args.value("--commercial")) {
         if (*c != "yes" && *c != "no") throw UsageError("--commercial must be yes or no");
@@ -169,19 +252,28 @@ int feasibility_command(const std::vector<std::string>& words) {
     }
 
     Inputs in;
-    if (!read_inputs(args.positional(), in)) return 1;
+    if (!read_inputs(args.positional(), limits, in)) return 1;
     if (in.feasibility.empty() && in.recipes.empty())
         throw UsageError("none of the files is a feasibility input or a recipe: nothing to judge");
 
     std::optional<reg::Inventory> inventory;
     if (auto i = args.value("--inventory")) inventory = *i == "measure" ? measure_inventory() : load_inventory(*i);
 
-    // The inventory replaces what the document says about this machine's VRAM.
-    std::vector<std::unique_ptr<reg::FeasibilityInput>> inputs;
+    // The inventory replaces what the document says about this machine's VRAM: then the calculator
+    // reads a copy of the input with the requirements replaced; otherwise the document's own input.
+    // Results point into their input, which outlives them here (in `in` or `copies`).
+    std::vector<std::unique_ptr<reg::FeasibilityInput>> copies;
+    std::vector<const reg::FeasibilityInput*> inputs;
     std::vector<reg::FeasibilityResult> results;
     for (const auto* doc : in.feasibility) {
-        inputs.push_back(std::make_unique<reg::FeasibilityInput>(std::get<reg::FeasibilityInput>(doc->body)));
-        if (inventory) inputs.back()->requirements = reg::with_inventory(inputs.back()->requirements, *inventory);
+        const auto& input = std::get<reg::FeasibilityInput>(doc->body);
+        if (inventory) {
+            copies.push_back(std::make_unique<reg::FeasibilityInput>(input));
+            copies.back()->requirements = reg::with_inventory(input.requirements, *inventory);
+            inputs.push_back(copies.back().get());
+        } else {
+            inputs.push_back(&input);
+        }
         results.push_back(reg::evaluate_feasibility(*inputs.back()));
     }
 
@@ -199,19 +291,34 @@ int feasibility_command(const std::vector<std::string>& words) {
     }
 
     if (format == "json") {
+        JsonOutput out(pretty);
+        const reg::JsonSink sink = [&out](std::string_view piece) { out.write(piece); };
         if (results.size() == 1 && assessments.empty()) {
-            std::cout << reg::json::parse(reg::feasibility_json(results.front())).dump(2) << "\n";
-            return 0;
+            reg::write_feasibility_json(results.front(), sink);
+        } else {
+            // The report's small parts go through nlohmann; the feasibility results, which may be
+            // tens of MB, stream from the calculator's writer.
+            const reg::json commercial = context.policy.commercial ? reg::json(*context.policy.commercial) : reg::json();
+            out.write(R"({"schema":"anvil.feasibility-report/v1","inventory":)");
+            out.write((inventory ? inventory->to_json() : reg::json()).dump());
+            out.write(R"(,"host_memory":)");
+            out.write((context.host_memory ? context.host_memory->to_json() : reg::json()).dump());
+            out.write(R"(,"licence_policy":)");
+            out.write(reg::json{{"commercial", commercial}}.dump());
+            out.write(R"(,"feasibility":[)");
+            for (std::size_t i = 0; i < results.size(); ++i) {
+                if (i > 0) out.write(",");
+                reg::write_feasibility_json(results[i], sink);
+            }
+            out.write(R"(],"recipes":[)");
+            for (std::size_t i = 0; i < assessments.size(); ++i) {
+                if (i > 0) out.write(",");
+                out.write(assessments[i].to_json().dump());
+            }
+            out.write("]}");
         }
-        reg::json report{{"schema", "anvil.feasibility-report/v1"},
-                         {"inventory", inventory ? inventory->to_json() : reg::json()},
-                         {"host_memory", context.host_memory ? context.host_memory->to_json() : reg::json()},
-                         {"licence_policy", {{"commercial", context.policy.commercial ? reg::json(*context.policy.commercial) : reg::json()}}},
-                         {"feasibility", reg::json::array()},
-                         {"recipes", reg::json::array()}};
-        for (const auto& r : results) report["feasibility"].push_back(reg::json::parse(reg::feasibility_json(r)));
-        for (const auto& a : assessments) report["recipes"].push_back(a.to_json());
-        std::cout << report.dump(2) << "\n";
+        out.finish();
+        release(std::move(in), std::move(copies));
         return 0;
     }
     if (inventory) {

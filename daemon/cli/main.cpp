@@ -21,8 +21,8 @@ commands:
       N bytes (default 1048576, as anvild's max_document_bytes) are invalid
   model digest <dir>
       print the content digest that pins a model directory in an embedded-engine recipe
-  feasibility FILE... [--format table|json] [--inventory FILE|measure] [--commercial yes|no]
-              [--model-root DIR]
+  feasibility FILE... [--format table|json] [--pretty] [--inventory FILE|measure] [--commercial yes|no]
+              [--model-root DIR] [--max-document-bytes N]
       judge on paper what can run here: a feasibility input's candidates by interval maths, and
       recipes by GPU count and memory, context, pinning, licence and collective-path gates, and
       embedded recipes by the host memory their weights, KV cache and draft need (their models'

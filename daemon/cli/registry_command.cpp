@@ -1,7 +1,6 @@
 // anvil registry check <path|url> [--ref R] [--format table|json] [--data-dir DIR] [--max-document-bytes N]
 // Reads documents exactly as anvild's ingest does (parse_document, with the same limits), so it
 // reports the same errors.
-#include <charconv>
 #include <iostream>
 
 #include <fmt/ranges.h>
@@ -36,13 +35,7 @@ void print_table(const registry::Catalog& catalog, const std::string& location) 
 
 registry::DocumentLimits document_limits(const Arguments& args) {
     registry::DocumentLimits limits;
-    const auto text = args.value("--max-document-bytes");
-    if (!text) return limits;
-    std::size_t bytes = 0;
-    const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), bytes);
-    if (error != std::errc() || end != text->data() + text->size() || bytes == 0)
-        throw UsageError("--max-document-bytes must be a positive whole number of bytes, not '" + *text + "'");
-    limits.max_document_bytes = bytes;
+    limits.max_document_bytes = args.positive_or("--max-document-bytes", limits.max_document_bytes);
     return limits;
 }
 

@@ -229,7 +229,7 @@ TEST_CASE("verdict: a physical memory failure on proof is proven-infeasible", "[
     CHECK(c.verdict == Verdict::proven_infeasible);
     CHECK(c.reasons[0] == "demand 110000 bytes exceeds physical available 99000 bytes");
     CHECK(c.physical_margin == IntInterval::exact(-11000));
-    CHECK(c.physical_t_max == IntInterval::exact((99000 - 99000 - 1000) / 10));
+    CHECK(c.physical_t_max == IntInterval::exact(0));  // the fixed demand alone exceeds what is available
 }
 
 TEST_CASE("verdict: a physical memory failure resting on an assumption is modeled-infeasible", "[feasibility]") {
@@ -273,15 +273,30 @@ TEST_CASE("verdict: a measured behaviour failure is requirements-disqualified", 
     CHECK(r.candidate().reasons[0].starts_with("quality: relative quality loss"));
 }
 
-TEST_CASE("verdict: an unknown context or memory axis leaves the candidate unresolved", "[feasibility]") {
-    const auto no_stable = evaluate_one([](json&, json& c) { c.erase("measured_max_stable_context_tokens"); });
-    CHECK(verdict_of(no_stable) == Verdict::unresolved);
-    CHECK(no_stable.candidate().reasons[0] == "stable_context unknown: /candidates/0/measured_max_stable_context_tokens (absent)");
+TEST_CASE("verdict: an unknown context limit or memory axis leaves the candidate unresolved", "[feasibility]") {
+    const auto no_limit = evaluate_one([](json&, json& c) { c.erase("runtime_context_limit_tokens"); });
+    CHECK(verdict_of(no_limit) == Verdict::unresolved);
+    CHECK(no_limit.candidate().reasons[0] == "context_limit unknown: /candidates/0/runtime_context_limit_tokens (absent)");
 
     const auto straddle = evaluate_one([](json&, json& c) { c["resident_components"]["weights"] = range(30000, 85000); });
     CHECK(straddle.candidate().axis(AxisName::memory).status == AxisStatus::unknown);
     CHECK(verdict_of(straddle) == Verdict::unresolved);
     CHECK(straddle.candidate().reasons[0] == "memory unknown: the bounds straddle the requirement");
+}
+
+TEST_CASE("verdict: a stable context never measured or straddling T_req asks for the measurement, holding nothing open", "[feasibility]") {
+    const auto no_stable = evaluate_one([](json&, json& c) { c.erase("measured_max_stable_context_tokens"); });
+    CHECK(no_stable.candidate().axis(AxisName::stable_context).status == AxisStatus::not_measured);
+    CHECK(verdict_of(no_stable) == Verdict::math_qualified);
+    CHECK(no_stable.candidate().reasons ==
+          std::vector<std::string>{"the runtime limit, memory and every behaviour axis pass on paper",
+                                   "stable context not measured: measure /candidates/0/measured_max_stable_context_tokens at T_req 1000 tokens",
+                                   "only local qualification authorizes promotion"});
+
+    const auto straddle = evaluate_one([](json&, json& c) { c["measured_max_stable_context_tokens"] = range(500, 2000); });
+    CHECK(straddle.candidate().axis(AxisName::stable_context).status == AxisStatus::unknown);
+    CHECK(verdict_of(straddle) == Verdict::math_qualified);
+    CHECK(straddle.candidate().reasons[1] == "stable_context unknown: the bounds straddle the requirement");
 }
 
 TEST_CASE("verdict: behaviour that passes only on estimates is a benchmark-survivor", "[feasibility]") {
@@ -463,6 +478,13 @@ TEST_CASE("`anvil feasibility` prints seed 004's result as JSON and as a table",
     CHECK(classes["cardillo-k4-adaptive-mtp-replayssm-262k"] == "empirically-disqualified");
     CHECK(classes["0xsero-glm53-flash-exl3-3bpw"] == "empirically-disqualified");
 
+    // Compact by default: one line; --pretty prints the same document indented.
+    CHECK(json_run.output.find('\n') == json_run.output.size() - 1);
+    const auto pretty = run_cli({seed, "--format", "json", "--pretty"});
+    REQUIRE(pretty.exit_code == 0);
+    CHECK(json::parse(pretty.output) == out);
+    CHECK(pretty.output.starts_with("{\n  \"schema\": \"anvil-serving.recipe-feasibility-result/v1\",\n  \"campaign\": "));
+
     const auto table = run_cli({seed});
     CHECK(table.exit_code == 0);
     CHECK(table.output.find("benchmark-survivor") != std::string::npos);
@@ -479,4 +501,11 @@ TEST_CASE("`anvil feasibility` rejects an invalid document and a bad usage", "[f
     CHECK(bad.output.find("/requirements/concurrency") != std::string::npos);
     CHECK(run_cli({}).exit_code == 2);
     CHECK(run_cli({anvil::test::seed_path("004_"), "--format", "yaml"}).exit_code == 2);
+    const auto pretty_table = run_cli({anvil::test::seed_path("004_"), "--pretty"});
+    CHECK(pretty_table.exit_code == 2);
+    CHECK(pretty_table.output.find("--pretty indents JSON: give it with --format json") != std::string::npos);
+    const auto limit = run_cli({anvil::test::seed_path("004_"), "--max-document-bytes", "100"});
+    CHECK(limit.exit_code == 1);  // the seed is larger: invalid, with the limit named
+    CHECK(run_cli({anvil::test::seed_path("004_"), "--max-document-bytes", "-5"}).exit_code == 2);
+    CHECK(run_cli({(dir / "missing.json").string()}).exit_code == 2);
 }
