@@ -11,6 +11,7 @@ packages=(
   python3 python3-numpy
   podman runc
   systemd
+  mmdebstrap
 )
 
 missing=()

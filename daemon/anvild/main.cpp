@@ -148,9 +148,9 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     // The first pass reads every source once; READY=1 follows it.
     reconciler.pass();
     loop.beat();
+    spdlog::info("anvild ready: API on {}:{}, stable endpoint on {}:{}", config.listen.host, api.port(), config.serve.host, endpoint.port());
     daemon::notify_ready();
     daemon::notify_status(status_line(daemon::status_view(reconciler, store)));
-    spdlog::info("anvild ready: API on {}:{}, stable endpoint on {}:{}", config.listen.host, api.port(), config.serve.host, endpoint.port());
 
     auto interval = config.reconcile_interval;
     for (const auto& s : config.sources) interval = std::min<std::chrono::milliseconds>(interval, s.poll_interval);

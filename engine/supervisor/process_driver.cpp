@@ -160,8 +160,17 @@ std::vector<EngineHandle> ProcessDriver::adopt() {
         } else {
             spdlog::info("engine {} (recipe {}) is gone{}; retiring its record, keeping its log", e.engine_id, e.recipe.recipe_id,
                          code ? " (exit code " + std::to_string(*code) + ")" : "");
-            // A keeper killed with SIGKILL may leave engine children behind in its group.
-            if (!group_empty(e.pid) && read_proc_stat(e.pid) == std::nullopt) ::kill(-e.pid, SIGKILL);
+            // A keeper killed with SIGKILL may leave engine children behind in its group. A keeper
+            // that answers signals but whose /proc entry cannot be read is alive and hidden (a
+            // hidepid /proc, systemd's ProtectProc=): never kill what cannot be identified.
+            if (!group_empty(e.pid) && read_proc_stat(e.pid) == std::nullopt) {
+                if (::kill(e.pid, 0) == 0)
+                    spdlog::warn("engine {}: process {} answers signals but /proc/{} cannot be read (hidepid or ProtectProc=?): "
+                                 "left running, not adopted",
+                                 e.engine_id, e.pid, e.pid);
+                else
+                    ::kill(-e.pid, SIGKILL);
+            }
             retire_record(e);
         }
     }
