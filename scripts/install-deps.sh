@@ -11,7 +11,7 @@ packages=(
   python3 python3-numpy
   podman runc
   systemd
-  mmdebstrap
+  mmdebstrap busybox-static
 )
 
 missing=()

@@ -6,8 +6,9 @@
 #   changed configuration applied, a broken one refused while the service stays up), the watchdog
 #   (a stopped anvild killed and restarted, the restarted one adopting the engine), stop (within
 #   TimeoutStopSec, engines left running) and start/restart adopting them, the anvil user, no
-#   writes outside its directories, its files closed to other users, and the unit's exposure as
-#   systemd-analyze security rates it.
+#   writes outside its directories, its files closed to other users, the unit's exposure as
+#   systemd-analyze security rates it, and rootless podman running a container under every
+#   directive of the unit (the container engines' path).
 #
 # usage: tests/systemd/run.sh [build-dir (build/gcc)]
 # Skips, saying why, where no container with systemd can start (not root, no podman, no Debian
@@ -53,7 +54,8 @@ suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 mapfile -t libraries < <(for b in anvild anvil anvil-engine; do ldd "$build/daemon/$b" "$build/engine/$b" 2>/dev/null; done |
   awk '/=> \//{print $3}' | sort -u | while read -r f; do dpkg -S "$(readlink -f "$f")" 2>/dev/null || dpkg -S "$f" 2>/dev/null; done |
   cut -d: -f1 | sort -u)
-packages="systemd,systemd-sysv,dbus,curl,procps,$(IFS=,; echo "${libraries[*]}")"
+# podman, fuse-overlayfs and catatonit: rootless podman under the unit's sandbox (the last check).
+packages="systemd,systemd-sysv,dbus,curl,procps,podman,fuse-overlayfs,catatonit,$(IFS=,; echo "${libraries[*]}")"
 image=localhost/anvil-systemd-test:$(echo "$suite $packages" | sha256sum | cut -c1-16)
 if ! pm image exists "$image"; then
   echo "   building the root ($suite, minbase + $packages)"
@@ -219,6 +221,30 @@ if wait_for 60 endpoint_answers; then ok "the endpoint answers after systemctl r
 exposure=$(inside systemd-analyze security anvild --no-pager 2>/dev/null | sed -n 's/.*Overall exposure level for anvild.service: \([0-9.]*\).*/\1/p')
 check "systemd-analyze security rates the installed unit ${exposure:-?} (at most $max_exposure)" \
   awk -v e="${exposure:-99}" -v m="$max_exposure" 'BEGIN { exit !(e <= m) }'
+
+# --- rootless podman under the unit's sandbox -----------------------------------------------------
+# The container engines' path: the installed unit's every directive, its ExecStart replaced by a
+# rootless podman run of a one-file image (busybox), as the anvil user.
+if [ -x /bin/busybox ]; then
+  rm -rf "$work/probe" && mkdir -p "$work/probe/bin" && cp /bin/busybox "$work/probe/bin/"
+  tar -C "$work/probe" -cf "$work/probe.tar" . && pm cp "$work/probe.tar" "$name:/var/lib/anvil/probe.tar"
+  inside chown anvil:anvil /var/lib/anvil/probe.tar
+  podman_run="/usr/bin/podman --cgroup-manager=cgroupfs"
+  inside sh -c "sed -e 's/^Type=notify/Type=oneshot/' -e '/^NotifyAccess=/d' -e '/^WatchdogSec=/d' -e '/^ExecReload=/d' \
+      -e '/^Restart=/d' -e '/^RestartSec=/d' \
+      -e 's#^ExecStart=.*#ExecStartPre=$podman_run import /var/lib/anvil/probe.tar localhost/anvil-probe\nExecStart=$podman_run run --rm --network=host localhost/anvil-probe /bin/busybox echo anvil-podman-probe-ok#' \
+      /usr/local/lib/systemd/system/anvild.service >/etc/systemd/system/anvil-podman-probe.service && systemctl daemon-reload"
+  inside timeout 180 systemctl start anvil-podman-probe >/dev/null 2>&1
+  probe_said() { inside journalctl -u anvil-podman-probe -o cat --no-pager | grep -F anvil-podman-probe-ok >/dev/null; }
+  if wait_for 10 probe_said; then
+    ok "rootless podman runs a container under every directive of the unit"
+  else
+    bad "rootless podman runs a container under every directive of the unit"
+    inside journalctl -u anvil-podman-probe -o cat --no-pager | grep -iE "error|denied" | tail -5 | sed 's/^/        /'
+  fi
+else
+  echo "  (no /bin/busybox on this host: the rootless podman check needs busybox-static)"
+fi
 
 if [ "$failed" -gt 0 ]; then
   echo "   anvild's journal (last 40 lines):"
