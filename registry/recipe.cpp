@@ -90,6 +90,7 @@ void read_capabilities(const Node& root, JsonReader& reader, Recipe& r) {
 void read_serving(const Node& root, JsonReader& reader, Recipe& r) {
     Node s = reader.object(root, "serving");
     if (!s.present()) return;
+    if (auto slot = reader.string(s, "slot", Presence::optional)) r.serving.slot = *slot;
     r.serving.max_context_tokens = reader.integer(s, "max_context_tokens", Presence::optional, 1);
     r.serving.max_concurrency = reader.integer(s, "max_concurrency", Presence::optional, 1);
     r.serving.tensor_parallel = reader.integer(s, "tensor_parallel", Presence::optional, 1);

@@ -88,6 +88,7 @@ struct Launch {
 };
 
 struct Serving {
+    std::string slot = "default";  // the default a recipe competes to be (one stable endpoint a slot)
     std::optional<std::int64_t> max_context_tokens;
     std::optional<std::int64_t> max_concurrency;
     std::optional<std::int64_t> tensor_parallel;

@@ -70,6 +70,13 @@ struct QualificationVerdict {
     std::vector<std::size_t> evidence;  // positions in QualificationRecord::evidence
 };
 
+// An entry of the event feed (Store::append_event's arguments).
+struct EventInput {
+    std::string kind;
+    std::string subject;
+    std::string message;
+};
+
 struct QualificationRecord {
     Id revision_id = 0;
     std::vector<EvidenceRow> evidence;  // each row's revision_id is ignored: it is the record's
@@ -77,6 +84,7 @@ struct QualificationRecord {
     Status to = Status::failed;  // validated, failed or retired
     std::string reason;
     std::string actor = "reconciler";
+    std::optional<EventInput> event;  // written in the same transaction, when set
 };
 
 struct QualificationRecorded {

@@ -4,17 +4,6 @@
 
 namespace anvil::state {
 
-namespace {
-// registry::Recipe does not model `serving.slot` yet, so it is taken from the record as read. Once
-// registry::Serving carries it, this reads the typed field instead.
-std::string serving_slot_of(const registry::Document& doc) {
-    const auto serving = doc.raw.find("serving");
-    if (serving == doc.raw.end() || !serving->is_object()) return "default";
-    const auto slot = serving->find("slot");
-    return slot != serving->end() && slot->is_string() ? slot->get<std::string>() : "default";
-}
-}  // namespace
-
 RevisionInput revision_input(const registry::Document& doc) {
     const auto* recipe = doc.recipe();
     if (!recipe || !doc.valid()) throw StoreError("only valid recipe documents become revisions (" + doc.provenance.path + " is not one)");
@@ -27,7 +16,7 @@ RevisionInput revision_input(const registry::Document& doc) {
     out.engine = recipe->engine_name;
     out.hardware_id = recipe->hardware_id;
     out.launch_kind = recipe->launch.kind;
-    out.serving_slot = serving_slot_of(doc);
+    out.serving_slot = recipe->serving.slot;
     out.pinned = doc.pins.pinned();
     out.unpinned_reasons = doc.pins.unpinned_reasons;
     out.description = recipe->description;

@@ -9,13 +9,16 @@ namespace anvil::state {
 using nlohmann::json;
 using namespace store_detail;
 
+Id Store::Impl::insert_event(const std::string& kind, const std::string& subject, const std::string& message, const json& data,
+                             const std::string& now) {
+    auto& insert = w("INSERT INTO events (kind, subject, message, data, created_at) VALUES (?, ?, ?, ?, ?)");
+    insert.bind(1, kind).bind(2, subject).bind(3, message).bind(4, data.dump()).bind(5, now);
+    insert.run();
+    return writer->conn.last_insert_id();
+}
+
 Id Store::append_event(const std::string& kind, const std::string& subject, const std::string& message, const json& data) {
-    return write("an event", [&] {
-        auto& insert = impl_->w("INSERT INTO events (kind, subject, message, data, created_at) VALUES (?, ?, ?, ?, ?)");
-        insert.bind(1, kind).bind(2, subject).bind(3, message).bind(4, data.dump()).bind(5, now_iso8601());
-        insert.run();
-        return impl_->writer->conn.last_insert_id();
-    });
+    return write("an event", [&] { return impl_->insert_event(kind, subject, message, data, now_iso8601()); });
 }
 
 std::vector<FeedItem> Store::feed_since(FeedCursor after, int limit) const {

@@ -74,8 +74,10 @@ QualificationRecorded Store::record_qualification(const QualificationRecord& rec
         }
         // The guard reads verdicts and evidence through the writer, inside this transaction: the
         // rows just written are what it judges.
+        const std::string now = now_iso8601();
         const TransitionRequest closing{record.revision_id, record.to, record.reason, record.actor, out.evidence_ids, out.verdict_ids, std::nullopt};
-        out.transition_id = impl_->guarded_transition(closing, now_iso8601());
+        out.transition_id = impl_->guarded_transition(closing, now);
+        if (record.event) impl_->insert_event(record.event->kind, record.event->subject, record.event->message, nlohmann::json::object(), now);
         return out;
     });
 }

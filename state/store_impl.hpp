@@ -117,6 +117,8 @@ struct Store::Impl {
     // The feed's record of a setting's change: what the key holds now (null once cleared) and who changed it.
     void setting_event(const std::string& key, const std::string& message, const nlohmann::json& value, const std::string& actor,
                        const std::string& now);
+    Id insert_event(const std::string& kind, const std::string& subject, const std::string& message, const nlohmann::json& data,
+                    const std::string& now);
     Id insert_evidence(const EvidenceRow& row);
     // A feasibility verdict also becomes the recipe's summary verdict when it judges the newest revision.
     Id insert_verdict(const VerdictRow& row);

@@ -90,14 +90,15 @@ bool QualificationRunner::run(QualificationJob job, std::function<void()> done) 
 void QualificationRunner::execute(const QualificationJob& job) {
     spdlog::info("qualifying {} revision {}{}", job.recipe.id, job.revision_id,
                  job.control_revision ? " against the default, revision " + std::to_string(*job.control_revision) : std::string());
-    // A qualification's evidence, verdicts and closing transition are one transaction (record_qualification).
+    // A qualification's evidence, verdicts, closing transition and its event in the feed are one
+    // transaction (record_qualification).
     state::QualificationRecord record;
     record.revision_id = job.revision_id;
     auto fail = [&](const std::string& reason) {
         record.to = state::Status::failed;
         record.reason = reason;
+        record.event = state::EventInput{"qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " failed: " + reason};
         store_.record_qualification(record);
-        store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " failed: " + reason);
     };
 
     auto cut_short = [&](const std::string& what) {
@@ -202,8 +203,8 @@ void QualificationRunner::execute(const QualificationJob& job) {
     if (auto why = in_registry_ ? in_registry_(job.revision_id) : std::nullopt) {
         record.to = state::Status::retired;
         record.reason = "not validated: " + *why;
+        record.event = state::EventInput{"qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " passed but was retired: " + *why};
         store_.record_qualification(record);
-        store_.append_event("qualification", job.recipe.id, "revision " + std::to_string(job.revision_id) + " passed but was retired: " + *why);
         return;
     }
     const auto samples = samples_path(job.revision_id);

@@ -8,10 +8,10 @@
 // With one feasibility input and nothing else, the JSON is exactly the recipe-feasibility-result/v1
 // document.
 //
-// The JSON is compact unless --pretty is given. Either way it is written as the calculator's writer
-// produced it (registry::append_feasibility_json), never parsed back: --pretty re-indents those
-// bytes as they stream out (registry::JsonIndenter), and a report splices them in whole. A campaign
-// of 10,000 candidates is ~13 MB in and ~38 MB out; see docs/FEASIBILITY.md's Speed section.
+// The JSON is compact unless --pretty is given. Either way it streams from the calculator's writer
+// (registry::write_feasibility_json) through one reused window, never parsed back: --pretty
+// re-indents the pieces as they pass (registry::JsonIndenter). A campaign of 10,000 candidates is
+// ~13.6 MB in and ~34 MB out; see docs/FEASIBILITY.md's Speed section.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -331,6 +331,7 @@ int feasibility_command(const std::vector<std::string>& words) {
                   << (context.requirements ? "" : " (no feasibility input: context requirement unknown)") << ":\n";
         for (const auto& a : assessments) print_assessment(a);
     }
+    release(std::move(in), std::move(copies));
     return 0;
 }
 

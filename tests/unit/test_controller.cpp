@@ -470,17 +470,16 @@ TEST_CASE("controller: status, readiness and conditions answer while a drain is 
     draining.get_future().wait();
     // Were the lock held across the drain, these reads would wait until it ends, which it does not
     // until they have answered: the wait below would time out instead.
+    // The reads' answers are checked here, on the test's thread: Catch's assertions are not thread-safe.
     auto reads = std::async(std::launch::async, [&] {
-        CHECK(w.reconciler->ready());
-        CHECK_FALSE(w.reconciler->conditions().empty());
-        CHECK(daemon::status_view(*w.reconciler, *w.store)["default"]["recipe_id"] == "tiny-f32");
-        CHECK_FALSE(daemon::registry_view(*w.reconciler).empty());
-        CHECK(w.reconciler->feasibility_of("tiny-f32"));
+        return std::vector<bool>{w.reconciler->ready(), !w.reconciler->conditions().empty(),
+                                 daemon::status_view(*w.reconciler, *w.store)["default"]["recipe_id"] == "tiny-f32",
+                                 !daemon::registry_view(*w.reconciler).empty(), w.reconciler->feasibility_of("tiny-f32").has_value()};
     });
     const bool answered = reads.wait_for(60s) == std::future_status::ready;
     release.set_value();
     pass.join();
-    reads.wait();
+    CHECK(reads.get() == std::vector<bool>(5, true));  // ready, conditions, the default, the registry, a feasibility verdict
     CHECK(answered);
     CHECK(w.endpoint.current()->recipe_id == "tiny-f32");
 }

@@ -48,11 +48,18 @@ public:
     }
     httplib::Client client() const { return served_->client(); }
     json post(const std::string& path, const json& body, int expected_status = 200) const {
+        return checked(post_unchecked(path, body), expected_status);
+    }
+    // For other threads: HTTP only, since Catch's assertions are not thread-safe (an INFO on a
+    // client thread once corrupted the main thread's message stack). Status 0: no reply.
+    std::pair<int, std::string> post_unchecked(const std::string& path, const json& body) const {
         auto res = client().Post(path.c_str(), body.dump(), "application/json");
-        REQUIRE(res);
-        INFO(res->body);
-        REQUIRE(res->status == expected_status);
-        return json::parse(res->body);
+        return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+    }
+    static json checked(const std::pair<int, std::string>& reply, int expected_status = 200) {
+        INFO(reply.second);
+        REQUIRE(reply.first == expected_status);
+        return json::parse(reply.second);
     }
     json metrics_values() const {
         auto res = client().Get("/metrics");
@@ -156,12 +163,12 @@ TEST_CASE("greedy output is the same alone and among concurrent requests", "[ser
                                               "Numbers: 1 2 3", "def forward(self, x):", "Hello world"};
     std::vector<std::string> alone;
     for (const auto& p : prompts) alone.push_back(text_of(served.post("/v1/chat/completions", chat(p, 12, {{"ignore_eos", true}}))));
-    std::vector<std::future<std::string>> together;
+    std::vector<std::future<std::pair<int, std::string>>> together;
     for (const auto& p : prompts)
         together.push_back(std::async(std::launch::async, [&, p] {
-            return text_of(served.post("/v1/chat/completions", chat(p, 12, {{"ignore_eos", true}})));
+            return served.post_unchecked("/v1/chat/completions", chat(p, 12, {{"ignore_eos", true}}));
         }));
-    for (size_t i = 0; i < prompts.size(); ++i) CHECK(together[i].get() == alone[i]);
+    for (size_t i = 0; i < prompts.size(); ++i) CHECK(text_of(ServedModel::checked(together[i].get())) == alone[i]);
     CHECK(alone[0] == alone[5]);
     CHECK(alone[0] != alone[1]);
 }
@@ -427,14 +434,14 @@ TEST_CASE("requests that do not fit in the KV cache wait for room instead of fai
     options.max_seqs = 4;
     options.kv_blocks = 3;  // 48 positions: one sequence of 40 at a time
     ServedModel served(options);
-    std::vector<std::future<json>> replies;
+    std::vector<std::future<std::pair<int, std::string>>> replies;
     for (int i = 0; i < 3; ++i)
         replies.push_back(std::async(std::launch::async, [&] {
-            return served.post("/v1/completions", {{"prompt", "Hello world"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}});
+            return served.post_unchecked("/v1/completions", {{"prompt", "Hello world"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}});
         }));
     std::string first;
     for (auto& r : replies) {
-        const json reply = r.get();
+        const json reply = ServedModel::checked(r.get());
         CHECK(reply["usage"]["completion_tokens"] == 30);
         if (first.empty()) first = text_of(reply);
         CHECK(text_of(reply) == first);

@@ -8,20 +8,14 @@
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
+#include "test_feasibility_input.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
 
 namespace {
 
-FeasibilityInput parse_input(const json& doc) {
-    FieldErrors errors;
-    JsonReader reader(errors);
-    auto in = parse_feasibility_input(Node{&doc, ""}, reader);
-    INFO((errors.empty() ? std::string() : errors.front().describe()));
-    REQUIRE(in);
-    return *in;
-}
+FeasibilityInput parse_input(const json& doc) { return anvil::test::feasibility_input(doc); }
 
 FeasibilityInput seed_004() { return parse_input(json::parse(anvil::test::seed_text("004_"))); }
 
@@ -455,6 +449,25 @@ TEST_CASE("the JSON writer grows its buffer for large results", "[feasibility]")
     const json parsed = json::parse(out);
     CHECK(parsed["candidates"].size() == 300);
     CHECK(parsed["candidates"][299]["class"] == "math-qualified");
+}
+
+TEST_CASE("the streamed JSON is byte for byte the appended JSON, whatever the window", "[feasibility]") {
+    json doc = small_document();
+    for (int i = 0; i < 200; ++i) {
+        json c = good_candidate();
+        c["id"] = "c" + std::to_string(i) + std::string(static_cast<std::size_t>(i) * 40, 'x');  // some ids longer than a window
+        doc["candidates"].push_back(c);
+    }
+    const FeasibilityInput in = parse_input(doc);
+    const FeasibilityResult r = evaluate_feasibility(in);
+    const std::string whole = feasibility_json(r);
+    for (std::size_t window : {std::size_t{1}, std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20}) {
+        std::string streamed;
+        std::size_t pieces = 0;
+        write_feasibility_json(r, [&](std::string_view piece) { streamed += piece, ++pieces; }, window);
+        CHECK(streamed == whole);
+        if (window <= 4096) CHECK(pieces > 10);  // it did stream
+    }
 }
 
 namespace {

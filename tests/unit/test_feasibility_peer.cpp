@@ -25,6 +25,7 @@
 
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_input.hpp"
+#include "test_feasibility_input.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
@@ -514,14 +515,7 @@ std::string first_lines(const std::vector<std::string>& lines, const std::string
     return out;
 }
 
-FeasibilityInput parse(const json& doc) {
-    FieldErrors errors;
-    JsonReader reader(errors);
-    auto in = parse_feasibility_input(Node{&doc, ""}, reader);
-    INFO((errors.empty() ? std::string() : errors.front().describe()));
-    REQUIRE(in);
-    return *in;
-}
+FeasibilityInput parse(const json& doc) { return anvil::test::feasibility_input(doc); }
 
 // The real script's answer, read into the reference's terms.
 peer::Result run_peer_script(const std::string& script, const json& doc, const anvil::test::TempDir& dir) {

@@ -1,5 +1,5 @@
-// A qualification's record: evidence, verdicts and the closing transition land in one transaction,
-// or none of it does.
+// A qualification's record: evidence, verdicts, the closing transition and its event land in one
+// transaction, or none of it does.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -99,8 +99,12 @@ TEST_CASE("a refused qualification leaves no evidence or verdict behind", "[stat
         CHECK(store.status_of(r) == Status::qualifying);
         CHECK(count(file, "evidence") == 0);
         CHECK(count(file, "verdicts") == 0);
-        // The same measurements, recorded as the failure they are.
-        const auto failed = store.record_qualification(qualification(r, Status::failed, "json"));
+        CHECK(count(file, "events") == 0);
+        // The same measurements, recorded as the failure they are, with the feed's event.
+        auto failure = qualification(r, Status::failed, "json");
+        failure.event = EventInput{"qualification", "q2", "revision failed: json"};
+        const auto failed = store.record_qualification(failure);
+        CHECK(count(file, "events") == 1);
         CHECK(store.status_of(r) == Status::failed);
         CHECK(count(file, "evidence") == static_cast<std::int64_t>(failed.evidence_ids.size()));
         CHECK(count(file, "verdicts") == static_cast<std::int64_t>(failed.verdict_ids.size()));
@@ -109,8 +113,10 @@ TEST_CASE("a refused qualification leaves no evidence or verdict behind", "[stat
         store.transition({r, Status::qualifying, "test", "reconciler", {}, {}, std::nullopt});
         auto record = qualification(r, Status::failed);
         record.verdicts.back().evidence = {record.evidence.size()};
+        record.event = EventInput{"qualification", "q2", "never written"};
         CHECK_THROWS_WITH(store.record_qualification(record), Catch::Contains("cites evidence"));
         CHECK(store.status_of(r) == Status::qualifying);
+        CHECK(count(file, "events") == 0);  // the event is part of the refused transaction
     }
     SECTION("a qualification ends validated, failed or retired") {
         CHECK_THROWS_WITH(store.record_qualification(qualification(r, Status::promoted)), Catch::Contains("validated, failed or retired"));

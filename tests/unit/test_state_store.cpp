@@ -177,6 +177,13 @@ TEST_CASE("the store records the fields it is given and never reads them out of 
     CHECK(fields.commit_id == std::string(40, 'a'));
     CHECK(nlohmann::json::parse(fields.document) == doc.to_json());
     CHECK(store.revision(store.ingest_revision(0, doc).revision_id)->serving_slot == "edge");
+    // The registry reads the slot as a typed field: one that is not a string makes the document invalid.
+    j["data"]["serving"]["slot"] = 3;
+    const auto bad = registry::parse_document(j.dump(), {"/srv/registry", std::string(40, 'a'), "recipes/slotted.json", std::string(40, 'b'), ""});
+    CHECK_FALSE(bad.valid());
+    CHECK_THAT(bad.error_lines().front(), Catch::Contains("/data/serving/slot"));
+    j["data"]["serving"].erase("slot");
+    CHECK(revision_input(registry::parse_document(j.dump(), {"/srv/registry", "", "recipes/slotted.json", "", ""})).serving_slot == "default");
 }
 
 TEST_CASE("illegal transitions are refused naming the guard", "[state][lifecycle]") {
