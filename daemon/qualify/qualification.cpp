@@ -78,6 +78,8 @@ json to_json(const Plan& p) {
             {"top_logprobs", p.top_logprobs},
             {"constrained_json", p.constrained_json},
             {"task_max_tokens", p.task_max_tokens},
+            {"warm_e2e_passes", p.warm_e2e_passes},
+            {"warm_e2e_min_seconds", p.warm_e2e_min_seconds},
             {"decode_tokens", p.decode_tokens},
             {"prefill_tokens", p.prefill_tokens}};
 }

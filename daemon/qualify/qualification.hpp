@@ -54,6 +54,8 @@ struct Plan {
     // Fixed work for the speed measurements. Keep them equal across the contenders compared: the
     // receipts record them, and a candidate measured on less work would look faster.
     int task_max_tokens = 64;         // per warm e2e task (4 tasks)
+    int warm_e2e_passes = 3;          // passes of the warm task set at least: the median pass is the figure;
+    double warm_e2e_min_seconds = 3;  // more passes (25 at most) while they add up to less than this
     int decode_tokens = 64;           // per decode-speed stream
     int prefill_tokens = 1024;        // the long prompt's target length (capped at half the model's context)
     // Set from another thread to cut the run short (anvild stopping): every request not yet sent

@@ -4,6 +4,8 @@
 // that is not running must produce (failed gates with reasons, never exceptions).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -114,6 +116,26 @@ TEST_CASE("a healthy embedded engine passes the gates, is measured, and compares
     for (const char* label : {"identity", "smoke", "json", "determinism", "ttft", "prefill", "decode_c1", "decode_cN",
                               "warmup", "warm_e2e", "quality"})
         CHECK(labels.count(label) == 1);
+    // Warm e2e is the median of at least the plan's passes of the 4 tasks, after one warm-up
+    // task, and of as many more as make up the plan's minimum time (this engine is fast).
+    const auto count = [&](const char* label) {
+        return std::count_if(receipt["exchanges"].begin(), receipt["exchanges"].end(), [&](const json& x) { return x["label"] == label; });
+    };
+    CHECK(count("warmup") == 1);
+    const auto tasks = count("warm_e2e");
+    CHECK(tasks % 4 == 0);
+    CHECK(tasks >= 4 * plan.warm_e2e_passes);
+    CHECK(tasks <= 4 * 25);
+    double spent = 0;
+    for (const auto& x : receipt["exchanges"])
+        if (x["label"] == "warm_e2e") spent += x["seconds"].get<double>();
+    // Past the minimum time, or at the cap of 25 passes.
+    CHECK((spent >= plan.warm_e2e_min_seconds || tasks == 4 * 25));
+    CHECK(receipt["plan"]["warm_e2e_passes"] == plan.warm_e2e_passes);
+    bool median_noted = false;
+    for (const auto& n : receipt["notes"])
+        median_noted = median_noted || n["text"].get<std::string>().rfind("the median of " + std::to_string(tasks / 4) + " passes (", 0) == 0;
+    CHECK(median_noted);
 
     // The same engine replaying its own prefixes: the same distributions.
     const Report self = qualify(f32.target("anvil-tiny-llama-f32-cpu", 1), plan, receipts.path(), control.quality_samples);
