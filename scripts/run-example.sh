@@ -148,9 +148,9 @@ EOF
 
 # Speculation changes the speed, never the answer: the speculative recipe's greedy completions
 # beside those of an engine started as the f32 control recipe starts it. Through the stable
-# endpoint when the speculative recipe is the default; when another recipe beat it on this
-# machine's figures (q8 comes close to the thresholds on some machines; it is not lossless and
-# is not compared), from an engine started as the speculative recipe starts it.
+# endpoint when the speculative recipe is the default; otherwise (this machine's figures chose
+# another: q8 comes within the thresholds of it on some machines, and it is not lossless), from an
+# engine started as the speculative recipe starts it.
 speculative=anvil-tiny-llama-f32-draft-layers-cpu
 start_engine() {  # LOG FLAG...: an anvil-engine on a free port of 127.0.0.1, its log in LOG
   local log=$1
@@ -172,7 +172,7 @@ if [ "$default" = "$speculative" ]; then
   echo "== the default's greedy answers beside the f32 control's"
   speculative_at=$serve
 else
-  echo "== the speculative recipe's greedy answers beside the f32 control's, from an engine started as $speculative starts (the default, $default, beat it here and is not lossless)"
+  echo "== the speculative recipe's greedy answers beside the f32 control's, from an engine started as $speculative starts (the default is $default)"
   speculative_at=$work/speculative-engine.log
   # shellcheck disable=SC2046
   start_engine "$speculative_at" $(flags_of "$speculative")

@@ -229,7 +229,8 @@ void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
     if (!n.present()) return;
     reject_unknown_keys(n,
                         {"policy", "min_interval_seconds", "margin", "attempts", "needle_depths", "exclusive_window",
-                         "drain_timeout_seconds", "retry_backoff_min_seconds", "retry_backoff_max_seconds"},
+                         "drain_timeout_seconds", "retry_backoff_min_seconds", "retry_backoff_max_seconds",
+                         "warm_e2e_min_seconds"},
                         reader);
     if (auto policy = reader.string(n, "policy", Presence::optional)) {
         if (const auto parsed = qualify::parse_policy(*policy)) p.policy = *parsed;
@@ -267,6 +268,7 @@ void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
     if (auto v = cr.seconds(n, "drain_timeout_seconds", true)) p.drain_timeout = *v;
     if (auto v = cr.seconds(n, "retry_backoff_min_seconds", false)) p.retry_backoff_min = *v;
     if (auto v = cr.seconds(n, "retry_backoff_max_seconds", false)) p.retry_backoff_max = *v;
+    if (auto v = cr.seconds(n, "warm_e2e_min_seconds", true)) p.warm_e2e_min = *v;
     if (p.retry_backoff_max < p.retry_backoff_min)
         reader.fail(n.child("retry_backoff_max_seconds").pointer, "at least retry_backoff_min_seconds",
                     std::to_string(p.retry_backoff_max.count() / 1000.0) + " s, below the minimum");

@@ -61,6 +61,8 @@ struct PromotionConfig {
     std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
     std::chrono::milliseconds retry_backoff_min{std::chrono::seconds(30)};   // failed → retried after
     std::chrono::milliseconds retry_backoff_max{std::chrono::seconds(3600)};
+    // Warm e2e passes continue (past 3, up to 25) until they add up to this: qualify::Plan.
+    std::chrono::milliseconds warm_e2e_min{std::chrono::seconds(3)};
 };
 
 struct DaemonConfig {

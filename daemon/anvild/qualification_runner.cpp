@@ -17,6 +17,7 @@ qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& confi
     plan.min_pass_rate = promotion_thresholds(config).min_deterministic_pass_rate;
     plan.tools = recipe.capabilities.tools.value_or(false);
     plan.needle_depths = config.promotion.needle_depths;
+    plan.warm_e2e_min_seconds = std::chrono::duration<double>(config.promotion.warm_e2e_min).count();
     if (config.requirements) {
         if (config.requirements->concurrency.value)
             plan.concurrency = std::max(1, static_cast<int>(registry::to_double(*config.requirements->concurrency.value)));

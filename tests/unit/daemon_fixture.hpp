@@ -75,7 +75,7 @@ struct Daemon {
                          {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                          {"physical_vram_bytes", {{"value", 0}, {"unit", "bytes"}, {"status", "measured"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                          {"thresholds", json::object()}}},
-                       {"promotion", {{"policy", policy}, {"min_interval_seconds", 0}, {"attempts", 1}}},
+                       {"promotion", {{"policy", policy}, {"min_interval_seconds", 0}, {"attempts", 1}, {"warm_e2e_min_seconds", 0}}},
                        {"reconcile_interval_seconds", 1},
                        {"stop_engines_on_exit", true}};
         anvil::test::write_file(dir / "anvild.json", config.dump(2));

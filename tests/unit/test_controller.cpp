@@ -169,7 +169,7 @@ struct World {
                     {"concurrency", {{"value", 1}, {"unit", "sequences"}, {"status", "assumed"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                     {"physical_vram_bytes", {{"value", 0}, {"unit", "bytes"}, {"status", "measured"}, {"source", "test"}, {"observed_at", "2026-11-30"}}},
                     {"thresholds", json::object()}}},
-                  {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}}}};
+                  {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}, {"warm_e2e_min_seconds", 0}}}};
         c.merge_patch(extra);
         config = daemon::parse_config(c.dump(), dir / "anvild.json");
         store = std::make_unique<state::Store>(dir / "state.db");

@@ -134,7 +134,7 @@ TEST_CASE("every key is read into its member", "[config]") {
       "token_file": "/run/secrets/anvil-token",
       "promotion": {"policy": "manual", "min_interval_seconds": 60, "margin": 0.05, "attempts": 5,
                     "needle_depths": [0.1, 0.9], "exclusive_window": "23:30-05:00", "drain_timeout_seconds": 10,
-                    "retry_backoff_min_seconds": 1, "retry_backoff_max_seconds": 8},
+                    "retry_backoff_min_seconds": 1, "retry_backoff_max_seconds": 8, "warm_e2e_min_seconds": 0.5},
       "reconcile_interval_seconds": 0.25, "engine_ready_timeout_seconds": 30, "stop_engines_on_exit": true
     })";
     const DaemonConfig c = parse_config(text, "/etc/anvil/anvild.json");
@@ -174,6 +174,7 @@ TEST_CASE("every key is read into its member", "[config]") {
     CHECK(c.promotion.drain_timeout == std::chrono::seconds(10));
     CHECK(c.promotion.retry_backoff_min == std::chrono::seconds(1));
     CHECK(c.promotion.retry_backoff_max == std::chrono::seconds(8));
+    CHECK(c.promotion.warm_e2e_min == std::chrono::milliseconds(500));
     CHECK(c.reconcile_interval == std::chrono::milliseconds(250));
     CHECK(c.engine_ready_timeout == std::chrono::seconds(30));
     CHECK(c.stop_engines_on_exit);

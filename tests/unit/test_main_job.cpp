@@ -1,6 +1,7 @@
 // The main job, exactly as README's first command runs it (scripts/run-example.sh), against this
 // build: the example registry becomes a git repository, anvild judges, qualifies and promotes, and
 // serves the default on the stable endpoint. Then the ledger it left is checked.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <variant>
@@ -23,8 +24,8 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     INFO(result.output);
     REQUIRE(result.exit_code == 0);
     CHECK_THAT(result.output, Catch::Contains("answered"));
-    // The switch from the f32 default to the speculative one cost no client a request, and the
-    // speculative recipe answers greedy requests exactly as the f32 control does.
+    // Switching the default cost no client a request, and the speculative recipe answers greedy
+    // requests exactly as the f32 control does.
     CHECK_THAT(result.output, Catch::Matches("(.|\n)*the stable endpoint while anvild qualified and switched defaults: [1-9][0-9]* requests, 0 failed(.|\n)*"));
     CHECK_THAT(result.output, Catch::Contains("greedy completions identical to the f32 control's: 8 of 8"));
 
@@ -42,21 +43,43 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     bool f32_promoted = false;
     for (const auto& t : f32->history) f32_promoted = f32_promoted || t.to == Status::promoted;
     CHECK(f32_promoted);
-    // The speculative recipe was qualified against the f32 default and promoted over it on the
-    // numbers: warm e2e gain well past the threshold, no quality loss, acceptance recorded.
+    // Every promotion after the first default names the default it beat, with every check passed:
+    // a chain from f32 to the current default. Which recipes are in it is this machine's figures'
+    // answer: the speculative recipe usually beats f32 by far more than the 27% asked, and q8
+    // comes within the thresholds of the speculative one on some machines, but a 2-core machine
+    // shared with the default serving its clients has measured the speculative recipe slower.
+    std::vector<std::pair<std::string, std::string>> promotions;  // (when, recipe and why)
+    for (const char* id : {"anvil-tiny-llama-f32-cpu", "anvil-tiny-llama-f32-draft-layers-cpu", "anvil-tiny-llama-bf16-cpu",
+                           "anvil-tiny-llama-q8-cpu"}) {
+        const auto detail = store.recipe(id);
+        REQUIRE(detail);
+        for (const auto& t : detail->history)
+            if (t.to == Status::promoted) promotions.emplace_back(t.created_at, std::string(id) + "\n" + t.reason);
+    }
+    std::sort(promotions.begin(), promotions.end());
+    REQUIRE_FALSE(promotions.empty());
+    std::string previous;
+    for (const auto& [when, what] : promotions) {
+        const std::string id = what.substr(0, what.find('\n')), reason = what.substr(what.find('\n') + 1);
+        INFO(when << " " << id << ": " << reason);
+        if (previous.empty()) {
+            CHECK(id == "anvil-tiny-llama-f32-cpu");
+            CHECK_THAT(reason, Catch::StartsWith("first default"));
+        } else {
+            CHECK_THAT(reason, Catch::StartsWith("beat the default " + previous + " "));
+            CHECK_THAT(reason, Catch::Contains("warm_e2e gain"));
+            CHECK_THAT(reason, !Catch::Contains(": fail"));
+        }
+        previous = id;
+    }
+    CHECK(previous == current->recipe_id);
+
+    // The speculative recipe was qualified against the f32 default: no quality loss, its draft's
+    // acceptance recorded.
     const std::string speculative_id = "anvil-tiny-llama-f32-draft-layers-cpu";
     const auto speculative = store.recipe(speculative_id);
     REQUIRE(speculative);
     const auto speculative_revision = speculative->revisions.front().id;
-    auto promoted_because = [&](const anvil::state::RecipeDetail& r) {
-        std::string reason;
-        for (const auto& t : r.history)
-            if (t.to == Status::promoted) reason = t.reason;
-        return reason;
-    };
-    INFO(promoted_because(*speculative));
-    CHECK_THAT(promoted_because(*speculative), Catch::Contains("beat the default anvil-tiny-llama-f32-cpu"));
-    CHECK_THAT(promoted_because(*speculative), Catch::Contains("warm_e2e gain"));
     std::map<std::string, double> measured;
     for (const auto& e : speculative->evidence)
         if (e.revision_id == speculative_revision && e.evidence_class == anvil::state::EvidenceClass::local && e.min)
@@ -65,18 +88,13 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     CHECK(measured["draft_acceptance_ratio"] > 0.5);
     CHECK(measured.count("relative_quality_loss"));
     CHECK(measured["relative_quality_loss"] < 0.001);
-    // The default is the speculative recipe, or one measured against it that beat it by every
-    // threshold on this machine (q8 comes within the thresholds of it on some machines).
+    // Its greedy answers were compared with the f32 control's: through the stable endpoint when it
+    // is the default, else from an engine started with its recipe's flags.
     INFO("the default: " << current->recipe_id);
-    if (current->recipe_id != speculative_id) {
-        const auto winner = store.recipe(current->recipe_id);
-        REQUIRE(winner);
-        INFO(promoted_because(*winner));
-        CHECK_THAT(promoted_because(*winner), Catch::Contains("beat the default " + speculative_id));
+    if (current->recipe_id != speculative_id)
         CHECK_THAT(result.output, Catch::Contains("an engine started as " + speculative_id + " starts"));
-    } else {
+    else
         CHECK_THAT(result.output, Catch::Contains("the default's greedy answers beside the f32 control's"));
-    }
     for (const char* id : {"anvil-tiny-llama-bf16-cpu", "anvil-tiny-llama-q8-cpu"}) {
         const auto r = store.recipe(id);
         REQUIRE(r);
