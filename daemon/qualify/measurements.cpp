@@ -219,6 +219,9 @@ std::vector<Measurement> measure_speed(RunContext& run) {
                (spent < run.plan.warm_e2e_min_seconds && passes.size() < kMaxWarmPasses)) {
             passes.push_back(task_pass(run, "warm_e2e"));
             spent += passes.back().seconds;
+            // A failed task leaves no e2e figure to refine, and an engine that times out would
+            // otherwise cost every pass's worth of timeouts.
+            if (passes.back().succeeded < passes.back().tasks) break;
             if (run.plan.cancelled && run.plan.cancelled->load()) break;
         }
         add_warm_e2e(out, journal, passes);
