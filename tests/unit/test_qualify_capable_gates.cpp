@@ -10,6 +10,8 @@
 
 #include <httplib.h>
 
+#include "loopback_server.hpp"
+
 #include "daemon/qualify/gates.hpp"
 #include "daemon/qualify/run_context.hpp"
 
@@ -24,24 +26,16 @@ enum class Behaviour { capable, wrong_tool_arguments, forgets_needle };
 
 class StandInEngine {
 public:
-    explicit StandInEngine(Behaviour behaviour) : behaviour_(behaviour) {
-        server_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
-        server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+    explicit StandInEngine(Behaviour behaviour) : behaviour_(behaviour), server_([this](httplib::Server& http) {
+        http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+        http.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
             res.set_content(json{{"object", "list"}, {"data", {{{"id", "capable"}, {"object", "model"}}}}}.dump(), "application/json");
         });
-        server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
             res.set_content(answer(json::parse(req.body)).dump(), "application/json");
         });
-        port_ = server_.bind_to_any_port("127.0.0.1");
-        REQUIRE(port_ > 0);
-        thread_ = std::thread([this] { server_.listen_after_bind(); });
-        // Bound already: connections queue until the listening thread accepts them.
-    }
-    ~StandInEngine() {
-        server_.stop();
-        thread_.join();
-    }
-    int port() const { return port_; }
+    }) {}
+    int port() const { return server_.port(); }
 
 private:
     json answer(const json& body) const {
@@ -70,9 +64,7 @@ private:
     }
 
     Behaviour behaviour_;
-    httplib::Server server_;
-    int port_ = 0;
-    std::thread thread_;
+    anvil::test::LoopbackServer server_;
 };
 
 struct Run {

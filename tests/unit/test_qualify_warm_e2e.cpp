@@ -10,6 +10,8 @@
 
 #include <httplib.h>
 
+#include "loopback_server.hpp"
+
 #include "daemon/qualify/measurements.hpp"
 #include "daemon/qualify/run_context.hpp"
 
@@ -26,8 +28,8 @@ enum class SecondPass { slow, fails };
 
 class StandInEngine {
 public:
-    explicit StandInEngine(SecondPass how) : how_(how) {
-        server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    explicit StandInEngine(SecondPass how) : how_(how), server_([this](httplib::Server& http) {
+        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
             const json body = json::parse(req.body);
             if (body.value("stream", false)) {  // TTFT: not what this test is about
                 res.status = 400;
@@ -48,23 +50,14 @@ public:
                                 .dump(),
                             "application/json");
         });
-        server_.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) { res.status = 400; });
-        port_ = server_.bind_to_any_port("127.0.0.1");
-        REQUIRE(port_ > 0);
-        thread_ = std::thread([this] { server_.listen_after_bind(); });
-    }
-    ~StandInEngine() {
-        server_.stop();
-        thread_.join();
-    }
-    int port() const { return port_; }
+        http.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) { res.status = 400; });
+    }) {}
+    int port() const { return server_.port(); }
 
 private:
     SecondPass how_;
-    std::atomic<int> second_task_requests_{0};
-    httplib::Server server_;
-    int port_ = 0;
-    std::thread thread_;
+    std::atomic<int> second_task_requests_{0};  // before server_: handlers may run once it exists
+    anvil::test::LoopbackServer server_;
 };
 
 struct Measured {
