@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -33,7 +34,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
       config_(load_config(model_dir)),
       tokenizer_(Tokenizer::load(model_dir)),
       blocks_(default_kv_blocks(options), options.block_size),
-      scheduler_(options.max_seqs, options.max_batch_tokens, blocks_) {
+      scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
     if (options.max_context > config_.max_position)
         throw std::runtime_error("--max-context " + std::to_string(options.max_context) +
                                  " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
@@ -51,7 +52,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     r.max_batch_tokens = options.max_batch_tokens;
     // A speculative step verifies a decoding sequence's draft tokens and the position before them.
     const int draft_tokens = options.draft.kind == DraftKind::None ? 0 : options.draft.tokens;
-    r.max_logit_rows = options.max_seqs * (1 + draft_tokens);
+    r.max_logit_rows = options.max_seqs * (1 + draft_tokens) + kPromptLogitRows;
     r.max_context = options.max_context;
     r.kv_blocks = blocks_.total();
     r.block_size = options.block_size;
@@ -71,6 +72,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     sampler_scratch_.reserve(config_.vocab_size);
     batch_.reserve(options.max_batch_tokens, options.max_seqs, r.max_logit_rows);
     sampled_.reserve(size_t(options.max_seqs));
+    prompted_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
     spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
                  "tokens",
@@ -117,13 +119,15 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
     // The n sequences of one request, built before the lock and queued together.
     std::vector<std::unique_ptr<Active>> choices;
     for (int i = 0; i < n; ++i) {
-        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i, {}});
+        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i, {}, {}});
         active->sequence.tokens = i + 1 < n ? prompt : std::move(prompt);
         active->sequence.prompt_tokens = length;
         // Reserved whole, so that decoding never grows them.
         active->sequence.tokens.reserve(size_t(options_.max_context));
         active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1 + kMaxDraftTokens)));
         active->sequence.drafts.reserve(size_t(kMaxDraftTokens));
+        if (params.grammar) active->matcher.emplace(params.grammar);
+        if (params.prompt_logprobs >= 0) active->sequence.prompt_logits_next = 0;
         choices.push_back(std::move(active));
     }
     {
@@ -238,10 +242,17 @@ bool Engine::emit_token(Active& active, int32_t token, const float* logits) {
     metrics_.generation_tokens += 1;
 
     std::string reason;
-    const bool is_stop_token = !active.params.ignore_eos && std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
+    // A grammar lets an end token through only where the value is whole, ignore_eos or not.
+    const bool is_stop_token = (!active.params.ignore_eos || active.matcher) &&
+                               std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
     if (is_stop_token) {
         reason = "stop";
     } else {
+        if (active.matcher && !active.matcher->feed(tokenizer_.token_bytes(token))) {
+            spdlog::error("request {}: token {} does not fit the response_format grammar; ending the answer", s.id, token);
+            active.matcher.reset();
+            reason = "stop";
+        }
         active.pending += active.decoder.push(token);
         size_t cut = std::string::npos;
         for (const auto& stop : active.params.stop)
@@ -252,7 +263,12 @@ bool Engine::emit_token(Active& active, int32_t token, const float* logits) {
             reason = "stop";
         } else {
             s.tokens.push_back(token);
-            if (active.generated >= active.params.max_tokens || int(s.tokens.size()) >= options_.max_context) reason = "length";
+            if (!reason.empty()) {
+            } else if (active.matcher && active.matcher->done()) {
+                reason = "stop";  // the JSON value is whole: nothing more may follow
+            } else if (active.generated >= active.params.max_tokens || int(s.tokens.size()) >= options_.max_context) {
+                reason = "length";
+            }
         }
     }
     if (reason.empty()) {
@@ -273,6 +289,48 @@ bool Engine::emit_token(Active& active, int32_t token, const float* logits) {
     return true;
 }
 
+const float* Engine::constrain(Active& active, const float* logits) {
+    const auto started = std::chrono::steady_clock::now();
+    if (!vocabulary_trie_) {
+        vocabulary_trie_ = std::make_unique<VocabularyTrie>(tokenizer_);
+        spdlog::info("structured output: a trie of {} nodes over the vocabulary", vocabulary_trie_->nodes());
+    }
+    const int vocab = config_.vocab_size;
+    vocabulary_trie_->allowed(*active.matcher, vocab, token_mask_);
+    if (active.matcher->can_end())
+        for (int32_t id : stop_ids_)
+            if (id < vocab) token_mask_.set(id);
+    if (token_mask_.count() == 0) return nullptr;
+    sampler_scratch_.reserve(vocab);
+    float* out = sampler_scratch_.biased.data();
+    if (logits != out) std::copy(logits, logits + vocab, out);
+    for (int i = 0; i < vocab; ++i)
+        if (!token_mask_.test(i)) out[i] = -std::numeric_limits<float>::infinity();
+    metrics_.constrained_tokens += 1;
+    metrics_.constraint_microseconds += uint64_t(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+    return out;
+}
+
+void Engine::report_prompt_logprobs(const Prompted& p) {
+    auto it = active_.find(p.id);
+    if (it == active_.end()) return;
+    Active& active = *it->second;
+    Sequence& s = active.sequence;
+    StreamEvent event;
+    event.index = active.index;
+    event.first_prompt_token = p.start + 1;
+    // The model's own distribution: no logit_bias and no grammar (they shape the answer, not the prompt).
+    for (int k = 0; k < p.rows; ++k) {
+        const float* logits = runner_->logits(p.row + k);
+        const int32_t token = s.tokens[size_t(p.start + k + 1)];
+        event.prompt.push_back({token, token_logprob(logits, config_.vocab_size, token),
+                                top_logprobs(logits, config_.vocab_size, active.params.prompt_logprobs)});
+    }
+    s.prompt_logits_next = p.start + p.rows;
+    active.stream->push(std::move(event));
+}
+
 void Engine::step() {
     if (options_.draft.kind != DraftKind::None) set_lookahead();
     const auto& plan = scheduler_.schedule();
@@ -287,11 +345,13 @@ void Engine::step() {
     for (size_t i = 0; i < plan.size(); ++i) {
         const ScheduledChunk& c = plan[i];
         batch_.block_tables.push_back(c.sequence->blocks.data());
+        const int first = batch_.size();
         for (int p = c.start; p < c.start + c.count; ++p) {
             batch_.tokens.push_back(c.sequence->tokens[size_t(p)]);
             batch_.positions.push_back(p);
             batch_.sequence.push_back(int32_t(i));
         }
+        for (int k = 0; k < c.prompt_rows; ++k) batch_.logit_tokens.push_back(first + c.prompt_row_start - c.start + k);
         if (c.logits) batch_.logit_tokens.push_back(batch_.size() - 1);
         // Draft tokens follow their sequence's last token; the target's logits at each of them
         // verify the next one (and the last gives a token of its own when all are accepted).
@@ -315,12 +375,20 @@ void Engine::step() {
     // Copy out what the sampling needs before finishing sequences changes the plan's owners.
     int row = 0;
     sampled_.clear();
-    for (const auto& c : plan)
+    prompted_.clear();
+    for (const auto& c : plan) {
+        if (c.prompt_rows > 0) {
+            prompted_.push_back({c.sequence->id, row, c.prompt_row_start, c.prompt_rows});
+            row += c.prompt_rows;
+        }
         if (c.logits) {
             const int drafts = int(c.sequence->drafts.size());
             sampled_.push_back({c.sequence->id, row, drafts});
             row += 1 + drafts;
         }
+    }
+    // Before any sampling: a sequence's prompt logprobs reach its stream ahead of its first token.
+    for (const Prompted& p : prompted_) report_prompt_logprobs(p);
     for (const auto& [id, logits_row, drafts] : sampled_) {
         auto it = active_.find(id);
         if (it == active_.end()) continue;
@@ -332,6 +400,12 @@ void Engine::step() {
         // The bias goes in before everything else, so the reported logprobs include it too.
         const float* logits =
             apply_logit_bias(runner_->logits(logits_row), config_.vocab_size, active.params.logit_bias, sampler_scratch_);
+        if (active.matcher && !(logits = constrain(active, logits))) {
+            spdlog::warn("request {}: the response_format grammar allows no token of this vocabulary; ending the answer", id);
+            finish(active, "stop");
+            active_.erase(id);
+            continue;
+        }
         const int32_t token = sample_token(logits, config_.vocab_size, active.params, active.rng, sampler_scratch_);
         emit_token(active, token, logits);
     }

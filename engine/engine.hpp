@@ -19,11 +19,13 @@
 #include "engine/chat_template.hpp"
 #include "engine/config.hpp"
 #include "engine/draft.hpp"
+#include "engine/json_grammar.hpp"
 #include "engine/metrics.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/request_stream.hpp"
 #include "engine/sampler.hpp"
 #include "engine/scheduler.hpp"
+#include "engine/token_mask.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/weights.hpp"
 
@@ -85,6 +87,8 @@ private:
         int index = 0;  // the request's choice this sequence samples
         // [draft tokens][vocab]: the distributions a model draft sampled its tokens from
         std::vector<float> draft_probs;
+        // response_format: where the answer stands against its grammar (such a sequence never drafts)
+        std::optional<JsonMatcher> matcher;
     };
     void loop();
     void step();
@@ -92,6 +96,9 @@ private:
     void finish(Active& active, const std::string& reason);
     // Sends a sampled token; true when it ended the sequence (which is then erased).
     bool emit_token(Active& active, int32_t token, const float* logits);
+    // The logits with every token the sequence's grammar refuses at -inf (in sampler scratch), or
+    // null when the grammar allows no token at all.
+    const float* constrain(Active& active, const float* logits);
 
     // Speculative decoding (engine_speculation.cpp): loading the draft, proposing draft tokens
     // for the plan's decoding sequences, and verifying them against the target's logits.
@@ -114,6 +121,8 @@ private:
     Metrics metrics_;
     std::vector<int32_t> stop_ids_;
     SamplerScratch sampler_scratch_;
+    std::unique_ptr<VocabularyTrie> vocabulary_trie_;  // built for the first constrained request
+    TokenMask token_mask_;
     Batch batch_;
     struct Sampled {
         uint64_t id;
@@ -121,6 +130,17 @@ private:
         int drafts;  // draft tokens verified after that row
     };
     std::vector<Sampled> sampled_;  // this step's sequences that sample
+    struct Prompted {
+        uint64_t id;
+        int row;    // its first logits row
+        int start;  // the prompt position of that row
+        int rows;
+    };
+    std::vector<Prompted> prompted_;  // this step's sequences with prompt logprobs to report
+    // Logits rows a step may spend on prompt logprobs, beyond the sampling and draft rows: a
+    // prompt that wants them is prefilled in chunks of at most this many positions.
+    static constexpr int kPromptLogitRows = 32;
+    void report_prompt_logprobs(const Prompted& p);
 
     // The draft: its own config (--draft-model), weights and runner (--draft-self, --draft-model;
     // none for --draft-layers, which runs the target's runner, and --draft-ngram).

@@ -61,6 +61,10 @@ void Engine::set_lookahead() {
     // or past the context.
     for (auto& [id, active] : active_) {
         Sequence& s = active->sequence;
+        if (active->matcher) {  // its next tokens depend on each one before them: no draft
+            s.lookahead = 0;
+            continue;
+        }
         s.lookahead = std::max(0, std::min({options_.draft.tokens, active->params.max_tokens - active->generated - 1,
                                             options_.max_context - int(s.tokens.size())}));
     }

@@ -22,6 +22,10 @@ std::string Metrics::prometheus_text(const std::string& model_name) const {
     metric("anvil_engine_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", preemptions.load(), label);
     metric("anvil_engine_forward_seconds_total", "counter", "Time spent in forward passes.",
            double(forward_microseconds.load()) / 1e6, label);
+    metric("anvil_engine_constrained_tokens_total", "counter", "Tokens sampled under a response_format grammar.",
+           constrained_tokens.load(), label);
+    metric("anvil_engine_constraint_seconds_total", "counter", "Time spent computing the grammar's token masks.",
+           double(constraint_microseconds.load()) / 1e6, label);
     metric("anvil_engine_requests_running", "gauge", "Sequences in the running batch.", running.load(), label);
     metric("anvil_engine_requests_waiting", "gauge", "Sequences queued for admission.", waiting.load(), label);
     metric("anvil_engine_kv_blocks_used", "gauge", "KV-cache blocks in use.", kv_blocks_used.load(), label);

@@ -21,6 +21,8 @@ struct Metrics {
     std::atomic<int64_t> kv_blocks_used{0};
     std::atomic<int64_t> kv_blocks_total{0};
     std::atomic<uint64_t> forward_microseconds{0};
+    std::atomic<uint64_t> constrained_tokens{0};       // tokens sampled under a response_format grammar
+    std::atomic<uint64_t> constraint_microseconds{0};  // time computing their masks
 
     // Speculative decoding, reported only when the engine has a draft. Set before serving.
     std::string draft_kind = "none";

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "engine/engine.hpp"
+#include "engine/json_grammar.hpp"
 #include "engine/unicode.hpp"
 
 namespace anvil::engine {
@@ -75,7 +76,41 @@ std::vector<LogitBias> logit_bias(const json& body) {
     return out;
 }
 
-void common(const json& body, ParsedRequest& r) {
+// response_format: text (no constraint), json_object, or json_schema with a schema of the subset
+// JsonGrammar compiles.
+std::shared_ptr<const JsonGrammar> response_format(const json& body, std::string_view raw_body) {
+    if (!body.contains("response_format") || body["response_format"].is_null()) return nullptr;
+    const json& format = body["response_format"];
+    if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+        bad("response_format", "must be an object with a type: text, json_object or json_schema");
+    const std::string type = format["type"];
+    if (type == "text") return nullptr;
+    if (type == "json_object") return JsonGrammar::any_object();
+    if (type != "json_schema")
+        bad("response_format.type", "is \"" + sanitize_utf8(type) + "\"; expected text, json_object or json_schema");
+    if (!format.contains("json_schema") || !format["json_schema"].is_object())
+        bad("response_format.json_schema", "is required with type json_schema: {\"name\": ..., \"schema\": {...}}");
+    const json& spec = format["json_schema"];
+    if (spec.contains("name") && !spec["name"].is_string()) bad("response_format.json_schema.name", "must be a string");
+    if (spec.contains("strict") && !spec["strict"].is_null() && !spec["strict"].is_boolean())
+        bad("response_format.json_schema.strict", "must be true or false");
+    if (!spec.contains("schema"))
+        bad("response_format.json_schema.schema", "is required: the JSON schema every answer must follow");
+    nlohmann::ordered_json schema;
+    if (!raw_body.empty()) {
+        const auto whole = nlohmann::ordered_json::parse(raw_body);
+        schema = whole.at("response_format").at("json_schema").at("schema");
+    } else {
+        schema = nlohmann::ordered_json::parse(spec["schema"].dump());
+    }
+    try {
+        return JsonGrammar::from_schema(schema, "response_format.json_schema.schema");
+    } catch (const UnsupportedSchema& e) {
+        throw InvalidRequest(sanitize_utf8(e.what()));
+    }
+}
+
+void common(const json& body, std::string_view raw_body, ParsedRequest& r) {
     if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
     if (body.contains("model") && !body["model"].is_null()) {
         if (!body["model"].is_string()) bad("model", "must be a string");
@@ -107,19 +142,19 @@ void common(const json& body, ParsedRequest& r) {
             if (s.empty()) bad("stop", "must not hold an empty string");
     }
     r.params.logit_bias = logit_bias(body);
+    r.params.grammar = response_format(body, raw_body);
 }
 
 }  // namespace
 
-ParsedRequest parse_completion_request(const json& body) {
+ParsedRequest parse_completion_request(const json& body, std::string_view raw_body) {
     ParsedRequest r;
-    common(body, r);
+    common(body, raw_body, r);
     if (auto m = integer(body, "max_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
     if (auto l = integer(body, "logprobs", 0, 20)) r.params.logprobs = int(*l);
     r.echo = boolean(body, "echo");
-    if (r.echo && r.params.logprobs >= 0)
-        bad("echo", "together with logprobs is not supported: anvil-engine does not compute the prompt tokens' "
-                    "logprobs. Ask for echo or for logprobs, not both");
+    // echo with logprobs: the prompt's tokens come with theirs, as vLLM and OpenAI's legacy API give them.
+    if (r.echo && r.params.logprobs >= 0) r.params.prompt_logprobs = r.params.logprobs;
     if (!body.contains("prompt")) bad("prompt", "is required");
     const json& prompt = body["prompt"];
     if (prompt.is_string()) {
@@ -142,9 +177,9 @@ ParsedRequest parse_completion_request(const json& body) {
     return r;
 }
 
-ParsedRequest parse_chat_request(const json& body) {
+ParsedRequest parse_chat_request(const json& body, std::string_view raw_body) {
     ParsedRequest r;
-    common(body, r);
+    common(body, raw_body, r);
     if (auto m = integer(body, "max_completion_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
     if (auto m = integer(body, "max_tokens", 1, 1 << 30)) r.params.max_tokens = int(*m), r.max_tokens_given = true;
     if (boolean(body, "logprobs")) {

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,8 +27,10 @@ struct ParsedRequest {
     std::vector<ChatMessage> messages;   // chat
 };
 
-// Both throw InvalidRequest (engine.hpp) on a malformed body.
-ParsedRequest parse_completion_request(const nlohmann::json& body);
-ParsedRequest parse_chat_request(const nlohmann::json& body);
+// Both throw InvalidRequest (engine.hpp) on a malformed body. `raw_body`, the text `body` was
+// parsed from, keeps a response_format schema's properties in the order the client wrote them
+// (nlohmann::json sorts keys); without it they come in alphabetical order.
+ParsedRequest parse_completion_request(const nlohmann::json& body, std::string_view raw_body = {});
+ParsedRequest parse_chat_request(const nlohmann::json& body, std::string_view raw_body = {});
 
 }  // namespace anvil::engine

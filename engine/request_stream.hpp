@@ -29,6 +29,10 @@ struct StreamEvent {
     int index = 0;                       // which of the request's n choices it belongs to
     std::string text;                    // new text, complete UTF-8, stop strings held back
     std::vector<GeneratedToken> tokens;  // the tokens this event covers
+    // Prompt logprobs (echo with logprobs): the logprobs of prompt tokens first_prompt_token on,
+    // each under the model's distribution after the tokens before it. Sent before any token.
+    std::vector<GeneratedToken> prompt;
+    int first_prompt_token = 0;
     bool done = false;
     std::string finish_reason;           // "stop" | "length" | "abort" when done
     std::string error;                   // set when the engine failed the request

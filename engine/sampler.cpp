@@ -76,6 +76,9 @@ int candidates(const float* logits, int vocab, const SamplingParams& params, Sam
     } else {
         std::sort(order, order + vocab, better);
     }
+    // Tokens with no probability at all (masked to -inf by a grammar) are never candidates, not
+    // even as the fallback when rounding leaves the draw past the end.
+    while (n > 1 && probs[order[n - 1]] == 0.0f) --n;
     kept = 0;
     for (int i = 0; i < n; ++i) kept += probs[order[i]];
     if (params.top_p < 1.0f) {
@@ -136,6 +139,7 @@ std::vector<TokenLogprob> top_logprobs(const float* logits, int vocab, int top) 
     // A running list of the best `top`, kept sorted; top is small (OpenAI allows up to 20).
     for (int i = 0; i < vocab; ++i) {
         if (int(out.size()) == top && logits[i] <= out.back().logprob) continue;
+        if (!std::isfinite(logits[i])) continue;  // a token a grammar rules out is no alternative
         TokenLogprob entry{i, logits[i]};
         auto at = std::upper_bound(out.begin(), out.end(), entry,
                                    [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });

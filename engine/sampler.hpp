@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace anvil::engine {
+
+class JsonGrammar;
 
 // OpenAI's logit_bias: `bias` (-100..100) added to token `token`'s logit before anything else.
 struct LogitBias {
@@ -24,7 +27,11 @@ struct SamplingParams {
     std::vector<std::string> stop;
     bool ignore_eos = false;
     int logprobs = -1;  // -1: none; otherwise how many alternatives (top_logprobs) besides the chosen token
+    int prompt_logprobs = -1;  // -1: none; otherwise the prompt tokens' logprobs too, with this many alternatives
     std::vector<LogitBias> logit_bias;  // by token id, each id once; the engine refuses ids outside its vocabulary
+    // response_format json_object or json_schema: only tokens that keep the answer valid JSON of
+    // the grammar are sampled (after the bias), and the answer ends when the value is whole.
+    std::shared_ptr<const JsonGrammar> grammar;
 };
 
 // A small, fast, reproducible generator (xoshiro256**), seeded by splitmix64.

@@ -5,8 +5,8 @@
 
 namespace anvil::engine {
 
-Scheduler::Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks)
-    : max_seqs_(max_seqs), max_batch_tokens_(max_batch_tokens), blocks_(blocks) {
+Scheduler::Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks, int prompt_logit_rows)
+    : max_seqs_(max_seqs), max_batch_tokens_(max_batch_tokens), prompt_logit_rows_(prompt_logit_rows), blocks_(blocks) {
     if (max_seqs <= 0 || max_batch_tokens <= 0) throw std::invalid_argument("scheduler limits must be positive");
     running_.reserve(size_t(max_seqs));
     plan_.reserve(size_t(max_seqs));
@@ -31,9 +31,31 @@ void Scheduler::preempt(Sequence* victim) {
     ++preemptions_;
 }
 
+namespace {
+// A chunk of `count` positions from `start`, cut so that the prompt positions in it whose logits
+// are wanted fit `rows_left`; the rows it takes are recorded in the chunk.
+ScheduledChunk chunk_of(Sequence* s, int start, int count, int& rows_left) {
+    ScheduledChunk c{s, start, count, false};
+    if (s->prompt_logits_next >= 0) {
+        const int first = std::max(start, s->prompt_logits_next);
+        const int last = s->prompt_tokens - 2;  // the last prompt token's logits are the first sample's
+        if (first <= last && first < start + count) {
+            if (rows_left <= 0) c.count = std::max(0, first - start);
+            else c.count = std::min(count, first - start + rows_left);
+            c.prompt_row_start = first;
+            c.prompt_rows = std::max(0, std::min(start + c.count - 1, last) - first + 1);
+            rows_left -= c.prompt_rows;
+        }
+    }
+    c.logits = c.start + c.count == int(s->tokens.size());
+    return c;
+}
+}  // namespace
+
 const std::vector<ScheduledChunk>& Scheduler::schedule() {
     plan_.clear();
     int budget = max_batch_tokens_;
+    int prompt_rows_left = prompt_logit_rows_;
 
     // Running sequences, oldest first: decoders need a block when they cross into a new one.
     std::sort(running_.begin(), running_.end(),
@@ -41,7 +63,13 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
     for (size_t i = 0; i < running_.size() && budget > 0;) {
         Sequence* s = running_[i];
         const int remaining = int(s->tokens.size()) - s->computed;
-        const int count = std::min(remaining, budget);
+        int rows_left = prompt_rows_left;
+        const ScheduledChunk chunk = chunk_of(s, s->computed, std::min(remaining, budget), rows_left);
+        const int count = chunk.count;
+        if (count == 0) {  // its prompt logprobs wait for rows another sequence took this step
+            ++i;
+            continue;
+        }
         if (!blocks_.grow(s->blocks, s->computed + count)) {
             // Free the newest sequence's blocks; if that is this one, it waits its turn again.
             Sequence* victim = running_.back();
@@ -49,7 +77,8 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
             if (victim == s) break;
             continue;
         }
-        plan_.push_back({s, s->computed, count, s->computed + count == int(s->tokens.size())});
+        plan_.push_back(chunk);
+        prompt_rows_left = rows_left;
         budget -= count;
         ++i;
     }
@@ -64,9 +93,9 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
         waiting_.pop_front();
         s->admitted_order = ++admissions_;
         running_.push_back(s);
-        const int count = std::min(total - s->computed, budget);
-        plan_.push_back({s, s->computed, count, s->computed + count == total});
-        budget -= count;
+        const ScheduledChunk chunk = chunk_of(s, s->computed, std::min(total - s->computed, budget), prompt_rows_left);
+        if (chunk.count > 0) plan_.push_back(chunk);
+        budget -= chunk.count;
     }
 
     // Draft positions last, from what the budget and the free blocks have left, so that

@@ -34,6 +34,10 @@ struct Sequence {
     int lookahead = 0;
     std::vector<int32_t> drafts;
     int draft_computed = 0;
+    // Prompt logprobs: the next prompt position whose logits (the distribution of the token after
+    // it) are still wanted; -1 when none are. Unlike `computed` it survives preemption: a position
+    // is reported once.
+    int prompt_logits_next = -1;
 };
 
 struct ScheduledChunk {
@@ -42,11 +46,16 @@ struct ScheduledChunk {
     int count;    // positions fed
     bool logits;  // the chunk reaches the last token: sample after it
     int draft = 0;  // positions reserved (blocks and batch tokens) for draft tokens after it
+    // Prompt logprobs: logits rows for positions prompt_row_start .. prompt_row_start + prompt_rows - 1
+    int prompt_row_start = 0;
+    int prompt_rows = 0;
 };
 
 class Scheduler {
 public:
-    Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks);
+    // `prompt_logit_rows`: logits rows a step may spend on prompt logprobs, over all sequences;
+    // a prompt that wants them is fed in chunks no longer than what is left of that.
+    Scheduler(int max_seqs, int max_batch_tokens, BlockManager& blocks, int prompt_logit_rows = 0);
 
     void add(Sequence* sequence);  // joins the waiting queue
     // Removes a finished or cancelled sequence wherever it is and frees its blocks.
@@ -67,6 +76,7 @@ private:
 
     int max_seqs_;
     int max_batch_tokens_;
+    int prompt_logit_rows_;
     BlockManager& blocks_;
     std::deque<Sequence*> waiting_;
     std::vector<Sequence*> running_;

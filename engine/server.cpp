@@ -72,7 +72,9 @@ struct Reply {
     Reply(Api api_, const Engine& engine_, std::string id_, std::string model_, int64_t created_, bool want_logprobs_,
           int n, std::string echo_)
         : api(api_), engine(engine_), id(std::move(id_)), model(std::move(model_)), created(created_),
-          want_logprobs(want_logprobs_), echo(std::move(echo_)), choices(size_t(n)) {}
+          want_logprobs(want_logprobs_), echo(std::move(echo_)), choices(size_t(n)) {
+        for (auto& c : choices) c.text_offset = echo.size();  // the completion's text follows the echo
+    }
 
     struct Choice {
         std::string text;
@@ -83,7 +85,9 @@ struct Reply {
         json chat_logprobs = json::array();
         json completion_logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                                     {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-        size_t text_offset = 0;
+        size_t text_offset = 0;     // of the next generated token, in echo + text
+        size_t prompt_offset = 0;   // of the next prompt token (echo with logprobs)
+        bool prompt_started = false;
     };
 
     Api api;
@@ -92,6 +96,10 @@ struct Reply {
     int64_t created;
     bool want_logprobs;
     std::string echo;  // completions with echo: the prompt, put before each choice's text
+    // echo with logprobs: the prompt's token ids (the first has no logprob: nothing precedes it),
+    // and whether the echo is the client's own string, which leaves special tokens' text out.
+    std::vector<int32_t> prompt_ids;
+    bool echo_is_text = false;
     std::vector<Choice> choices;
     int prompt_tokens = 0;
     size_t done = 0;
@@ -122,6 +130,26 @@ struct Reply {
         }
         json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
                     {"text_offset", json::array()}};
+        // Prompt tokens first: the first one with null logprobs, as vLLM and OpenAI give it.
+        const auto prompt_piece = [&](int32_t token) {
+            const std::string piece = sanitize_utf8(tok.token_bytes(token));
+            out["tokens"].push_back(piece);
+            out["text_offset"].push_back(c.prompt_offset);
+            c.prompt_offset += echo_is_text && tok.is_special(token) ? 0 : piece.size();
+        };
+        if ((!e.prompt.empty() || !e.tokens.empty()) && !c.prompt_started && !prompt_ids.empty()) {
+            c.prompt_started = true;
+            prompt_piece(prompt_ids[0]);
+            out["token_logprobs"].push_back(nullptr);
+            out["top_logprobs"].push_back(nullptr);
+        }
+        for (const auto& t : e.prompt) {
+            prompt_piece(t.token);
+            out["token_logprobs"].push_back(t.logprob);
+            json top = json::object();
+            for (const auto& alt : t.top) top[sanitize_utf8(tok.token_bytes(alt.token))] = alt.logprob;
+            out["top_logprobs"].push_back(top);
+        }
         for (const auto& t : e.tokens) {
             const std::string piece = sanitize_utf8(tok.token_bytes(t.token));
             out["tokens"].push_back(piece);
@@ -140,7 +168,7 @@ struct Reply {
         Choice& c = choice_of(e);
         c.text += e.text;
         json l;
-        if (want_logprobs && !e.tokens.empty()) {
+        if (want_logprobs && (!e.tokens.empty() || !e.prompt.empty())) {
             l = logprobs_of(e, c);
             if (api == Api::Chat) {
                 for (auto& x : l["content"]) c.chat_logprobs.push_back(x);
@@ -353,7 +381,8 @@ void Server::routes() {
     auto generate = [this](Api api) {
         return [this, api](Engine& engine, const httplib::Request& req, httplib::Response& res) {
             const json body = parse_body(req.body);
-            ParsedRequest parsed = api == Api::Chat ? parse_chat_request(body) : parse_completion_request(body);
+            ParsedRequest parsed =
+                api == Api::Chat ? parse_chat_request(body, req.body) : parse_completion_request(body, req.body);
             if (!parsed.model.empty() && parsed.model != options_.served_model_name) {
                 engine.metrics().requests_rejected += 1;
                 return send_error(res, 404, "the model '" + parsed.model + "' does not exist; this server serves '" +
@@ -382,11 +411,16 @@ void Server::routes() {
             if (parsed.echo)
                 echo = parsed.prompt ? *parsed.prompt : sanitize_utf8(engine.tokenizer().decode(prompt, false));
             const bool want_logprobs = parsed.params.logprobs >= 0;
+
+            std::vector<int32_t> prompt_ids;
+            if (parsed.params.prompt_logprobs >= 0) prompt_ids = prompt;
             auto stream = engine.submit(std::move(prompt), parsed.params, parsed.n);
 
             auto state = std::make_shared<Reply>(api, engine, request_id(api == Api::Chat ? "chatcmpl" : "cmpl"),
                                                  options_.served_model_name, now_seconds(), want_logprobs, parsed.n,
                                                  std::move(echo));
+            state->prompt_ids = std::move(prompt_ids);
+            state->echo_is_text = parsed.prompt.has_value();
             Metrics* metrics = &engine.metrics();
             auto finished = std::make_shared<bool>(false);
             auto on_release = [stream, finished, metrics](bool) {

@@ -85,6 +85,9 @@ void read_capabilities(const Node& root, JsonReader& reader, Recipe& r) {
     r.capabilities.vision = reader.nullable_boolean(caps, "vision");
     // Optional (local-ai-registry records do not carry it): a claim of retrieval over the whole context.
     if (caps.child("retrieval").present()) r.capabilities.retrieval = reader.nullable_boolean(caps, "retrieval");
+    // Optional too: a claim that response_format constrains the answer to JSON.
+    if (caps.child("structured_output").present())
+        r.capabilities.structured_output = reader.nullable_boolean(caps, "structured_output");
 }
 
 void read_serving(const Node& root, JsonReader& reader, Recipe& r) {

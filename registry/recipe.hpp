@@ -101,6 +101,8 @@ struct Serving {
 struct Capabilities {  // null in the document means "not validated"
     std::optional<bool> chat, reasoning, tools, vision;
     std::optional<bool> retrieval;  // finds a fact anywhere in its context: the needle gate holds it to that
+    // honours response_format (json_object, json_schema): the json gate requires the answer to parse
+    std::optional<bool> structured_output;
 };
 
 struct Recipe {

@@ -16,6 +16,7 @@ qualify::Plan plan_for(const registry::Recipe& recipe, const DaemonConfig& confi
     plan.attempts = config.promotion.attempts;
     plan.min_pass_rate = promotion_thresholds(config).min_deterministic_pass_rate;
     plan.tools = recipe.capabilities.tools.value_or(false);
+    plan.constrained_json = recipe.capabilities.structured_output.value_or(false);
     plan.needle_depths = config.promotion.needle_depths;
     plan.warm_e2e_min_seconds = std::chrono::duration<double>(config.promotion.warm_e2e_min).count();
     if (config.requirements) {

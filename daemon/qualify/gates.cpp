@@ -117,14 +117,51 @@ GateOutcome smoke_gate(RunContext& run) {
     });
 }
 
+namespace {
+
+// What the constrained json gate asks for: a person whose every field is bounded, so that an
+// engine that bounds whitespace and digits as llama.cpp's grammars and anvil-engine do ends any
+// model's answer within kConstrainedJsonMaxTokens (9 gaps of at most 21 bytes, 20 characters of
+// at most 6 bytes, 17 digits and the punctuation: under 400 bytes, so under 400 tokens).
+constexpr int kConstrainedJsonMaxTokens = 400;
+const json& person_schema() {
+    static const json schema = {{"type", "object"},
+                                {"properties", {{"name", {{"type", "string"}, {"maxLength", 20}}}, {"age", {{"type", "integer"}}}}},
+                                {"required", {"name", "age"}},
+                                {"additionalProperties", false}};
+    return schema;
+}
+
+// Why `text` is not the person the schema describes, or nothing when it is.
+std::optional<std::string> not_a_person(const std::string& text) {
+    if (!json::accept(text)) return "the answer is not JSON: " + quoted(text);
+    const json v = json::parse(text);
+    if (!v.is_object() || v.size() != 2 || !v.contains("name") || !v.contains("age"))
+        return "the answer is not an object with exactly the keys name and age: " + quoted(text);
+    if (!v["name"].is_string()) return "name is not a string: " + quoted(text);
+    size_t characters = 0;
+    for (unsigned char c : v["name"].get<std::string>()) characters += (c & 0xC0) != 0x80;
+    if (characters > 20) return "name is longer than the schema's maxLength 20: " + quoted(text);
+    if (!v["age"].is_number_integer()) return "age is not an integer: " + quoted(text);
+    return std::nullopt;
+}
+
+}  // namespace
+
 GateOutcome json_gate(RunContext& run) {
     const std::string prompt =
         "Reply with a JSON object with the keys \"name\" (a string) and \"age\" (a number) describing a person.";
+    // An engine that constrains output is asked for the schema and held to it; any other is asked
+    // for json_object and held to OpenAI's shapes only.
+    const bool constrained = run.plan.constrained_json;
+    const int max_tokens = constrained ? std::max(run.plan.max_tokens, kConstrainedJsonMaxTokens) : run.plan.max_tokens;
     return run_attempts("json", run.plan, [&](int) -> std::optional<std::string> {
-        json body = chat_body(run, prompt, run.plan.max_tokens);
-        body["response_format"] = {{"type", "json_object"}};
+        json body = chat_body(run, prompt, max_tokens);
+        body["response_format"] = constrained ? json{{"type", "json_schema"},
+                                                     {"json_schema", {{"name", "person"}, {"strict", true}, {"schema", person_schema()}}}}
+                                              : json{{"type", "json_object"}};
         json reply;
-        if (auto why = check_chat_reply(run.client.post("json", "/v1/chat/completions", body), run.plan.max_tokens, reply))
+        if (auto why = check_chat_reply(run.client.post("json", "/v1/chat/completions", body), max_tokens, reply))
             return why;
         if (reply.value("object", "") != "chat.completion") return "object is " + quoted(reply.value("object", "")) + ", expected chat.completion";
         if (!usage_of(reply, "prompt_tokens") || !usage_of(reply, "completion_tokens"))
@@ -132,7 +169,8 @@ GateOutcome json_gate(RunContext& run) {
         const std::string content = reply_text(reply);
         const bool content_is_json = json::accept(content);
         run.journal.note("json", std::string("the answer ") + (content_is_json ? "parses" : "does not parse") + " as JSON");
-        if (run.plan.constrained_json && !content_is_json) return "the answer is not JSON: " + quoted(content);
+        if (constrained)
+            if (auto why = not_a_person(content)) return why;
 
         // Streamed: every chunk must be a JSON chat.completion.chunk, and the stream must end.
         body["stream"] = true;
@@ -162,7 +200,8 @@ GateOutcome json_gate(RunContext& run) {
         if (chunks == 0) return "stream: no chunks";
         if (s.finish_reason != "stop" && s.finish_reason != "length")
             return "stream: finish_reason " + quoted(s.finish_reason) + ", expected stop or length";
-        if (run.plan.constrained_json && !json::accept(s.text)) return "stream: the answer is not JSON: " + quoted(s.text);
+        if (constrained)
+            if (auto why = not_a_person(s.text)) return "stream: " + *why;
         return std::nullopt;
     });
 }

@@ -46,8 +46,9 @@ struct Plan {
     std::chrono::milliseconds request_timeout{std::chrono::seconds(120)};
     int quality_positions = 8;        // next-token distributions sampled per quality prompt
     int top_logprobs = 5;
-    // The engine honours response_format {"type": "json_object"} (vLLM, SGLang, llama.cpp do;
-    // anvil-engine does not): the json gate then also requires the answer itself to parse. Without
+    // The recipe claims its engine honours response_format {"type": "json_object"} (capabilities.
+    // structured_output; vLLM, SGLang, llama.cpp and anvil-engine do): the json gate then also
+    // requires the answer itself to parse. Without
     // it the gate checks what every OpenAI engine owes regardless of the model's skill: the body
     // and every SSE chunk of a streamed reply are valid JSON in OpenAI's shapes, ending in [DONE].
     bool constrained_json = false;
