@@ -33,7 +33,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     : options_(options),
       config_(load_config(model_dir)),
       tokenizer_(Tokenizer::load(model_dir)),
-      blocks_(default_kv_blocks(options), options.block_size),
+      blocks_(default_kv_blocks(options), options.block_size, options.prefix_caching),
       scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
     if (options.max_context > config_.max_position)
         throw std::runtime_error("--max-context " + std::to_string(options.max_context) +
@@ -119,7 +119,7 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
     // The n sequences of one request, built before the lock and queued together.
     std::vector<std::unique_ptr<Active>> choices;
     for (int i = 0; i < n; ++i) {
-        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i, {}, {}});
+        auto active = std::make_unique<Active>(Active{Sequence{}, params, Rng(0), stream, StreamDecoder(tokenizer_), {}, 0, i, {}, {}, 0});
         active->sequence.tokens = i + 1 < n ? prompt : std::move(prompt);
         active->sequence.prompt_tokens = length;
         // Reserved whole, so that decoding never grows them.
@@ -130,10 +130,16 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
         if (params.prompt_logprobs >= 0) active->sequence.prompt_logits_next = 0;
         choices.push_back(std::move(active));
     }
+    // The later choices share the first's prompt: they wait for it in the cache instead of
+    // computing it beside it (prompt logprobs need every position computed, so those do not).
+    const bool share = blocks_.prefix_caching() && n > 1 && params.prompt_logprobs < 0 && length > blocks_.block_size();
     {
         std::lock_guard<std::mutex> lock(mutex_);
+        uint64_t first = 0;
         for (auto& active : choices) {
             active->sequence.id = ++next_id_;
+            if (active->index == 0) first = active->sequence.id;
+            else if (share) active->behind = first;
             // A client's seed gives choice i its own stream (an odd multiplier, so that no two
             // choices' splitmix64 seedings overlap); without one each sequence takes the next.
             const uint64_t seed = active->params.seed != 0
@@ -171,6 +177,7 @@ void Engine::loop() {
                 scheduler_.remove(&active->sequence);
             }
             active_.clear();
+            held_.clear();
         }
     }
     for (auto& [id, active] : active_) {
@@ -192,8 +199,10 @@ void Engine::accept_new() {
     for (auto& a : fresh) {
         Sequence* s = &a->sequence;
         const uint64_t id = s->id;
+        const bool held = a->behind != 0;
         active_.emplace(id, std::move(a));
-        scheduler_.add(s);
+        if (held) held_.push_back(id);
+        else scheduler_.add(s);
     }
     if (cancel_pending_.exchange(false)) {
         for (auto it = active_.begin(); it != active_.end();) {
@@ -331,13 +340,34 @@ void Engine::report_prompt_logprobs(const Prompted& p) {
     active.stream->push(std::move(event));
 }
 
+void Engine::release_held() {
+    for (auto it = held_.begin(); it != held_.end();) {
+        const auto held = active_.find(*it);
+        if (held == active_.end()) {  // cancelled while it waited
+            it = held_.erase(it);
+            continue;
+        }
+        const auto first = active_.find(held->second->behind);
+        if (first == active_.end() || first->second->sequence.computed >= first->second->sequence.prompt_tokens) {
+            scheduler_.add(&held->second->sequence);
+            it = held_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
 void Engine::step() {
+    if (!held_.empty()) release_held();
     if (options_.draft.kind != DraftKind::None) set_lookahead();
     const auto& plan = scheduler_.schedule();
     metrics_.running = int64_t(scheduler_.running());
-    metrics_.waiting = int64_t(scheduler_.waiting());
+    metrics_.waiting = int64_t(scheduler_.waiting() + held_.size());
     metrics_.kv_blocks_used = blocks_.used();
+    metrics_.kv_blocks_cached = blocks_.cached();
     metrics_.preemptions = scheduler_.preemptions();
+    metrics_.prefix_cache_queries = scheduler_.prefix_queries();
+    metrics_.prefix_cache_hits = scheduler_.prefix_hits();
     if (plan.empty()) return;
     if (options_.draft.kind != DraftKind::None) propose(plan);
 

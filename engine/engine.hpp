@@ -42,6 +42,7 @@ struct EngineOptions {
     uint64_t seed = 0;           // seeds requests that bring none, in arrival order
     int threads = 0;             // OpenMP threads for the model; 0: every core
     DraftOptions draft;          // speculative decoding: what proposes tokens (none by default)
+    bool prefix_caching = true;  // a prompt's leading full blocks come from the cache when they are there
 };
 
 // A request the client got wrong: the server answers 400 with the message.
@@ -59,7 +60,8 @@ public:
     // Queues a request for `n` choices: n sequences of the same prompt, sampled independently,
     // writing into one stream (events carry the choice's index). Choice i's generator is seeded
     // from the request's seed and i, so a seeded choice is reproducible; choice 0 is what n = 1
-    // gives. Each sequence computes the prompt itself: there is no prefix sharing between them.
+    // gives. With prefix caching, choices after the first wait until the first has computed the
+    // prompt, then take its full blocks from the cache; without it each computes the prompt.
     // Throws InvalidRequest for an empty prompt, a prompt that does not leave room for one token
     // in the context, one the KV cache could never hold, a token id (of the prompt or of
     // params.logit_bias) outside the vocabulary, or n outside 1..max_seqs.
@@ -89,6 +91,9 @@ private:
         std::vector<float> draft_probs;
         // response_format: where the answer stands against its grammar (such a sequence never drafts)
         std::optional<JsonMatcher> matcher;
+        // A later choice of n, held out of the scheduler until this sequence (the first choice) has
+        // computed the prompt they share; 0 when it is not held.
+        uint64_t behind = 0;
     };
     void loop();
     void step();
@@ -164,6 +169,8 @@ private:
     std::atomic<bool> cancel_pending_{false};
     uint64_t next_id_ = 0;  // guarded by mutex_
     std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
+    std::vector<uint64_t> held_;  // later choices waiting for their first choice's prompt
+    void release_held();
     std::thread thread_;
 };
 

@@ -22,13 +22,15 @@ commands:
   serve --model DIR [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
         [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
         [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N] [--api-key KEY]
+        [--prefix-caching on|off]
         [--draft-self q8|bf16 | --draft-model DIR [--draft-weights f32|bf16|q8] | --draft-layers N |
          --draft-ngram N] [--draft-tokens K]
       load a Hugging Face model directory and serve the OpenAI API (/v1/completions,
       /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
       with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
       and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413;
-      a draft makes decoding speculative (lossless: the output is the target's): the target's own
+      prompts that start alike share the KV blocks of what they share (prefix caching, on by
+      default); a draft makes decoding speculative (lossless: the output is the target's): the target's own
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
   make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
@@ -100,7 +102,8 @@ int serve_command(const std::vector<std::string>& words) {
     const auto flags = parse_flags(words, {"--model", "--host", "--port", "--served-model-name", "--max-context",
                                            "--max-seqs", "--threads", "--weights", "--kv-dtype", "--seed",
                                            "--kv-blocks", "--max-batch-tokens", "--api-key", "--draft-self", "--draft-model",
-                                           "--draft-weights", "--draft-layers", "--draft-ngram", "--draft-tokens"});
+                                           "--draft-weights", "--draft-layers", "--draft-ngram", "--draft-tokens",
+                                           "--prefix-caching"});
     anvil::engine::ServeOptions o;
     if (!flags.count("--model")) throw UsageError("serve needs --model DIR");
     o.model_dir = flags.at("--model");
@@ -115,6 +118,9 @@ int serve_command(const std::vector<std::string>& words) {
     o.seed = uint64_t(number(flags, "--seed", long(o.seed)));
     o.kv_blocks = int(number(flags, "--kv-blocks", 0));
     o.max_batch_tokens = int(number(flags, "--max-batch-tokens", o.max_batch_tokens));
+    const std::string caching = text(flags, "--prefix-caching", "on");
+    if (caching != "on" && caching != "off") throw UsageError("--prefix-caching " + caching + ": expected on or off");
+    o.prefix_caching = caching == "on";
     const char* key = std::getenv("ANVIL_ENGINE_API_KEY");
     o.api_key = text(flags, "--api-key", key ? key : "");
     o.draft_self = text(flags, "--draft-self", "");

@@ -30,6 +30,12 @@ std::string Metrics::prometheus_text(const std::string& model_name) const {
     metric("anvil_engine_requests_waiting", "gauge", "Sequences queued for admission.", waiting.load(), label);
     metric("anvil_engine_kv_blocks_used", "gauge", "KV-cache blocks in use.", kv_blocks_used.load(), label);
     metric("anvil_engine_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", kv_blocks_total.load(), label);
+    metric("anvil_engine_kv_blocks_cached", "gauge", "Free KV-cache blocks still holding a cached prefix.",
+           kv_blocks_cached.load(), label);
+    metric("anvil_engine_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+           prefix_cache_queries.load(), label);
+    metric("anvil_engine_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache, not computed.",
+           prefix_cache_hits.load(), label);
     const int64_t total = kv_blocks_total.load();
     metric("anvil_engine_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
            total > 0 ? double(kv_blocks_used.load()) / double(total) : 0.0, label);

@@ -20,6 +20,9 @@ struct Metrics {
     std::atomic<int64_t> waiting{0};
     std::atomic<int64_t> kv_blocks_used{0};
     std::atomic<int64_t> kv_blocks_total{0};
+    std::atomic<int64_t> kv_blocks_cached{0};          // free blocks still holding a cached prefix
+    std::atomic<uint64_t> prefix_cache_queries{0};     // prompt tokens looked up in the prefix cache
+    std::atomic<uint64_t> prefix_cache_hits{0};        // of them, found there (not computed)
     std::atomic<uint64_t> forward_microseconds{0};
     std::atomic<uint64_t> constrained_tokens{0};       // tokens sampled under a response_format grammar
     std::atomic<uint64_t> constraint_microseconds{0};  // time computing their masks

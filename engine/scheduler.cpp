@@ -88,8 +88,22 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
     while (budget > 0 && int(running_.size()) < max_seqs_ && !waiting_.empty()) {
         Sequence* s = waiting_.front();
         const int total = int(s->tokens.size());
-        if (blocks_.blocks_for(total + 1) > blocks_.free()) break;
+        // Its leading full blocks from the cache, if they are there; never the last token, whose
+        // logits it needs, and never for prompt logprobs, which need every position computed.
+        int found = 0;
+        if (blocks_.prefix_caching() && s->prompt_logits_next < 0 && s->blocks.empty())
+            found = blocks_.match(s->tokens, (total - 1) / blocks_.block_size(), s->blocks, s->block_hashes);
+        if (blocks_.blocks_for(total + 1) - found > blocks_.free()) {
+            blocks_.release(s->blocks);
+            break;
+        }
         blocks_.grow(s->blocks, total + 1);
+        s->computed = found * blocks_.block_size();
+        s->cached_tokens = s->computed;
+        if (blocks_.prefix_caching()) {
+            prefix_queries_ += uint64_t(std::min(total, s->prompt_tokens));
+            prefix_hits_ += uint64_t(std::min(s->computed, s->prompt_tokens));
+        }
         waiting_.pop_front();
         s->admitted_order = ++admissions_;
         running_.push_back(s);
@@ -113,7 +127,11 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
 }
 
 void Scheduler::commit() {
-    for (const auto& chunk : plan_) chunk.sequence->computed = chunk.start + chunk.count;
+    for (const auto& chunk : plan_) {
+        Sequence* s = chunk.sequence;
+        s->computed = chunk.start + chunk.count;
+        blocks_.name_full_blocks(s->tokens, s->computed, s->blocks, s->block_hashes);
+    }
 }
 
 }  // namespace anvil::engine

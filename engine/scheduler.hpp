@@ -38,6 +38,10 @@ struct Sequence {
     // it) are still wanted; -1 when none are. Unlike `computed` it survives preemption: a position
     // is reported once.
     int prompt_logits_next = -1;
+    // Prefix caching: the names of its leading full blocks (BlockManager), and how many of its
+    // prompt's positions it found in the cache at its last admission.
+    std::vector<uint64_t> block_hashes;
+    int cached_tokens = 0;
 };
 
 struct ScheduledChunk {
@@ -68,6 +72,9 @@ public:
     size_t waiting() const { return waiting_.size(); }
     size_t running() const { return running_.size(); }
     uint64_t preemptions() const { return preemptions_; }
+    // Prefix caching: prompt positions looked up at admission, and those found.
+    uint64_t prefix_queries() const { return prefix_queries_; }
+    uint64_t prefix_hits() const { return prefix_hits_; }
     // A prompt this long can never be admitted: the cache is smaller than it.
     bool fits_ever(int tokens) const { return blocks_.blocks_for(tokens + 1) <= blocks_.total(); }
 
@@ -83,6 +90,7 @@ private:
     std::vector<ScheduledChunk> plan_;
     uint64_t admissions_ = 0;
     uint64_t preemptions_ = 0;
+    uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace anvil::engine

@@ -66,6 +66,7 @@ int serve(const ServeOptions& o) {
     e.max_context = o.max_context;
     e.max_batch_tokens = o.max_batch_tokens;
     e.kv_blocks = o.kv_blocks;
+    e.prefix_caching = o.prefix_caching;
     e.weights = parse_weight_format(o.weights);
     e.kv_type = parse_kv_type(o.kv_dtype);
     e.seed = o.seed;

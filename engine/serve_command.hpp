@@ -22,6 +22,7 @@ struct ServeOptions {
     uint64_t seed = 0;
     int kv_blocks = 0;
     int max_batch_tokens = 256;
+    bool prefix_caching = true;  // --prefix-caching on|off
     std::string api_key;  // --api-key, or ANVIL_ENGINE_API_KEY (which ps does not show)
     // Speculative decoding: at most one of these draft kinds.
     std::string draft_self;           // --draft-self q8|bf16

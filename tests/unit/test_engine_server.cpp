@@ -363,7 +363,7 @@ TEST_CASE("n choices stream as chunks tagged with their index, then usage for al
     }
 }
 
-TEST_CASE("echo puts the prompt before the completion, whole and streamed; echo with logprobs is refused", "[server]") {
+TEST_CASE("echo puts the prompt before the completion, whole and streamed, with the prompt's logprobs when asked", "[server]") {
     ServedModel served;
     const json plain = {{"prompt", "The quick brown"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}};
     const std::string completion = text_of(served.post("/v1/completions", plain));
@@ -393,8 +393,28 @@ TEST_CASE("echo puts the prompt before the completion, whole and streamed; echo 
     for (size_t i = 0; i + 1 < events.size(); ++i) chunks.push_back(json::parse(events[i])["choices"][0]);
     CHECK(texts_by_index(chunks) == std::map<int, std::string>{{0, "The quick brown" + completion}, {1, "The quick brown" + completion}});
 
-    const json refused = served.post("/v1/completions", {{"prompt", "hi"}, {"echo", true}, {"logprobs", 1}}, 400);
-    CHECK_THAT(refused["error"]["message"].get<std::string>(), Catch::Contains("echo together with logprobs is not supported"));
+    // With logprobs, every choice's logprobs start with the prompt's tokens (the first null), whose
+    // offsets cover the echoed text; the answer's tokens follow at its end (the values are checked
+    // against a forward pass in test_engine_prompt_logprobs.cpp).
+    json with_logprobs = plain;
+    with_logprobs["echo"] = true;
+    with_logprobs["logprobs"] = 1;
+    with_logprobs["n"] = 2;
+    const json scored = served.post("/v1/completions", with_logprobs);
+    const size_t prompt_tokens = scored["usage"]["prompt_tokens"];
+    REQUIRE(prompt_tokens >= 2);
+    for (const auto& c : scored["choices"]) {
+        CHECK(c["text"] == "The quick brown" + completion);
+        const json& l = c["logprobs"];
+        REQUIRE(l["tokens"].size() == prompt_tokens + 5);
+        CHECK(l["token_logprobs"][0].is_null());
+        CHECK(l["top_logprobs"][0].is_null());
+        for (size_t k = 1; k < prompt_tokens + 5; ++k) CHECK(l["token_logprobs"][k].get<double>() <= 0.0);
+        const size_t last = prompt_tokens - 1;
+        CHECK(l["text_offset"][last].get<size_t>() + l["tokens"][last].get<std::string>().size() == 15);
+        CHECK(l["text_offset"][prompt_tokens] == 15);
+    }
+    CHECK(scored["choices"][0]["logprobs"] == scored["choices"][1]["logprobs"]);  // greedy: the same choice twice
 }
 
 TEST_CASE("a client that disconnects frees its sequence and KV blocks", "[server]") {
