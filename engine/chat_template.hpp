@@ -6,15 +6,23 @@
 #include <vector>
 
 #include "engine/tokenizer.hpp"
+#include "engine/tool_calls.hpp"
 
 namespace anvil::engine {
 
 struct ChatMessage {
-    std::string role;  // system | user | assistant
+    ChatMessage(std::string role_, std::string content_, std::vector<ToolCall> tool_calls_ = {}, std::string tool_call_id_ = {})
+        : role(std::move(role_)), content(std::move(content_)), tool_calls(std::move(tool_calls_)),
+          tool_call_id(std::move(tool_call_id_)) {}
+    std::string role;  // system | user | assistant | tool
     std::string content;
+    std::vector<ToolCall> tool_calls;  // assistant: the calls it made
+    std::string tool_call_id;          // tool: the call it answers
 };
 
 enum class ChatFamily { ChatMl, Llama3, Mistral };
+// `text` without the whitespace at its ends, as the templates' | trim does it.
+std::string trim_whitespace(const std::string& text);
 const char* chat_family_name(ChatFamily family);
 
 class ChatTemplate {
@@ -25,7 +33,10 @@ public:
 
     // The prompt text, special tokens included, ending with the assistant's turn opened.
     // Throws std::invalid_argument (a 400 for the client) for roles or orders the family rejects.
-    std::string render(const std::vector<ChatMessage>& messages) const;
+    // With `tools` active, they are offered in the family's own format (Qwen's tools section in
+    // the system turn, Llama 3.1's JSON prompt in the first user turn, Mistral's [AVAILABLE_TOOLS]
+    // before the last user turn); assistant calls and tool results are rendered as it writes them.
+    std::string render(const std::vector<ChatMessage>& messages, const ToolRequest* tools = nullptr) const;
     ChatFamily family() const { return family_; }
     // The token texts that end an assistant turn besides the model's eos ids.
     std::vector<std::string> end_of_turn() const;

@@ -284,11 +284,38 @@ private:
 
 }  // namespace
 
+uint32_t JsonGrammar::compile(const ojson& schema, const std::string& where) {
+    SchemaCompiler compiler(*this);
+    return compiler.compile(schema, where, 0);
+}
+
 std::shared_ptr<const JsonGrammar> JsonGrammar::from_schema(const ojson& schema, const std::string& where) {
     auto g = std::make_shared<JsonGrammar>();
-    SchemaCompiler compiler(*g);
-    g->set_root(compiler.compile(schema, where, 0));
+    g->set_root(g->compile(schema, where));
     return g;
+}
+
+uint32_t JsonGrammar::add_sequence(std::vector<Node::Part> parts) {
+    Node n;
+    n.kind = Kind::Sequence;
+    n.parts = std::move(parts);
+    return add(std::move(n));
+}
+
+uint32_t JsonGrammar::add_choice(const std::vector<std::pair<std::string, uint32_t>>& options) {
+    std::vector<std::string> texts;
+    for (const auto& [text, _] : options) texts.push_back(text);
+    const uint32_t id = add_literals(texts);
+    Node& n = nodes_[id];
+    n.kind = Kind::Choice;
+    for (const auto& [text, option] : options) {
+        uint32_t at = n.literal_root;
+        for (unsigned char c : text) at = literal_next(at, c);
+        if (!literals_[at].next.empty() || literals_[at].option != kNone)
+            throw std::logic_error("a choice's texts must be distinct and none a prefix of another");
+        literals_[at].option = option;
+    }
+    return id;
 }
 
 // ---- The matcher ---------------------------------------------------------------------------
@@ -298,13 +325,16 @@ namespace {
 constexpr uint8_t kStart = 0;
 constexpr uint8_t kObjOpen = 1, kObjKey = 2, kObjColon = 3, kObjAfterValue = 4, kObjAfterComma = 5;
 constexpr uint8_t kArrOpen = 1, kArrAfterValue = 2, kArrAfterComma = 3;
-constexpr uint8_t kStrBody = 1, kStrEscape = 2, kStrHex = 3;
+// \u escapes: a high surrogate must be followed by a \u low one, and a low one alone is refused,
+// as strict parsers (nlohmann's among them) refuse it.
+constexpr uint8_t kStrBody = 1, kStrEscape = 2, kStrHex = 3, kStrPairBackslash = 4, kStrPairU = 5, kStrPairHex = 6;
 constexpr uint8_t kNumMinus = 1, kNumZero = 2, kNumInt = 3, kNumDot = 4, kNumFrac = 5, kNumE = 6, kNumESign = 7, kNumExp = 8;
 constexpr uint8_t kLitIn = 1;
 constexpr int kMaxDigits = 16, kMaxExponentDigits = 2, kMaxIndent = 20;
 
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+uint32_t hex_value(uint8_t c) { return is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
 
 enum class Gap { NotSpace, Took, Bad };
 // ws: 0 nothing yet; 1 one space (the gap is closed); 2 + k a newline and k spaces or tabs.
@@ -352,7 +382,15 @@ bool JsonMatcher::feed(const std::string& bytes) {
 bool JsonMatcher::feed(uint8_t c) {
     while (depth_ > 0) {
         switch (step(frames_[size_t(depth_ - 1)], c)) {
-            case Step::Take: return true;
+            case Step::Take:
+                // A sequence whose last part was the value that just ended is whole too.
+                while (depth_ > 0) {
+                    const Frame& top = frames_[size_t(depth_ - 1)];
+                    const JsonGrammar::Node& n = g_->node(top.node);
+                    if (n.kind != JsonGrammar::Kind::Sequence || top.phase == kStart || top.aux < n.parts.size()) break;
+                    --depth_;
+                }
+                return true;
             case Step::Reject: return false;
             case Step::Pass: --depth_; break;  // the value ended before c: its container takes c
             case Step::Retry: break;           // a new frame on top takes c
@@ -381,7 +419,13 @@ bool JsonMatcher::in_plain_string() const {
 }
 
 JsonMatcher::Step JsonMatcher::step(Frame& f, uint8_t c) {
-    if (f.phase == kStart) return start_value(f, c);
+    if (f.phase == kStart) {
+        // Exact text: no whitespace before it.
+        const JsonGrammar::Kind kind = g_->node(f.node).kind;
+        if (kind == JsonGrammar::Kind::Sequence) return f.phase = 1, f.aux = 0, f.count = 0, Step::Retry;
+        if (kind == JsonGrammar::Kind::Choice) return f.phase = 1, f.aux = g_->node(f.node).literal_root, Step::Retry;
+        return start_value(f, c);
+    }
     switch (g_->node(f.node).kind) {
         case JsonGrammar::Kind::Object: return object(f, c);
         case JsonGrammar::Kind::Array: return array(f, c);
@@ -389,9 +433,36 @@ JsonMatcher::Step JsonMatcher::step(Frame& f, uint8_t c) {
         case JsonGrammar::Kind::Number:
         case JsonGrammar::Kind::Integer: return number(f, c);
         case JsonGrammar::Kind::Literals: return literal(f, c);
+        case JsonGrammar::Kind::Sequence: return sequence(f, c);
+        case JsonGrammar::Kind::Choice: return choice(f, c);
         case JsonGrammar::Kind::Union: break;  // resolved when the value starts
     }
     return Step::Reject;
+}
+
+JsonMatcher::Step JsonMatcher::sequence(Frame& f, uint8_t c) {
+    const JsonGrammar::Node& n = g_->node(f.node);
+    if (f.aux >= n.parts.size()) return Step::Pass;
+    const JsonGrammar::Node::Part& part = n.parts[f.aux];
+    if (part.node != JsonGrammar::kNone) {
+        ++f.aux, f.count = 0;
+        return push(part.node) ? Step::Retry : Step::Reject;
+    }
+    if (f.count >= part.text.size() || uint8_t(part.text[f.count]) != c) return Step::Reject;
+    if (++f.count == part.text.size()) ++f.aux, f.count = 0;
+    if (f.aux == n.parts.size()) --depth_;
+    return Step::Take;
+}
+
+JsonMatcher::Step JsonMatcher::choice(Frame& f, uint8_t c) {
+    const uint32_t next = g_->literal_next(f.aux, c);
+    if (next == JsonGrammar::kNone) return Step::Reject;
+    const uint32_t option = g_->literal(next).option;
+    if (option == JsonGrammar::kNone) return f.aux = next, Step::Take;
+    // The text named its option: this frame goes on as that sequence.
+    f.node = option, f.phase = 1, f.aux = 0, f.count = 0;
+    if (g_->node(option).parts.empty()) --depth_;
+    return Step::Take;
 }
 
 JsonMatcher::Step JsonMatcher::start_value(Frame& f, uint8_t c) {
@@ -433,6 +504,8 @@ JsonMatcher::Step JsonMatcher::start_value(Frame& f, uint8_t c) {
             else if (is_digit(c)) f.phase = kNumInt, f.count = 1;
             else return Step::Reject;
             return Step::Take;
+        case JsonGrammar::Kind::Sequence:
+        case JsonGrammar::Kind::Choice: break;  // step() starts them
         case JsonGrammar::Kind::Literals: {
             const uint32_t next = g_->literal_next(n->literal_root, c);
             if (next == JsonGrammar::kNone) return Step::Reject;
@@ -563,14 +636,25 @@ JsonMatcher::Step JsonMatcher::string(Frame& f, uint8_t c) {
             else return Step::Reject;
             return Step::Take;
         case kStrEscape:
-            if (c == 'u') return f.phase = kStrHex, f.count = 4, Step::Take;
+            if (c == 'u') return f.phase = kStrHex, f.count = 4, f.aux = 0, Step::Take;
             if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
                 return f.phase = kStrBody, Step::Take;
             return Step::Reject;
         case kStrHex:
+        case kStrPairHex: {
             if (!is_hex(c)) return Step::Reject;
-            if (--f.count == 0) f.phase = kStrBody;
+            f.aux = f.aux * 16 + hex_value(c);
+            --f.count;
+            const bool low = f.aux >= 0xDC && f.aux <= 0xDF;  // after two digits: the code unit's high byte
+            if (f.count == 2 && low != (f.phase == kStrPairHex)) return Step::Reject;
+            if (f.count > 0) return Step::Take;
+            f.phase = f.phase == kStrHex && f.aux >= 0xD800 && f.aux <= 0xDBFF ? kStrPairBackslash : kStrBody;
             return Step::Take;
+        }
+        case kStrPairBackslash:
+            return c == '\\' ? (f.phase = kStrPairU, Step::Take) : Step::Reject;
+        case kStrPairU:
+            return c == 'u' ? (f.phase = kStrPairHex, f.count = 4, f.aux = 0, Step::Take) : Step::Reject;
     }
     return Step::Reject;
 }

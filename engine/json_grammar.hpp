@@ -30,7 +30,8 @@ public:
     // always, the others when the model chooses them. `where` prefixes the paths in errors.
     static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::ordered_json& schema, const std::string& where);
 
-    enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union };
+    // Sequence and Choice frame values in exact text: a tool call's syntax around its arguments.
+    enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence, Choice };
     static constexpr uint32_t kNone = UINT32_MAX;
     struct Property {
         std::string key;  // as JSON text after the opening quote, closing quote included
@@ -51,11 +52,19 @@ public:
         uint32_t literal_root = kNone;
         // Union: the node a value goes on as, by its first character
         uint32_t on_object = kNone, on_array = kNone, on_string = kNone, on_number = kNone, on_literal = kNone;
+        // Sequence: exact texts and values, in order (each part one or the other)
+        struct Part {
+            std::string text;
+            uint32_t node = kNone;
+        };
+        std::vector<Part> parts;
+        // Choice: literal_root's texts, each leading to its option (a Sequence) where it ends
     };
     // The texts of enums, const, true, false and null, as one trie of bytes.
     struct LiteralNode {
         std::vector<std::pair<uint8_t, uint32_t>> next;
         bool terminal = false;
+        uint32_t option = kNone;  // in a Choice's texts: the Sequence that follows this one
     };
 
     uint32_t root() const { return root_; }
@@ -67,7 +76,12 @@ public:
     static constexpr size_t kMaxNodes = 4096;
     static constexpr size_t kMaxProperties = 64;  // an object's, so that a key's candidates fit a mask
 
-    // Building (json_grammar.cpp)
+    // Building (json_grammar.cpp). compile() adds a schema's values and returns its node, so that
+    // several schemas can sit in one grammar (a call to any of several tools).
+    uint32_t compile(const nlohmann::ordered_json& schema, const std::string& where);
+    uint32_t add_sequence(std::vector<Node::Part> parts);
+    // The texts must be distinct and none a prefix of another (each names its option).
+    uint32_t add_choice(const std::vector<std::pair<std::string, uint32_t>>& options);
     uint32_t add(Node node);
     uint32_t add_literals(const std::vector<std::string>& texts);
     uint32_t any_value();
@@ -127,6 +141,8 @@ private:
     Step string(Frame& f, uint8_t c);
     Step number(Frame& f, uint8_t c);
     Step literal(Frame& f, uint8_t c);
+    Step sequence(Frame& f, uint8_t c);
+    Step choice(Frame& f, uint8_t c);
     bool push(uint32_t node);
     bool start_key(Frame& f);
 

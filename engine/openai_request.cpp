@@ -1,6 +1,7 @@
 #include "engine/openai_request.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 
 #include "engine/engine.hpp"
@@ -110,6 +111,67 @@ std::shared_ptr<const JsonGrammar> response_format(const json& body, std::string
     }
 }
 
+// tools and tool_choice, read from the raw body when there is one so that each schema keeps its
+// properties' order for the prompt.
+ToolRequest tool_request(const json& body, std::string_view raw_body) {
+    ToolRequest t;
+    const bool has_tools = body.contains("tools") && !body["tools"].is_null();
+    if (has_tools) {
+        if (!body["tools"].is_array()) bad("tools", "must be a list of {\"type\": \"function\", \"function\": {...}}");
+        const nlohmann::ordered_json whole =
+            raw_body.empty() ? nlohmann::ordered_json::parse(body.dump()) : nlohmann::ordered_json::parse(raw_body);
+        const auto& list = whole.at("tools");
+        for (size_t i = 0; i < list.size(); ++i) {
+            const std::string where = "tools[" + std::to_string(i) + "]";
+            const auto& tool = list[i];
+            if (!tool.is_object() || tool.value("type", std::string("function")) != "function" || !tool.contains("function") ||
+                !tool["function"].is_object())
+                bad(where, "must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}");
+            const auto& f = tool["function"];
+            if (!f.contains("name") || !f["name"].is_string()) bad(where + ".function.name", "must be a string");
+            const std::string name = f["name"];
+            const bool well_formed = !name.empty() && name.size() <= 64 &&
+                                     std::all_of(name.begin(), name.end(), [](char c) {
+                                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                                     });
+            if (!well_formed)
+                bad(where + ".function.name", "\"" + sanitize_utf8(name) + "\" must be 1 to 64 letters, digits, _ or -");
+            for (const auto& other : t.tools)
+                if (other.name == name) bad(where + ".function.name", "\"" + name + "\" is offered twice");
+            ToolSpec spec;
+            spec.name = name;
+            if (f.contains("description") && f["description"].is_string()) spec.description = f["description"];
+            spec.parameters = f.contains("parameters") && !f["parameters"].is_null()
+                                  ? f["parameters"]
+                                  : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+            if (!spec.parameters.is_object()) bad(where + ".function.parameters", "must be a JSON schema (an object)");
+            t.tools.push_back(std::move(spec));
+        }
+    }
+    t.choice = t.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+    if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+        const json& c = body["tool_choice"];
+        if (c.is_string()) {
+            const std::string s = c;
+            if (s == "none") t.choice = ToolChoice::None;
+            else if (s == "auto") t.choice = ToolChoice::Auto;
+            else if (s == "required") t.choice = ToolChoice::Required;
+            else bad("tool_choice", "is \"" + sanitize_utf8(s) + "\"; expected none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+                   c["function"]["name"].is_string()) {
+            t.choice = ToolChoice::Named;
+            t.named = c["function"]["name"];
+            bool offered = false;
+            for (const auto& spec : t.tools) offered = offered || spec.name == t.named;
+            if (!offered) bad("tool_choice.function.name", "\"" + sanitize_utf8(t.named) + "\" is not among the tools offered");
+        } else {
+            bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        if (t.choice != ToolChoice::None && t.tools.empty()) bad("tool_choice", "needs tools to choose from");
+    }
+    return t;
+}
+
 void common(const json& body, std::string_view raw_body, ParsedRequest& r) {
     if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
     if (body.contains("model") && !body["model"].is_null()) {
@@ -194,7 +256,7 @@ ParsedRequest parse_chat_request(const json& body, std::string_view raw_body) {
         const json& m = body["messages"][i];
         const std::string where = "messages[" + std::to_string(i) + "]";
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) bad(where + ".role", "is required");
-        ChatMessage message{m["role"], ""};
+        ChatMessage message{m["role"], "", {}, {}};
         const json content = m.value("content", json());
         if (content.is_string()) {
             message.content = content;
@@ -208,8 +270,34 @@ ParsedRequest parse_chat_request(const json& body, std::string_view raw_body) {
         } else if (!content.is_null()) {
             bad(where + ".content", "must be a string or a list of text parts");
         }
+        if (message.role == "tool") {
+            if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+                bad(where + ".tool_call_id", "is required for a tool message: the id of the call it answers");
+            message.tool_call_id = m["tool_call_id"];
+        }
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+            if (message.role != "assistant") bad(where + ".tool_calls", "belongs to assistant messages only");
+            if (!m["tool_calls"].is_array()) bad(where + ".tool_calls", "must be a list of calls");
+            for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+                const json& call = m["tool_calls"][k];
+                const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
+                if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+                    bad(at + ".function", "is required: {\"name\": ..., \"arguments\": \"{...}\"}");
+                const json& f = call["function"];
+                if (!f.contains("name") || !f["name"].is_string()) bad(at + ".function.name", "must be a string");
+                std::string arguments = "{}";
+                if (f.contains("arguments") && f["arguments"].is_string()) arguments = f["arguments"];
+                else if (f.contains("arguments") && f["arguments"].is_object()) arguments = f["arguments"].dump();
+                else if (f.contains("arguments") && !f["arguments"].is_null())
+                    bad(at + ".function.arguments", "must be a JSON object as text");
+                if (!json::accept(arguments) || !json::parse(arguments).is_object())
+                    bad(at + ".function.arguments", "must be a JSON object as text, e.g. \"{\\\"city\\\": \\\"Paris\\\"}\"");
+                message.tool_calls.push_back({call.value("id", std::string()), f["name"], arguments});
+            }
+        }
         r.messages.push_back(std::move(message));
     }
+    r.tools = tool_request(body, raw_body);
     return r;
 }
 

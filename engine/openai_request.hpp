@@ -25,6 +25,7 @@ struct ParsedRequest {
     std::optional<std::string> prompt;   // completions: text
     std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
     std::vector<ChatMessage> messages;   // chat
+    ToolRequest tools;                   // chat: tools offered and tool_choice
 };
 
 // Both throw InvalidRequest (engine.hpp) on a malformed body. `raw_body`, the text `body` was

@@ -88,6 +88,11 @@ struct Reply {
         size_t text_offset = 0;     // of the next generated token, in echo + text
         size_t prompt_offset = 0;   // of the next prompt token (echo with logprobs)
         bool prompt_started = false;
+        // Tools: the answer's text passes through the stream, which holds back what may be a call;
+        // `delta` is what this event lets through, `visible` all that was let through.
+        std::optional<ToolCallStream> tool_stream;
+        std::string delta, visible;
+        std::vector<ToolCall> calls;
     };
 
     Api api;
@@ -100,6 +105,14 @@ struct Reply {
     // and whether the echo is the client's own string, which leaves special tokens' text out.
     std::vector<int32_t> prompt_ids;
     bool echo_is_text = false;
+    // Chat with tools offered: each choice's answer is parsed for calls in the family's syntax.
+    ToolRequest tools;
+    ChatFamily family = ChatFamily::ChatMl;
+    void offer_tools(ToolRequest t, ChatFamily f) {
+        tools = std::move(t);
+        family = f;
+        for (auto& c : choices) c.tool_stream.emplace(family, &tools.tools);
+    }
     std::vector<Choice> choices;
     int prompt_tokens = 0;
     size_t done = 0;
@@ -167,6 +180,13 @@ struct Reply {
     json absorb(const StreamEvent& e) {
         Choice& c = choice_of(e);
         c.text += e.text;
+        c.delta = c.tool_stream ? c.tool_stream->push(e.text) : e.text;
+        if (e.done && c.tool_stream && !c.done) {
+            ParsedAnswer parsed = c.tool_stream->finish();
+            c.delta += parsed.content;
+            c.calls = std::move(parsed.calls);
+        }
+        c.visible += c.delta;
         json l;
         if (want_logprobs && (!e.tokens.empty() || !e.prompt.empty())) {
             l = logprobs_of(e, c);
@@ -180,7 +200,7 @@ struct Reply {
         if (e.done && !c.done) {
             c.done = true;
             ++done;
-            c.finish_reason = e.finish_reason;
+            c.finish_reason = !c.calls.empty() && e.finish_reason == "stop" ? "tool_calls" : e.finish_reason;
             c.completion_tokens = e.completion_tokens;
             prompt_tokens = e.prompt_tokens;
         }
@@ -199,7 +219,15 @@ struct Reply {
             const Choice& c = choices[i];
             json choice = {{"index", i}, {"finish_reason", c.finish_reason}};
             if (api == Api::Chat) {
-                choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+                choice["message"] = {{"role", "assistant"}, {"content", c.visible}};
+                if (!c.calls.empty()) {
+                    if (c.visible.empty()) choice["message"]["content"] = nullptr;
+                    json calls = json::array();
+                    for (const auto& call : c.calls)
+                        calls.push_back({{"id", call.id}, {"type", "function"},
+                                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+                    choice["message"]["tool_calls"] = calls;
+                }
                 choice["logprobs"] = want_logprobs ? json{{"content", c.chat_logprobs}} : json();
             } else {
                 choice["text"] = echo + c.text;
@@ -219,22 +247,42 @@ struct Reply {
     // its first completion chunk the echoed prompt).
     json chunk(const StreamEvent& e, json logprobs) {
         Choice& c = choice_of(e);
-        json choice = {{"index", e.index}, {"finish_reason", e.done ? json(e.finish_reason) : json()}};
+        json choice = {{"index", e.index}, {"finish_reason", e.done ? json(c.finish_reason) : json()}};
         if (api == Api::Chat) {
             json delta = json::object();
             if (c.first) delta["role"] = "assistant";
-            if (!e.text.empty() || !c.first) delta["content"] = e.text;
+            if (!c.delta.empty() || !c.first) delta["content"] = c.delta;
             choice["delta"] = delta;
         } else {
             choice["text"] = c.first ? echo + e.text : e.text;
         }
         c.first = false;
         choice["logprobs"] = std::move(logprobs);
+        return wrap(choice);
+    }
+
+    // A choice's calls as OpenAI streams them, before its last chunk: for each, one delta with
+    // its id, type and name (and empty arguments), then one with the arguments.
+    std::vector<json> call_chunks(const StreamEvent& e) {
+        std::vector<json> out;
+        const Choice& c = choice_of(e);
+        for (size_t i = 0; i < c.calls.size(); ++i) {
+            const ToolCall& call = c.calls[i];
+            json head = {{"index", i}, {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", ""}}}};
+            json body = {{"index", i}, {"function", {{"arguments", call.arguments}}}};
+            for (json* part : {&head, &body})
+                out.push_back(wrap({{"index", e.index}, {"delta", {{"tool_calls", json::array({*part})}}},
+                                    {"finish_reason", nullptr}, {"logprobs", nullptr}}));
+        }
+        return out;
+    }
+
+    json wrap(json choice) const {
         return {{"id", id},
                 {"object", api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
-                {"choices", json::array({choice})}};
+                {"choices", json::array({std::move(choice)})}};
     }
 
     // The last chunk when the client asked for usage: no choices.
@@ -393,7 +441,20 @@ void Server::routes() {
             try {
                 if (api == Api::Chat) {
                     if (!engine.chat_template()) throw InvalidRequest(engine.chat_template_error());
-                    prompt = engine.tokenizer().encode(engine.chat_template()->render(parsed.messages), false);
+                    prompt = engine.tokenizer().encode(engine.chat_template()->render(parsed.messages, &parsed.tools), false);
+                    const bool forced = parsed.tools.active() && (parsed.tools.choice == ToolChoice::Required ||
+                                                                  parsed.tools.choice == ToolChoice::Named);
+                    if (forced && parsed.params.grammar)
+                        throw InvalidRequest("response_format and tool_choice " +
+                                             std::string(parsed.tools.choice == ToolChoice::Named ? "naming a function" : "required") +
+                                             " cannot both constrain one answer: ask for one of them");
+                    if (forced) {
+                        try {
+                            parsed.params.grammar = call_grammar(engine.chat_template()->family(), parsed.tools);
+                        } catch (const UnsupportedSchema& e) {
+                            throw InvalidRequest(sanitize_utf8(e.what()));
+                        }
+                    }
                 } else if (parsed.prompt) {
                     prompt = engine.tokenizer().encode(*parsed.prompt, true);
                 } else {
@@ -420,6 +481,7 @@ void Server::routes() {
                                                  options_.served_model_name, now_seconds(), want_logprobs, parsed.n,
                                                  std::move(echo));
             state->prompt_ids = std::move(prompt_ids);
+            if (api == Api::Chat && parsed.tools.active()) state->offer_tools(parsed.tools, engine.chat_template()->family());
             state->echo_is_text = parsed.prompt.has_value();
             Metrics* metrics = &engine.metrics();
             auto finished = std::make_shared<bool>(false);
@@ -442,10 +504,14 @@ void Server::routes() {
                             return true;
                         }
                         json logprobs = state->absorb(*event);
-                        if (event->text.empty() && !event->done && logprobs.is_null() &&
-                            !(state->choices[size_t(event->index)].first && !state->echo.empty()))
+                        const auto& choice = state->choices[size_t(event->index)];
+                        const std::string& shown = state->api == Api::Chat ? choice.delta : event->text;
+                        if (shown.empty() && !event->done && logprobs.is_null() && !(choice.first && !state->echo.empty()))
                             return true;
-                        std::string data = "data: " + http::dump_json(state->chunk(*event, std::move(logprobs))) + "\n\n";
+                        std::string data;
+                        if (event->done)
+                            for (const json& c : state->call_chunks(*event)) data += "data: " + http::dump_json(c) + "\n\n";
+                        data += "data: " + http::dump_json(state->chunk(*event, std::move(logprobs))) + "\n\n";
                         const bool last = state->all_done();
                         if (last) {
                             if (include_usage) data += "data: " + http::dump_json(state->usage_chunk()) + "\n\n";

@@ -71,17 +71,12 @@ namespace {
 class Served {
 public:
     Served(bool caching, int kv_blocks = 0, DraftOptions draft = {}) {
-        make_model({dir_ / "model", "tiny", "llama", "f32", 3, 1});
         EngineOptions options;
         options.max_context = 512;
-        options.threads = 1;
         options.prefix_caching = caching;
         options.kv_blocks = kv_blocks;
         options.draft = draft;
-        ServerOptions server;
-        server.served_model_name = "tiny";
-        server.heartbeat_ms = 1;
-        served_ = std::make_unique<anvil::test::engine::InProcessServer>(dir_ / "model", options, server);
+        served_ = anvil::test::engine::serve_tiny(dir_ / "model", options);
     }
     json post(const json& body) const {
         auto res = served_->client().Post("/v1/completions", body.dump(), "application/json");

@@ -36,15 +36,10 @@ double reference_logprob(const float* row, int vocab, int32_t token) {
 class Served {
 public:
     explicit Served(int kv_blocks = 0) {
-        make_model({dir_ / "model", "tiny", "llama", "f32", 3, 1});
         EngineOptions options;
         options.max_context = 256;
-        options.threads = 1;
         options.kv_blocks = kv_blocks;
-        ServerOptions server;
-        server.served_model_name = "tiny";
-        server.heartbeat_ms = 1;
-        served_ = std::make_unique<anvil::test::engine::InProcessServer>(dir_ / "model", options, server);
+        served_ = anvil::test::engine::serve_tiny(dir_ / "model", options);
     }
     std::string post(const json& body) const {
         auto res = served_->client().Post("/v1/completions", body.dump(), "application/json");

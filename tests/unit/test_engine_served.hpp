@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/make_model.hpp"
 #include "engine/server.hpp"
+#include "test_support.hpp"
 
 namespace anvil::test::engine {
 
@@ -55,6 +59,24 @@ private:
     std::thread thread_;
     int port_ = 0;
 };
+
+// The tiny test model of `arch` written to `dir` (seed 3) and served in-process with one OpenMP
+// thread, as model "tiny"; `options` says the rest. `positions` > 0 raises the model's 512
+// positions (its weights do not depend on them: RoPE takes any position) for long prompts.
+inline std::unique_ptr<InProcessServer> serve_tiny(const std::filesystem::path& dir, anvil::engine::EngineOptions options,
+                                                   const char* arch = "llama", int positions = 0) {
+    anvil::engine::make_model({dir, "tiny", arch, "f32", 3, 1});
+    if (positions > 0) {
+        nlohmann::json config = nlohmann::json::parse(anvil::test::read_file(dir / "config.json"));
+        config["max_position_embeddings"] = positions;
+        anvil::test::write_file(dir / "config.json", config.dump());
+    }
+    options.threads = 1;
+    anvil::engine::ServerOptions server;
+    server.served_model_name = "tiny";
+    server.heartbeat_ms = 1;
+    return std::make_unique<InProcessServer>(dir, options, server);
+}
 
 // The data payloads of an SSE response, in order.
 inline std::vector<std::string> sse_events(const std::string& body) {

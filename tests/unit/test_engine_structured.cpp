@@ -52,15 +52,10 @@ void require_person(const std::string& text) {
 class StructuredServer {
 public:
     explicit StructuredServer(DraftOptions draft = {}) {
-        make_model({dir_ / "model", "tiny", "llama", "f32", 3, 1});
         EngineOptions options;
         options.max_context = 512;
-        options.threads = 1;
         options.draft = draft;
-        ServerOptions server;
-        server.served_model_name = "tiny";
-        server.heartbeat_ms = 1;
-        served_ = std::make_unique<anvil::test::engine::InProcessServer>(dir_ / "model", options, server);
+        served_ = anvil::test::engine::serve_tiny(dir_ / "model", options);
     }
     httplib::Result post(const std::string& path, const std::string& body) const {
         return served_->client().Post(path.c_str(), body, "application/json");

@@ -134,6 +134,10 @@ TEST_CASE("json grammar: texts a schema allows are taken, others refused", "[eng
     CHECK_FALSE(takes(person, "{\"name\":\"\xC0\xAF\",\"age\":3}"));     // overlong UTF-8
     CHECK_FALSE(takes(person, "{\"name\":\"\xED\xA0\x80\",\"age\":3}")); // a surrogate
     CHECK_FALSE(takes(person, "{\"name\":\"Ann\",  \"age\":3}"));        // two spaces
+    CHECK(takes(person, "{\"name\":\"\\ud83d\\ude00\",\"age\":3}"));        // a surrogate pair
+    CHECK_FALSE(takes(person, "{\"name\":\"\\udc00\",\"age\":3}"));       // a low surrogate alone
+    CHECK_FALSE(takes(person, "{\"name\":\"\\ud83d\",\"age\":3}"));       // a high one alone
+    CHECK_FALSE(takes(person, "{\"name\":\"\\ud83d\\u0041\",\"age\":3}"));  // not followed by a low one
     CHECK_FALSE(takes(person, "{\"name\":\"Ann\",\"age\":12345678901234567}"));  // 17 digits
     CHECK_FALSE(takes(person, R"({"name":"Ann","age":3}x)"));           // nothing after the value
 

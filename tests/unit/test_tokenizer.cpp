@@ -198,7 +198,7 @@ TEST_CASE("chat templates render chatml, Llama-3 and Mistral prompts", "[tokeniz
     CHECK(mistral.family() == ChatFamily::Mistral);
     CHECK(mistral.render(chat) == "<s>[INST] Be brief.\n\n Hi  [/INST]Hello.</s>[INST] Bye [/INST]");
     CHECK_THROWS_WITH(mistral.render({{"user", "a"}, {"user", "b"}}), Catch::Contains("alternate"));
-    CHECK_THROWS_WITH(qwen.render({{"tool", "x"}}), Catch::Contains("role 'tool'"));
+    CHECK_THROWS_WITH(qwen.render({{"function", "x"}}), Catch::Contains("role 'function'"));  // OpenAI's old role; tool replaced it
     // The special tokens of a rendered prompt become single ids.
     const Tokenizer qwen_tok = Tokenizer::load(dir / "qwen");
     const auto ids = qwen_tok.encode(qwen.render({{"user", "Hi"}}));
