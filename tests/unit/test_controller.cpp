@@ -242,7 +242,7 @@ Measured speed(double e2e) { return {e2e, 3600.0 * 4 / e2e, 0.0}; }
 
 }  // namespace
 
-TEST_CASE("controller: candidates are qualified most faithful first; the best becomes the first default and serves", "[controller]") {
+TEST_CASE("controller: candidates are qualified most faithful first: the best becomes the first default and serves", "[controller]") {
     World w(Recipes{{"tiny-q8", "q8"}, {"tiny-f32", "f32"}, {"tiny-bf16", "bf16"}});
     w.pass();
     REQUIRE(w.qualifications.ran == std::vector<std::string>{"tiny-f32"});
@@ -305,7 +305,7 @@ TEST_CASE("controller: a candidate measured against an earlier default is held a
     CHECK_THAT(w.reconciler->conditions().at("Promotion").message, Catch::Contains("inconclusive"));
 }
 
-TEST_CASE("controller: a pin is recorded by the request and carried out by the pass; unpin hands back to the policy", "[controller]") {
+TEST_CASE("controller: a pin is recorded by the request and carried out by the pass: unpin hands back to the policy", "[controller]") {
     World w(Recipes{{"tiny-f32", "f32"}, {"tiny-bf16", "bf16"}});
     w.qualify_all([](const std::string& id) { return speed(id == "tiny-f32" ? 10.0 : 9.9); });
     w.pass();
@@ -332,7 +332,7 @@ TEST_CASE("controller: a pin is recorded by the request and carried out by the p
     CHECK(w.default_recipe() == "tiny-bf16");
 }
 
-TEST_CASE("controller: freeze and the manual policy hold a winner; unfreeze lets it through", "[controller]") {
+TEST_CASE("controller: freeze and the manual policy hold a winner: unfreeze lets it through", "[controller]") {
     SECTION("freeze") {
         World w(Recipes{{"tiny-f32", "f32"}, {"tiny-q8", "q8"}});
         w.pass();

@@ -242,7 +242,7 @@ TEST_CASE("a new default that cannot serve is rolled back to the previous defaul
     d.stop();
 }
 
-TEST_CASE("SIGHUP reloads the configuration; a broken one is refused and the running one kept", "[daemon][e2e]") {
+TEST_CASE("SIGHUP reloads the configuration: a broken one is refused and the running one kept", "[daemon][e2e]") {
     Daemon d;
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
     d.repo.commit("f32");

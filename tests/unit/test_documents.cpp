@@ -84,7 +84,7 @@ TEST_CASE("every seed is read into its typed model", "[documents][seeds]") {
     CHECK(std::get<std::int64_t>(*input.requirements.physical_vram_bytes.value) == 205283917824);
 }
 
-TEST_CASE("seed 002 is unpinned because its image is mutable; seed 003 is pinned", "[documents][pinning]") {
+TEST_CASE("seed 002 is unpinned because its image is mutable: seed 003 is pinned", "[documents][pinning]") {
     auto tp4 = parse(seed_text("002_"));
     REQUIRE_FALSE(tp4.pins.pinned());
     REQUIRE(tp4.pins.unpinned_reasons.size() == 1);

@@ -125,7 +125,7 @@ TEST_CASE("each draft kind adds what anvil-engine holds for it, and layers and n
     CHECK(part(layers, "draft").how == "early exit: the target's own weights and KV cache");
 }
 
-TEST_CASE("a bf16 model's self bf16 draft shares the target's mapping; its f32 norms are converted copies", "[feasibility][memory][draft]") {
+TEST_CASE("a bf16 model's self bf16 draft shares the target's mapping: its f32 norms are converted copies", "[feasibility][memory][draft]") {
     json j = recipe_json({{"kind", "self"}, {"weights", "bf16"}});
     j["launch"]["model"]["dtype"] = "bf16";
     j["launch"]["arguments"] = {"--weights", "stored", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};

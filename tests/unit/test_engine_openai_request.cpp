@@ -74,7 +74,7 @@ TEST_CASE("a malformed logit_bias is refused with a message naming it", "[engine
                Catch::Equals("logit_bias: token id 7 appears more than once"));
 }
 
-TEST_CASE("a bias outside -100..100 is refused; the bounds themselves are accepted", "[engine][request]") {
+TEST_CASE("a bias outside -100..100 is refused: the bounds themselves are accepted", "[engine][request]") {
     CHECK_THAT(refusal(completion({{"logit_bias", {{"5", 100.5}}}})),
                Catch::Equals("logit_bias: the bias of token id 5 is 100.5; it must be from -100 to 100"));
     CHECK_THAT(refusal(completion({{"logit_bias", {{"5", -101}}}})), Catch::Contains("must be from -100 to 100"));

@@ -111,7 +111,7 @@ TEST_CASE("tools: answers are parsed into calls to known tools, and text stays t
     CHECK(parse_calls(ChatFamily::Llama3, "{\"a\": 1}", tools).content == "{\"a\": 1}");
 }
 
-TEST_CASE("tools: streamed text passes until a call may begin; the calls come out as the whole answer's", "[engine][tools]") {
+TEST_CASE("tools: streamed text passes until a call may begin: the calls come out as the whole answer's", "[engine][tools]") {
     const auto tools = weather_tools().tools;
     const std::vector<std::pair<ChatFamily, std::string>> answers = {
         {ChatFamily::ChatMl, "Checking <tool< now.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"},
@@ -149,7 +149,7 @@ TEST_CASE("tools: streamed text passes until a call may begin; the calls come ou
         }
 }
 
-TEST_CASE("tools: a required or named call is forced; random walks through its grammar are calls with valid arguments",
+TEST_CASE("tools: a required or named call is forced: random walks through its grammar are calls with valid arguments",
           "[engine][tools]") {
     std::mt19937 rng(11);
     for (ChatFamily family : kFamilies)

@@ -422,7 +422,7 @@ TEST_CASE("the JSON result carries the schema, figures, classes and a ledger of 
     CHECK(out["axes"]["quality"]["required"]["max"] == 0.03);
 }
 
-TEST_CASE("names from the document are escaped in JSON and in pointers; appending keeps what was there", "[feasibility]") {
+TEST_CASE("names from the document are escaped in JSON and in pointers: appending keeps what was there", "[feasibility]") {
     const auto r = evaluate_one([](json&, json& c) {
         c["id"] = "odd \"id\"\n\ttab\u0001";
         c["resident_components"]["a/b~c \"d\""] = var(10);

@@ -51,7 +51,7 @@ TEST_CASE("a plan runs the always-gates in order, plus the gate of each claim it
     }
 }
 
-TEST_CASE("every gate is hard today; the guard requires those every plan runs", "[qualify][gate-table][lifecycle]") {
+TEST_CASE("every gate is hard today: the guard requires those every plan runs", "[qualify][gate-table][lifecycle]") {
     for (const auto& g : state::gate_table()) {
         INFO(g.name);
         CHECK(g.hard);
@@ -68,7 +68,7 @@ TEST_CASE("every gate is hard today; the guard requires those every plan runs", 
     CHECK(state::default_hard_gates(table) == std::vector<std::string>{"a", "b"});
 }
 
-TEST_CASE("every gate in the table is one qualification can run; other names are none", "[qualify][gate-table]") {
+TEST_CASE("every gate in the table is one qualification can run: other names are none", "[qualify][gate-table]") {
     for (const auto& g : state::gate_table()) {
         INFO(g.name);
         CHECK(qualify::detail::gate_function(g.name) != nullptr);

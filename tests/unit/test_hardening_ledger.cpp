@@ -276,7 +276,7 @@ TEST_CASE("the data directory and every file anvild writes are its user's alone,
     d.stop();
 }
 
-TEST_CASE("a default removed from the registry is retired and its engine stopped; the next validated recipe takes over, or nothing serves", "[daemon][e2e][hardening][ledger]") {
+TEST_CASE("a default removed from the registry is retired and its engine stopped: the next validated recipe takes over, or nothing serves", "[daemon][e2e][hardening][ledger]") {
     Daemon d;  // auto: f32 is the first default; bf16 does not beat it on the tiny model and stays validated
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
     d.repo.write("recipes/tiny-bf16.json", embedded_recipe("tiny-bf16", "bf16", d.digest));

@@ -95,7 +95,7 @@ TEST_CASE("a document nested 100,000 levels deep is invalid, naming where the li
     CHECK(doc.raw.is_null());  // nothing deep was built, so nothing deep is dumped or destroyed
 }
 
-TEST_CASE("nesting up to the limit is read; one level more is refused", "[hardening][registry][depth]") {
+TEST_CASE("nesting up to the limit is read: one level more is refused", "[hardening][registry][depth]") {
     const auto at_limit = parse(with_deep_field(anvil_recipe("at-limit"), kMaxNestingDepth - 1));
     INFO(all_errors(at_limit));
     CHECK(at_limit.valid());
@@ -186,7 +186,7 @@ TEST_CASE("every error line and report stays UTF-8, whatever the parser quotes o
 
 // ---- size and id limits ---------------------------------------------------------------------------
 
-TEST_CASE("a document over the size limit is invalid before it is parsed; the default is 1 MiB", "[hardening][registry][limits]") {
+TEST_CASE("a document over the size limit is invalid before it is parsed: the default is 1 MiB", "[hardening][registry][limits]") {
     CHECK(DocumentLimits{}.max_document_bytes == 1024 * 1024);
     json recipe = anvil_recipe("big");
     recipe["description"] = std::string(1024 * 1024, 'x');
@@ -237,7 +237,7 @@ TEST_CASE("max_document_bytes is a daemon configuration key, 1 MiB unless set, g
 
 // ---- loader variables ------------------------------------------------------------------------------
 
-TEST_CASE("loader and libc variables are refused in an engine's environment; ordinary ones are not", "[hardening][registry][environment]") {
+TEST_CASE("loader and libc variables are refused in an engine's environment: ordinary ones are not", "[hardening][registry][environment]") {
     for (const char* name : {"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_DEBUG_OUTPUT", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH",
                              "NLSPATH", "MALLOC_TRACE", "HOSTALIASES", "BASH_ENV", "ENV", "A=B", ""}) {
         INFO(name);

@@ -165,7 +165,7 @@ TEST_CASE("request bodies: nesting past the limit is refused while parsing, with
     CHECK_NOTHROW(json(malformed.error).dump());
 }
 
-TEST_CASE("an invalid UTF-8 path, a throwing handler and a throwing error handler each get a JSON error; the server goes on", "[http]") {
+TEST_CASE("an invalid UTF-8 path, a throwing handler and a throwing error handler each get a JSON error: the server goes on", "[http]") {
     TestServer t;
     {
         Raw c(t.port);
@@ -189,7 +189,7 @@ TEST_CASE("an invalid UTF-8 path, a throwing handler and a throwing error handle
     CHECK(res->status == 200);
 }
 
-TEST_CASE("a request without Content-Length has an empty body; keep-alive and pipelined requests are answered in order", "[http]") {
+TEST_CASE("a request without Content-Length has an empty body: keep-alive and pipelined requests are answered in order", "[http]") {
     TestServer t;
     Raw c(t.port);
     // A bodiless POST, then two pipelined requests in one write, on one connection.
@@ -208,7 +208,7 @@ TEST_CASE("a request without Content-Length has an empty body; keep-alive and pi
     CHECK(hello < pong);
 }
 
-TEST_CASE("bodies over the limit get 413 before they are read; admission refuses before the body; the connection closes", "[http]") {
+TEST_CASE("bodies over the limit get 413 before they are read: admission refuses before the body: the connection closes", "[http]") {
     TestServer t;
     t.server.set_admission([](const httplib::Request& req) -> std::optional<anvil::http::Refusal> {
         if (req.method == "POST" && req.get_header_value("Authorization") != "Bearer right") return anvil::http::Refusal{401, "no token"};

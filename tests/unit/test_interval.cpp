@@ -39,7 +39,7 @@ constexpr int kTrials = 20000;
 
 }  // namespace
 
-TEST_CASE("interval sums contain the true sum; a bound is present only when both inputs have it", "[interval]") {
+TEST_CASE("interval sums contain the true sum: a bound is present only when both inputs have it", "[interval]") {
     std::mt19937_64 rng(20260829);
     std::uniform_int_distribution<std::int64_t> value(0, std::int64_t{1} << 40);
     for (int t = 0; t < kTrials; ++t) {

@@ -50,7 +50,7 @@ TEST_CASE("re-indented compact JSON is exactly dump(indent), whole or split anyw
     }
 }
 
-TEST_CASE("whitespace already in the text is dropped; pretty text re-indents to itself", "[json]") {
+TEST_CASE("whitespace already in the text is dropped: pretty text re-indents to itself", "[json]") {
     const json doc = json::parse(R"({"k": [1, 2, {"s": "a b\n c"}], "e": {}})");
     CHECK(pretty_json(doc.dump(2)) == doc.dump(2));
     CHECK(pretty_json(" {\n\t\"k\" :\r\n [ 1 ] } ") == json::parse(R"({"k":[1]})").dump(2));

@@ -74,7 +74,7 @@ TEST_CASE("KL is averaged over positions and agreement is a share of them", "[qu
     CHECK(c.quality_score == Approx(std::exp(-c.mean_kl) * 0.5));
 }
 
-TEST_CASE("positions the candidate lacks make the comparison incomplete; none at all scores zero", "[qualify]") {
+TEST_CASE("positions the candidate lacks make the comparison incomplete: none at all scores zero", "[qualify]") {
     const json control = samples({{"p1", top({{"a", 0.5}})}, {"p2", top({{"a", 0.9}})}});
     const auto partial = compare_quality(control, samples({{"p1", top({{"a", 0.5}})}}));
     CHECK(partial.positions == 1);

@@ -136,7 +136,7 @@ TEST_CASE("a missing measurement holds as inconclusive and names it", "[promotio
     CHECK(decide(nan, kControl, t, PolicyState{}).action == Action::hold);
 }
 
-TEST_CASE("failed hard gates pass a candidate over; the default itself is not re-promoted", "[promotion]") {
+TEST_CASE("failed hard gates pass a candidate over: the default itself is not re-promoted", "[promotion]") {
     Contender broken = contender(2, "q8", 1.0, 99999.0, 0.0);
     broken.hard_gates_passed = false;
     CHECK(decide(broken, kControl, Thresholds{}, PolicyState{}).action == Action::pass_over);

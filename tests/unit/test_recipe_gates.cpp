@@ -167,7 +167,7 @@ TEST_CASE("tensor parallelism 2 with an unprobed collective path is unresolved",
     CHECK(a.promotable);  // local qualification may still probe it
 }
 
-TEST_CASE("a failed collective probe rules a TP>1 recipe out; a proven one lets it through", "[gates]") {
+TEST_CASE("a failed collective probe rules a TP>1 recipe out: a proven one lets it through", "[gates]") {
     CHECK(assess_seed_003([](GateContext&, Inventory& inv) { inv.collectives = CollectivePath::failed; }).verdict ==
           Verdict::proven_infeasible);
     const auto ok = assess_seed_003([](GateContext&, Inventory& inv) { inv.collectives = CollectivePath::proven; });

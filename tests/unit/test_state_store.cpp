@@ -262,7 +262,7 @@ TEST_CASE("an unpinned revision can never be promoted", "[state][lifecycle]") {
     CHECK_FALSE(store.current_default());
 }
 
-TEST_CASE("promotion retires the old default in the same transaction; one promoted per slot", "[state][lifecycle]") {
+TEST_CASE("promotion retires the old default in the same transaction: one promoted per slot", "[state][lifecycle]") {
     TempDir tmp;
     Store store(tmp / "state.db");
     Id a = validated_revision(store, "recipe-a");
