@@ -272,12 +272,10 @@ bool Engine::emit_token(Active& active, int32_t token, const float* logits) {
             reason = "stop";
         } else {
             s.tokens.push_back(token);
-            if (!reason.empty()) {
-            } else if (active.matcher && active.matcher->done()) {
-                reason = "stop";  // the JSON value is whole: nothing more may follow
-            } else if (active.generated >= active.params.max_tokens || int(s.tokens.size()) >= options_.max_context) {
-                reason = "length";
-            }
+            const bool whole = active.matcher && active.matcher->done();  // nothing more may follow
+            const bool full = active.generated >= active.params.max_tokens || int(s.tokens.size()) >= options_.max_context;
+            if (reason.empty() && whole) reason = "stop";
+            if (reason.empty() && full) reason = "length";
         }
     }
     if (reason.empty()) {

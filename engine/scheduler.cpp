@@ -99,7 +99,6 @@ const std::vector<ScheduledChunk>& Scheduler::schedule() {
         }
         blocks_.grow(s->blocks, total + 1);
         s->computed = found * blocks_.block_size();
-        s->cached_tokens = s->computed;
         if (blocks_.prefix_caching()) {
             prefix_queries_ += uint64_t(std::min(total, s->prompt_tokens));
             prefix_hits_ += uint64_t(std::min(s->computed, s->prompt_tokens));

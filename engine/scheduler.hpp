@@ -38,10 +38,8 @@ struct Sequence {
     // it) are still wanted; -1 when none are. Unlike `computed` it survives preemption: a position
     // is reported once.
     int prompt_logits_next = -1;
-    // Prefix caching: the names of its leading full blocks (BlockManager), and how many of its
-    // prompt's positions it found in the cache at its last admission.
+    // Prefix caching: the names of its leading full blocks (BlockManager).
     std::vector<uint64_t> block_hashes;
-    int cached_tokens = 0;
 };
 
 struct ScheduledChunk {

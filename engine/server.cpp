@@ -107,10 +107,8 @@ struct Reply {
     bool echo_is_text = false;
     // Chat with tools offered: each choice's answer is parsed for calls in the family's syntax.
     ToolRequest tools;
-    ChatFamily family = ChatFamily::ChatMl;
-    void offer_tools(ToolRequest t, ChatFamily f) {
+    void offer_tools(ToolRequest t, ChatFamily family) {
         tools = std::move(t);
-        family = f;
         for (auto& c : choices) c.tool_stream.emplace(family, &tools.tools);
     }
     std::vector<Choice> choices;

@@ -215,6 +215,9 @@ TEST_CASE("json grammar: keywords outside the subset are refused, naming the pat
     CHECK_THAT(refusal(R"({"type": "string", "minLength": 4, "maxLength": 3})"), Catch::Contains("minLength is above maxLength"));
     CHECK_THAT(refusal(R"({"type": "string", "enum": [1, 2]})"), Catch::Contains("no value in the list has the schema's type"));
     CHECK_THAT(refusal("false"), Catch::Contains("allows no value"));
+    std::string deep = "{}";  // 40 levels of items: refused, not recursed into without a bound
+    for (int i = 0; i < 40; ++i) deep = "{\"type\": \"array\", \"items\": " + deep + "}";
+    CHECK_THAT(refusal(deep.c_str()), Catch::Contains("nests deeper than 32 levels"));
     CHECK_THAT(refusal(R"({"type": "object", "title": "T", "description": "d", "properties": {"a": {"type": "string", "default": "x"}}})"),
                Catch::Equals("(compiled)"));
 }
