@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anvil builds and tests with. Idempotent: quiet and fast when
-# everything is already there, so every entry point may call it.
+# Installs the Debian packages anvil builds and tests with, and the npm packages of the web console
+# (Chart.js, built into anvild). Idempotent: quiet and fast when everything is already there, so
+# every entry point may call it.
+#   --browser  also what the console's browser test needs: Debian's chromium, and playwright-core
+#              (npm) to drive it
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+browser=false
+[ "${1:-}" = "--browser" ] && browser=true
 
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -13,6 +19,9 @@ packages=(
   systemd
   mmdebstrap busybox-static
 )
+$browser && packages+=(chromium)
+# Node.js and npm: the machine's own when it has them (Debian's otherwise).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -20,13 +29,25 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages: ${missing[*]}; run this script as root (or install them)" >&2
-  exit 1
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}; run this script as root (or install them)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# npm packages, exactly as each package-lock.json pins them; again only when the lock changed.
+npm_ci() {
+  local dir=$1
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "install-deps: npm ci in ${dir#"$root"/}"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+}
+npm_ci "$root/daemon/console"
+$browser && npm_ci "$root/tests/browser"
+exit 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up and runs every test: installs the Debian packages, builds with gcc, runs anvild.service
+# Sets up and runs every test: installs the Debian packages (and Chromium with playwright-core for
+# the web console's browser test), builds with gcc, runs anvild.service
 # under systemd in a container (tests/systemd/run.sh) and runs the suite,
 # builds with clang + AddressSanitizer + UBSan (+ libFuzzer targets) and runs the suite again,
 # then short, reproducible fuzz runs (registry documents, safetensors headers, NFC, HTTP requests to
@@ -9,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
 
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" --browser
 
 echo "== build (gcc)"
 cmake -S . -B build/gcc -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_BENCH=ON >/dev/null

@@ -24,6 +24,15 @@ std::optional<FeedCursor> FeedCursor::parse(const std::string& text) {
     return FeedCursor{std::stoll(a), std::stoll(b)};
 }
 
+std::optional<RecipeOrder> parse_recipe_order(std::string_view text) {
+    if (text == "id") return RecipeOrder::id;
+    if (text == "status") return RecipeOrder::status;
+    if (text == "engine") return RecipeOrder::engine;
+    if (text == "hardware") return RecipeOrder::hardware;
+    if (text == "verdict") return RecipeOrder::verdict;
+    return std::nullopt;
+}
+
 std::string now_iso8601() { return support::utc_now(support::Precision::milliseconds); }
 
 }  // namespace anvil::state

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -189,6 +190,10 @@ struct RecipeSummary {
     std::optional<std::string> verdict;
 };
 
+// The orders a recipe list can take; ties (and `id` itself) go by recipe id.
+enum class RecipeOrder { id, status, engine, hardware, verdict };
+std::optional<RecipeOrder> parse_recipe_order(std::string_view text);  // "id" | "status" | "engine" | "hardware" | "verdict"
+
 struct RecipeFilter {
     std::optional<std::string> status;
     std::optional<std::string> engine;
@@ -196,6 +201,8 @@ struct RecipeFilter {
     std::optional<bool> pinned;
     std::optional<std::string> verdict;
     std::optional<std::string> text;  // substring of id or description, case-insensitive
+    RecipeOrder order = RecipeOrder::id;
+    bool descending = false;
     std::int64_t limit = 50;
     std::int64_t offset = 0;
 };

@@ -133,6 +133,8 @@ public:
     std::optional<RevisionRow> current_default(const std::string& slot = "default") const;
     std::vector<EngineRow> running_engines() const;
     // Transitions and other events, oldest first, after `cursor` (see FeedCursor).
+    // The cursor after everything the feed holds now (a client that wants only what comes next).
+    FeedCursor feed_head() const;
     std::vector<FeedItem> feed_since(FeedCursor cursor, int limit = 100) const;
     std::vector<TransitionRow> transitions_since(Id cursor, int limit = 1000) const;
     std::optional<Status> status_of(Id revision_id) const;

@@ -21,6 +21,15 @@ Id Store::append_event(const std::string& kind, const std::string& subject, cons
     return write("an event", [&] { return impl_->insert_event(kind, subject, message, data, now_iso8601()); });
 }
 
+FeedCursor Store::feed_head() const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT (SELECT coalesce(max(id), 0) FROM transitions), (SELECT coalesce(max(id), 0) FROM events)");
+    s.step();
+    FeedCursor head{s.integer(0), s.integer(1)};
+    s.reset();
+    return head;
+}
+
 std::vector<FeedItem> Store::feed_since(FeedCursor after, int limit) const {
     limit = std::clamp(limit, 1, 1000);
     auto r = impl_->reader();

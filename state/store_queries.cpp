@@ -73,8 +73,20 @@ RecipePage Store::list_recipes(const RecipeFilter& f) const {
     page.total = count.integer(0);
     count.reset();
 
-    auto& list = r.prepare("SELECT id, latest_revision_id, status, engine, hardware_id, pinned, verdict FROM recipes" + where +
-                           " ORDER BY id LIMIT ? OFFSET ?");
+    // The column comes from this fixed table, never from the request.
+    const char* column = "id";
+    switch (f.order) {
+    case RecipeOrder::id: column = "id"; break;
+    case RecipeOrder::status: column = "status"; break;
+    case RecipeOrder::engine: column = "engine"; break;
+    case RecipeOrder::hardware: column = "hardware_id"; break;
+    case RecipeOrder::verdict: column = "verdict"; break;
+    }
+    const std::string direction = f.descending ? " DESC" : "";
+    std::string order = std::string(" ORDER BY ") + column + direction;
+    if (f.order != RecipeOrder::id) order += ", id" + direction;
+    auto& list = r.prepare("SELECT id, latest_revision_id, status, engine, hardware_id, pinned, verdict FROM recipes" + where + order +
+                           " LIMIT ? OFFSET ?");
     int index = 1;
     for (const auto& p : params) list.bind(index++, p);
     list.bind(index, std::clamp<std::int64_t>(f.limit, 0, 1000));

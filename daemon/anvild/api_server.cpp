@@ -1,6 +1,7 @@
 #include "daemon/anvild/api_server.hpp"
 
 #include "daemon/anvild/api_views.hpp"
+#include "daemon/anvild/console_assets.hpp"
 #include "registry/support/digest.hpp"
 
 #include "engine/http/guarded_server.hpp"
@@ -239,11 +240,19 @@ void ApiServer::routes() {
                   if (*p != "true" && *p != "false") throw ApiError{400, "bad_request", "pinned must be true or false"};
                   f.pinned = *p == "true";
               }
+              if (auto sort = text("sort")) {
+                  // "status" ascending, "-status" descending; ties by id.
+                  const bool descending = !sort->empty() && sort->front() == '-';
+                  const auto order = state::parse_recipe_order(descending ? sort->substr(1) : *sort);
+                  if (!order) throw ApiError{400, "bad_request", "sort must be one of id, status, engine, hardware, verdict, each with an optional leading '-' for descending, not '" + http::valid_utf8(*sort) + "'"};
+                  f.order = *order;
+                  f.descending = descending;
+              }
               f.limit = integer_param(req, "limit", 1, 500).value_or(50);
               f.offset = integer_param(req, "offset", 0, std::int64_t{1} << 40).value_or(0);
               // The page is a function of these parameters and the ledger alone.
               std::string key = std::to_string(f.limit) + "," + std::to_string(f.offset);
-              for (const char* name : {"status", "engine", "hardware", "verdict", "q", "pinned"}) {
+              for (const char* name : {"status", "engine", "hardware", "verdict", "q", "pinned", "sort"}) {
                   key += '\0';
                   if (req.has_param(name)) key += "=" + req.get_param_value(name);
               }
@@ -260,7 +269,7 @@ void ApiServer::routes() {
                                   {"hardware_id", r.hardware_id}, {"pinned", r.pinned}, {"verdict", r.verdict ? json(*r.verdict) : json(nullptr)}});
               auto link = [&](std::int64_t offset) {
                   std::string q = "/api/v1/recipes?limit=" + std::to_string(f.limit) + "&offset=" + std::to_string(offset);
-                  for (const char* name : {"status", "engine", "hardware", "verdict", "q", "pinned"})
+                  for (const char* name : {"status", "engine", "hardware", "verdict", "q", "pinned", "sort"})
                       if (req.has_param(name)) q += std::string("&") + name + "=" + escape_query(req.get_param_value(name));
                   return q;
               };
@@ -283,6 +292,11 @@ void ApiServer::routes() {
               for (const auto& v : detail->verdicts)
                   if (v.gate == "feasibility" && v.revision_id == detail->revisions.front().id) data = verdict_json(v);
               send(res, 200, {{"data", data}});
+          }));
+    h.Get(R"(/api/v1/recipes/([^/]+)/receipts)", wrap("/api/v1/recipes/{id}/receipts", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
+              const auto detail = store_.recipe(req.matches[1]);
+              if (!detail) throw ApiError{404, "not_found", "no recipe " + http::valid_utf8(std::string(req.matches[1]))};
+              send(res, 200, {{"data", receipts_view(*detail, store_, promotion_thresholds(config_))}});
           }));
     h.Get(R"(/api/v1/recipes/([^/]+)/history)", wrap("/api/v1/recipes/{id}/history", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
               const auto detail = store_.recipe(req.matches[1]);
@@ -313,12 +327,17 @@ void ApiServer::routes() {
               const auto current = store_.current_default();
               if (!current) return send(res, 200, {{"data", nullptr}});
               const auto pin = store_.pin();
-              std::string since;
+              std::string since, reason, actor;
               if (const auto detail = store_.recipe(current->recipe_id))
                   for (const auto& t : detail->history)
-                      if (t.revision_id == current->id && t.to == state::Status::promoted) since = t.created_at;
+                      if (t.revision_id == current->id && t.to == state::Status::promoted) {
+                          since = t.created_at;
+                          reason = t.reason;
+                          actor = t.actor;
+                      }
               send(res, 200, {{"data", {{"slot", current->serving_slot}, {"recipe_id", current->recipe_id}, {"revision_id", current->id},
-                                        {"since", since}, {"pinned", pin && pin->recipe_id == current->recipe_id}}}});
+                                        {"since", since}, {"reason", reason}, {"actor", actor},
+                                        {"pinned", pin && pin->recipe_id == current->recipe_id}}}});
           }));
     h.Get("/api/v1/engines", wrap("/api/v1/engines", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
               json data = json::array();
@@ -335,15 +354,38 @@ void ApiServer::routes() {
               }
               send(res, 200, {{"data", data}});
           }));
+    h.Get(R"(/api/v1/engines/([0-9]{1,18})/log)", wrap("/api/v1/engines/{id}/log", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
+              const state::Id id = std::stoll(req.matches[1]);
+              const auto lines = static_cast<std::size_t>(integer_param(req, "lines", 1, 5000).value_or(200));
+              const auto text = reconciler_.engine_log(id, lines);
+              if (!text) throw ApiError{404, "not_found", "anvild runs no engine " + std::to_string(id) + " now (see GET /api/v1/engines)"};
+              send(res, 200, {{"data", {{"id", id}, {"lines", lines}, {"text", http::valid_utf8(*text)}}}});
+          }));
+    h.Get("/api/v1/decisions", wrap("/api/v1/decisions", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+              send(res, 200, {{"data", decisions_view(reconciler_.promotion_picture(), store_)}});
+          }));
     h.Get("/api/v1/registry", wrap("/api/v1/registry", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, {{"data", registry_view(reconciler_)}}); }));
     h.Get("/api/v1/events", wrap("/api/v1/events", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {
               state::FeedCursor cursor;
+              const int limit = static_cast<int>(integer_param(req, "limit", 1, 1000).value_or(100));
+              // last=N: the newest N items (ids are dense: the ledger only appends), then follow meta.next.
+              if (const auto last = integer_param(req, "last", 1, 500)) {
+                  if (req.has_param("after")) throw ApiError{400, "bad_request", "give either after or last, not both"};
+                  const auto head = store_.feed_head();
+                  auto items = store_.feed_since({std::max<state::Id>(0, head.transition - *last), std::max<state::Id>(0, head.event - *last)},
+                                                 static_cast<int>(2 * *last));
+                  if (items.size() > static_cast<std::size_t>(*last)) items.erase(items.begin(), items.end() - *last);
+                  json data = json::array();
+                  for (const auto& item : items)
+                      data.push_back({{"cursor", item.cursor.str()}, {"kind", item.kind}, {"subject", item.subject}, {"message", item.message},
+                                      {"data", item.data}, {"created_at", item.created_at}});
+                  return send(res, 200, {{"data", data}, {"meta", {{"next", (items.empty() ? head : items.back().cursor).str()}}}});
+              }
               if (req.has_param("after")) {
                   auto parsed = state::FeedCursor::parse(req.get_param_value("after"));
                   if (!parsed) throw ApiError{400, "bad_request", "after must be a cursor like 12.40 from an earlier answer"};
                   cursor = *parsed;
               }
-              const int limit = static_cast<int>(integer_param(req, "limit", 1, 1000).value_or(100));
               json data = json::array();
               state::FeedCursor next = cursor;
               for (const auto& item : store_.feed_since(cursor, limit)) {
@@ -352,6 +394,35 @@ void ApiServer::routes() {
                   next = item.cursor;
               }
               send(res, 200, {{"data", data}, {"meta", {{"next", next.str()}}}});
+          }));
+
+    // ---- the web console: files built into the binary, reading only the API above ----
+    auto serve_file = [](const httplib::Request& req, httplib::Response& res, const console::EmbeddedFile& f) {
+        // Scripts and styles only from this origin, no inline script, no framing: a page that
+        // holds a bearer token in its session gives nothing else a way in.
+        res.set_header("Content-Security-Policy",
+                       "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
+        res.set_header("X-Content-Type-Options", "nosniff");
+        res.set_header("Referrer-Policy", "no-referrer");
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("ETag", std::string(f.etag));
+        if (req.get_header_value("If-None-Match") == f.etag) {
+            res.status = 304;
+            return;
+        }
+        res.status = 200;
+        res.set_content(std::string(f.bytes), std::string(f.content_type));
+    };
+    h.Get("/", wrap("/", false, [serve_file](const httplib::Request& req, httplib::Response& res, const std::string&) {
+              const auto* f = console::find("/console/index.html");
+              if (!f) throw ApiError{404, "not_found", "this anvild was built without its console"};
+              serve_file(req, res, *f);
+          }));
+    h.Get(R"(/console/.*)", wrap("/console/{file}", false, [serve_file](const httplib::Request& req, httplib::Response& res, const std::string&) {
+              const auto* f = console::find(req.path);
+              if (!f) throw ApiError{404, "not_found", "the console has no file " + http::valid_utf8(req.path)};
+              serve_file(req, res, *f);
           }));
 
     // ---- writes ----

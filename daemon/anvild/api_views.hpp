@@ -16,5 +16,14 @@ nlohmann::json status_view(const Reconciler& reconciler, const state::Store& sto
 nlohmann::json registry_view(const Reconciler& reconciler);
 // The inventory feasibility judges with ({"source", "inventory"}; inventory null without one).
 nlohmann::json inventory_view(const Reconciler& reconciler);
+// GET /api/v1/decisions: the thresholds, the control, and each validated revision's numbers against
+// it with its decision (docs/API.md).
+nlohmann::json decisions_view(const Reconciler::PromotionPicture& picture, const state::Store& store);
+// The thresholds as configured, and the limits each comparison applies (margin included).
+nlohmann::json thresholds_json(const qualify::Thresholds& t);
+// GET /api/v1/recipes/{id}/receipts: each qualification receipt the recipe's evidence points at,
+// checked against the sha256 the ledger recorded, summarised (no request log or samples), with
+// the control's measurements beside its own.
+nlohmann::json receipts_view(const state::RecipeDetail& recipe, const state::Store& store, const qualify::Thresholds& thresholds);
 
 }  // namespace anvil::daemon

@@ -132,6 +132,8 @@ void restrict_data_dir(const std::filesystem::path& data_dir) {
 // One life of the daemon's parts under one configuration. Returns when asked to stop or reload.
 void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndpoint& endpoint, Loop& loop, const std::string& token) {
     daemon::DaemonMetrics metrics;
+    // The endpoint is bound already: what the API reports (and a reload keeps) is the port it has.
+    if (config.serve.port == 0) config.serve.port = endpoint.port();
     daemon::Reconciler reconciler(config, store, endpoint, metrics);
     reconciler.set_wake([&loop] { loop.wake(); });
     reconciler.start_up();
@@ -262,6 +264,7 @@ int main(int argc, char** argv) {
             loop.reload = false;
             try {
                 auto next = load(options);
+                if (next.serve.port == 0 && next.serve.host == config.serve.host) next.serve.port = config.serve.port;
                 if (next.data_dir != config.data_dir || next.serve.str() != config.serve.str())
                     spdlog::warn("reload: data_dir and serve take effect at the next start; keeping {} and {}", config.data_dir.string(),
                                  config.serve.str());

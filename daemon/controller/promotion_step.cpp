@@ -66,16 +66,26 @@ void Reconciler::promote(const state::RevisionRow& revision, const std::string& 
     wake();
 }
 
-void Reconciler::promotion_step() {
-    const auto current = store_.current_default();
-    auto validated = store_.latest_revisions_with_status(Status::validated, 1000);
+Reconciler::PromotionPicture Reconciler::promotion_picture() const {
+    PromotionPicture p;
+    p.current = store_.current_default();
+    p.validated = store_.latest_revisions_with_status(Status::validated, 1000);
     // Only what is at the synced commit may become the default.
-    std::erase_if(validated, [this](const state::RevisionRow& r) { return not_in_registry(r).has_value(); });
-    std::vector<qualify::Contender> contenders;
-    for (const auto& r : validated) contenders.push_back(contender(r));
-    const std::optional<qualify::Contender> control = current ? std::optional(contender(*current)) : std::nullopt;
+    std::erase_if(p.validated, [this](const state::RevisionRow& r) { return not_in_registry(r).has_value(); });
+    for (const auto& r : p.validated) p.contenders.push_back(contender(r));
+    if (p.current) p.control = contender(*p.current);
+    p.thresholds = promotion_thresholds(config_);
+    p.policy = policy_state();
+    p.choice = qualify::choose_promotion(p.contenders, p.control, p.thresholds, p.policy);
+    for (const auto& c : p.contenders) p.decisions.push_back(qualify::decide(c, p.control, p.thresholds, p.policy));
+    return p;
+}
 
-    const auto choice = qualify::choose_promotion(contenders, control, promotion_thresholds(config_), policy_state());
+void Reconciler::promotion_step() {
+    const auto picture = promotion_picture();
+    const auto& current = picture.current;
+    const auto& validated = picture.validated;
+    const auto& choice = picture.choice;
     for (const auto& [c, d] : choice.decisions)
         note("decision:" + std::to_string(c.revision_id), c.recipe_id, std::string(qualify::to_string(d.action)) + ": " + d.reason);
     if (choice.action != qualify::Action::promote || !choice.revision_id) {

@@ -200,6 +200,12 @@ void Reconciler::note(const std::string& key, const std::string& subject, const 
 
 // ---------------------------------------------------------------- reads for the API
 
+std::optional<std::string> Reconciler::engine_log(state::Id engine_row_id, std::size_t lines) const {
+    for (const auto& e : engines_->engines())
+        if (e.row_id == engine_row_id) return engines_->logs(e, lines);
+    return std::nullopt;
+}
+
 std::vector<std::string> Reconciler::not_ready_reasons() const {
     std::lock_guard lock(mutex_);
     std::vector<std::string> out;

@@ -91,6 +91,25 @@ public:
     std::optional<state::Id> qualifying() const { return qualifications_->current(); }
     std::optional<endpoint::Upstream> upstream() const { return endpoint_->current(); }
     const DaemonConfig& config() const { return config_; }
+    // The last `lines` lines of a running engine's output (the ledger's engine row id); nothing
+    // when anvild does not run that engine now.
+    std::optional<std::string> engine_log(state::Id engine_row_id, std::size_t lines) const;
+
+    // What promotion sees now, gathered exactly as the promotion step gathers it: the default and
+    // its measurements (the control), the validated revisions at the synced commit with theirs, the
+    // thresholds and settings, the choice qualify::choose_promotion makes of them, and each
+    // candidate's own qualify::decide against the control (also when a pin or freeze decides).
+    struct PromotionPicture {
+        std::optional<state::RevisionRow> current;
+        std::optional<qualify::Contender> control;
+        std::vector<state::RevisionRow> validated;
+        std::vector<qualify::Contender> contenders;  // one per validated revision, in its order
+        std::vector<qualify::Decision> decisions;    // the same
+        qualify::Thresholds thresholds;
+        qualify::PolicyState policy;
+        qualify::PromotionChoice choice;
+    };
+    PromotionPicture promotion_picture() const;  // any thread
 
     // ---- operator requests (any thread): checked, recorded as intent, then the pass acts ----
     void request_sync();

@@ -47,8 +47,9 @@ Decision make(Action action, std::string reason, std::vector<std::string> checks
 void compare(const Contender& candidate, const Contender& control, const Thresholds& t, std::vector<std::string>& checks,
              std::vector<std::string>& missing, std::vector<std::string>& failed) {
     const double m = t.margin;
+    const Comparison numbers = compare_with(candidate, control);
 
-    if (const auto loss = metric(candidate, "relative_quality_loss")) {
+    if (const auto loss = numbers.relative_quality_loss) {
         const double limit = t.max_relative_quality_loss - m;
         const bool ok = *loss <= limit;
         checks.push_back(fmt::format("relative_quality_loss {:.4f} <= {:.4f} (max {:.4f} - margin {:.4f}): {}", *loss, limit,
@@ -60,8 +61,8 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
     }
 
     const auto cand_e2e = metric(candidate, "warm_e2e_seconds"), ctrl_e2e = metric(control, "warm_e2e_seconds");
-    if (cand_e2e && ctrl_e2e && *ctrl_e2e > 0) {
-        const double gain = 1 - *cand_e2e / *ctrl_e2e, limit = t.min_warm_e2e_gain + m;
+    if (numbers.warm_e2e_gain) {
+        const double gain = *numbers.warm_e2e_gain, limit = t.min_warm_e2e_gain + m;
         const bool ok = gain >= limit;
         checks.push_back(fmt::format("warm_e2e gain {:.4f} (1 - {:.4g} s / {:.4g} s) >= {:.4f} (min {:.4f} + margin {:.4f}): {}",
                                      gain, *cand_e2e, *ctrl_e2e, limit, t.min_warm_e2e_gain, m, ok ? "pass" : "fail"));
@@ -73,8 +74,8 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
     }
 
     const auto cand_tph = metric(candidate, "tasks_per_hour"), ctrl_tph = metric(control, "tasks_per_hour");
-    if (cand_tph && ctrl_tph && *ctrl_tph > 0) {
-        const double ratio = *cand_tph / *ctrl_tph, limit = t.min_tasks_per_hour_ratio + m;
+    if (numbers.tasks_per_hour_ratio) {
+        const double ratio = *numbers.tasks_per_hour_ratio, limit = t.min_tasks_per_hour_ratio + m;
         const bool ok = ratio >= limit;
         checks.push_back(fmt::format("tasks_per_hour ratio {:.4f} ({:.4g} / {:.4g}) >= {:.4f} (min {:.4f} + margin {:.4f}): {}",
                                      ratio, *cand_tph, *ctrl_tph, limit, t.min_tasks_per_hour_ratio, m, ok ? "pass" : "fail"));
@@ -95,6 +96,16 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
 }
 
 }  // namespace
+
+Comparison compare_with(const Contender& candidate, const Contender& control) {
+    Comparison c;
+    c.relative_quality_loss = metric(candidate, "relative_quality_loss");
+    const auto cand_e2e = metric(candidate, "warm_e2e_seconds"), ctrl_e2e = metric(control, "warm_e2e_seconds");
+    if (cand_e2e && ctrl_e2e && *ctrl_e2e > 0) c.warm_e2e_gain = 1 - *cand_e2e / *ctrl_e2e;
+    const auto cand_tph = metric(candidate, "tasks_per_hour"), ctrl_tph = metric(control, "tasks_per_hour");
+    if (cand_tph && ctrl_tph && *ctrl_tph > 0) c.tasks_per_hour_ratio = *cand_tph / *ctrl_tph;
+    return c;
+}
 
 Decision decide(const Contender& candidate, const std::optional<Contender>& control, const Thresholds& thresholds,
                 const PolicyState& state) {

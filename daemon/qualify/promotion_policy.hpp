@@ -69,6 +69,17 @@ struct Decision {
     std::vector<std::string> checks;  // every threshold compared, with the numbers
 };
 
+// The numbers a candidate is judged by against a control, each absent when not measured: its
+// relative quality loss (measured against its own control), the warm e2e gain 1 - cand/control and
+// the tasks-per-hour ratio cand/control. decide() compares these with the thresholds; the API
+// shows them (GET /api/v1/decisions).
+struct Comparison {
+    std::optional<double> relative_quality_loss;
+    std::optional<double> warm_e2e_gain;
+    std::optional<double> tasks_per_hour_ratio;
+};
+Comparison compare_with(const Contender& candidate, const Contender& control);
+
 // One validated candidate against the current default (`control`; none: there is no default yet).
 // Failed hard gates pass it over; with a control it must have been measured against that control
 // ("inconclusive" otherwise) and pass every threshold with the margin, then the minimum interval;

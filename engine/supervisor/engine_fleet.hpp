@@ -55,6 +55,8 @@ public:
     virtual bool answers(const RunningEngine& engine) const = 0;
 
     virtual std::vector<RunningEngine> engines() const = 0;
+    // The last `lines` lines of the engine's stdout and stderr, as its driver keeps them.
+    virtual std::string logs(const RunningEngine& engine, std::size_t lines) const = 0;
     std::optional<RunningEngine> serving_for(state::Id revision_id) const {
         for (auto& e : engines())
             if (e.revision_id == revision_id && e.role == EngineRole::serving) return e;

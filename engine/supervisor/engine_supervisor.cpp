@@ -167,6 +167,11 @@ void EngineSupervisor::stop(const RunningEngine& engine, std::chrono::millisecon
                    engines_.end());
 }
 
+std::string EngineSupervisor::logs(const RunningEngine& engine, std::size_t lines) const {
+    const auto it = drivers_.find(engine.handle.driver);
+    return it == drivers_.end() ? std::string() : it->second->logs(engine.handle, lines);
+}
+
 std::vector<RunningEngine> EngineSupervisor::check() {
     std::vector<RunningEngine> exited;
     for (const auto& engine : engines()) {

@@ -61,6 +61,7 @@ public:
     void adopt() override;
 
     std::vector<RunningEngine> engines() const override;
+    std::string logs(const RunningEngine& engine, std::size_t lines) const override;
     bool answers(const RunningEngine& engine) const override;
 
 private:

@@ -69,6 +69,8 @@ public:
     }
     void adopt() override {}
     bool answers(const driver::RunningEngine&) const override { return answering; }
+    // The fake starts nothing, so an engine's log is what the fake says it did.
+    std::string logs(const driver::RunningEngine& engine, std::size_t) const override { return "fake engine " + engine.handle.engine_id + "\n"; }
     std::vector<driver::RunningEngine> engines() const override {
         std::lock_guard lock(mutex_);
         return running_;
