@@ -63,7 +63,7 @@ sed "s#\"\\.\\./\\.anvil/#\"$work/#g" examples/anvild.json >"$work/anvild.json"
 # A run that exits when settled leaves nothing behind; otherwise engines outlive anvild, to be adopted.
 if $exit_when_settled; then sed -i 's/"stop_engines_on_exit": false/"stop_engines_on_exit": true/' "$work/anvild.json"; fi
 
-echo "== anvild: API on $api, stable endpoint on $serve, data in $work/data"
+echo "== anvild: web console on http://$api/, API on $api, stable endpoint on $serve, data in $work/data"
 "$build/daemon/anvild" --config "$work/anvild.json" --listen "$api" --serve "$serve" 2>"$work/anvild.log" &
 daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true' EXIT
@@ -131,6 +131,16 @@ fi
 anvil status
 echo
 anvil recipes
+echo
+# The web console is anvild's own: its page and Chart.js come from the API's address.
+python3 - "http://$api/" <<'EOF'
+import sys, urllib.request
+base = sys.argv[1]
+page = urllib.request.urlopen(base).read().decode()
+chart = urllib.request.urlopen(base + "console/vendor/chart.umd.min.js").read()
+assert "/console/console.js" in page, "the console page does not load its script"
+print("== the web console answers on %s (page %d bytes, Chart.js %d bytes, built into anvild)" % (base, len(page), len(chart)))
+EOF
 echo
 default=$(anvil status --json | python3 -c 'import json,sys; d=json.load(sys.stdin)["default"]; print(d["recipe_id"] if isinstance(d, dict) else d)')
 echo "== how the default $default was chosen"
@@ -216,5 +226,6 @@ if $exit_when_settled; then
   exit 0
 fi
 echo
-echo "anvild runs (pid $daemon): try 'build/release/daemon/anvil status', or the endpoint on $serve. Ctrl-C stops it."
+echo "anvild runs (pid $daemon): open the web console at http://$api/ (actions ask for the token in $work/data/api-token),"
+echo "try 'build/release/daemon/anvil status', or the endpoint on $serve. Ctrl-C stops it."
 wait $daemon

@@ -75,7 +75,8 @@ export async function renderRecipes(el, ctx, params) {
   };
   const headers = COLUMNS.map(headerFor);
   const rows = page.data;
-  const summary = total === 0 ? 'no recipe matches' : `${offset + 1}–${offset + rows.length} of ${total.toLocaleString('en-US')}`;
+  const n = (x) => x.toLocaleString('en-US');
+  const summary = total === 0 ? 'no recipe matches' : `${n(offset + 1)}–${n(offset + rows.length)} of ${n(total)}`;
   el.append(h('p', { class: 'summary', id: 'recipes-summary', 'aria-live': 'polite', text: summary }));
   if (rows.length) {
     el.append(h('div', { class: 'table-wrap' },

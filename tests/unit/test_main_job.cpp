@@ -28,6 +28,7 @@ TEST_CASE("the main job qualifies the example recipes, promotes by the threshold
     // requests exactly as the f32 control does.
     CHECK_THAT(result.output, Catch::Matches("(.|\n)*the stable endpoint while anvild qualified and switched defaults: [1-9][0-9]* requests, 0 failed(.|\n)*"));
     CHECK_THAT(result.output, Catch::Contains("greedy completions identical to the f32 control's: 8 of 8"));
+    CHECK_THAT(result.output, Catch::Matches("(.|\n)*== the web console answers on http://127\\.0\\.0\\.1:[0-9]+/ \\(page [0-9]+ bytes, Chart\\.js [0-9]{6} bytes(.|\n)*"));
 
     using anvil::state::Status;
     anvil::state::Store store(work / "data" / "anvil.db");
