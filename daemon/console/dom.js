@@ -39,8 +39,9 @@ export function statusBadge(status) {
   return h('span', { class: `status status-${String(status).replace(/[^a-z_-]/gi, '')}`, text: String(status) });
 }
 
+// A condition is True or False (as the API says it), marked like pass and fail.
 export function conditionBadge(ok) {
-  return verdictBadge(ok ? 'pass' : 'fail');
+  return h('span', { class: `badge badge-${ok ? 'pass' : 'fail'}` }, h('span', { 'aria-hidden': 'true', text: ok ? '✓ ' : '✗ ' }), ok ? 'True' : 'False');
 }
 
 export function recipeLink(id) {

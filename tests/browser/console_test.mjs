@@ -198,6 +198,31 @@ try {
   const plotted = await page.evaluate(() => window.Chart.getChart(document.getElementById('decision-chart')).data.datasets.map((d) => d.label));
   assert.ok(plotted.includes('the default (control)'), `the default is marked: ${plotted}`);
   assert.ok(plotted.some((l) => l.startsWith('gain threshold')) && plotted.some((l) => l.startsWith('quality loss threshold')), 'threshold lines');
+  // Hovering a held-back candidate shows why it is held back.
+  const held = decisions.candidates.find((c) => c.decision.action !== 'promote');
+  assert.ok(held, 'a candidate held back or passed over');
+  const point = await page.evaluate((id) => {
+    const chart = window.Chart.getChart(document.getElementById('decision-chart'));
+    for (let d = 0; d < chart.data.datasets.length; ++d) {
+      const i = chart.data.datasets[d].data.findIndex((p) => p.c && p.c.recipe_id === id);
+      if (i >= 0) {
+        const el = chart.getDatasetMeta(d).data[i];
+        const box = chart.canvas.getBoundingClientRect();
+        return { x: box.left + el.x, y: box.top + el.y, d, i };
+      }
+    }
+    return null;
+  }, held.recipe_id);
+  assert.ok(point, `${held.recipe_id} is plotted`);
+  await page.mouse.move(point.x, point.y);
+  const tip = await page.waitForFunction(({ d, i }) => {
+    const chart = window.Chart.getChart(document.getElementById('decision-chart'));
+    const active = chart.tooltip.getActiveElements();
+    if (!active.length || active[0].datasetIndex !== d || active[0].index !== i) return null;
+    return [].concat(chart.tooltip.body.map((b) => b.lines).flat()).join(' | ');
+  }, point);
+  const tipText = await tip.jsonValue();
+  assert.ok(tipText.includes(held.decision.reason), `the tooltip gives the reason: ${tipText}`);
   await page.screenshot({ path: path.join(shots, 'decisions.png'), fullPage: true });
   noProblems('decisions');
 
@@ -211,6 +236,14 @@ try {
 
   step('a pin without the right token is refused; with it the default changes');
   await open(`#/recipe/${encodeURIComponent(other.id)}`);
+  // Without a token: the console sends nothing (cancelled), and the API refuses such a write anyway.
+  await page.click('#action-pin');
+  await page.waitForSelector('#token-dialog[open]');
+  await page.click('#token-cancel');
+  await page.waitForFunction(() => document.getElementById('notice').textContent.includes('cancelled, nothing was sent'));
+  const bare = await page.evaluate(async (id) => (await fetch('/api/v1/default', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ recipe_id: id }) })).status, other.id);
+  assert.equal(bare, 401, 'a write without the token');
+  problems.length = 0;  // that 401 was asked for
   await page.click('#action-pin');
   await page.waitForSelector('#token-dialog[open]');
   await page.fill('#token-input', 'not-the-token');
