@@ -33,6 +33,13 @@ std::optional<RecipeOrder> parse_recipe_order(std::string_view text) {
     return std::nullopt;
 }
 
+std::map<std::string, double> local_measurements(const RecipeDetail& detail, Id revision_id) {
+    std::map<std::string, double> out;
+    for (const auto& e : detail.evidence)  // oldest first: the newest of each metric stays
+        if (e.revision_id == revision_id && e.evidence_class == EvidenceClass::local && e.min) out[e.metric] = registry::to_double(*e.min);
+    return out;
+}
+
 std::string now_iso8601() { return support::utc_now(support::Precision::milliseconds); }
 
 }  // namespace anvil::state

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -219,6 +220,10 @@ struct RecipeDetail {
     std::vector<VerdictRow> verdicts;
     std::vector<TransitionRow> history;  // oldest first
 };
+
+// The newest local measurement of each metric of one revision (its lower bound), as promotion
+// compares them.
+std::map<std::string, double> local_measurements(const RecipeDetail& detail, Id revision_id);
 
 // The newest revision of a recipe without its document: what a pass compares with the registry.
 struct RevisionHead {

@@ -131,6 +131,14 @@ json transition_json(const state::TransitionRow& t) {
             {"created_at", t.created_at}};
 }
 
+json feed_json(const std::vector<state::FeedItem>& items) {
+    json out = json::array();
+    for (const auto& item : items)
+        out.push_back({{"cursor", item.cursor.str()}, {"kind", item.kind}, {"subject", item.subject}, {"message", item.message},
+                       {"data", item.data}, {"created_at", item.created_at}});
+    return out;
+}
+
 // A JSON body, or an empty object when there is none; anything else that does not parse is a 400.
 json body_of(const httplib::Request& req) {
     if (req.body.empty()) return json::object();
@@ -375,25 +383,15 @@ void ApiServer::routes() {
                   auto items = store_.feed_since({std::max<state::Id>(0, head.transition - *last), std::max<state::Id>(0, head.event - *last)},
                                                  static_cast<int>(2 * *last));
                   if (items.size() > static_cast<std::size_t>(*last)) items.erase(items.begin(), items.end() - *last);
-                  json data = json::array();
-                  for (const auto& item : items)
-                      data.push_back({{"cursor", item.cursor.str()}, {"kind", item.kind}, {"subject", item.subject}, {"message", item.message},
-                                      {"data", item.data}, {"created_at", item.created_at}});
-                  return send(res, 200, {{"data", data}, {"meta", {{"next", (items.empty() ? head : items.back().cursor).str()}}}});
+                  return send(res, 200, {{"data", feed_json(items)}, {"meta", {{"next", (items.empty() ? head : items.back().cursor).str()}}}});
               }
               if (req.has_param("after")) {
                   auto parsed = state::FeedCursor::parse(req.get_param_value("after"));
                   if (!parsed) throw ApiError{400, "bad_request", "after must be a cursor like 12.40 from an earlier answer"};
                   cursor = *parsed;
               }
-              json data = json::array();
-              state::FeedCursor next = cursor;
-              for (const auto& item : store_.feed_since(cursor, limit)) {
-                  data.push_back({{"cursor", item.cursor.str()}, {"kind", item.kind}, {"subject", item.subject}, {"message", item.message},
-                                  {"data", item.data}, {"created_at", item.created_at}});
-                  next = item.cursor;
-              }
-              send(res, 200, {{"data", data}, {"meta", {{"next", next.str()}}}});
+              const auto items = store_.feed_since(cursor, limit);
+              send(res, 200, {{"data", feed_json(items)}, {"meta", {{"next", (items.empty() ? cursor : items.back().cursor).str()}}}});
           }));
 
     // ---- the web console: files built into the binary, reading only the API above ----

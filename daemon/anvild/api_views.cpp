@@ -79,14 +79,6 @@ json contender_json(const qualify::Contender& c) {
             {"metrics", c.metrics}};
 }
 
-// The newest local measurement of each metric of one revision, as promotion reads them.
-std::map<std::string, double> local_measurements(const state::RecipeDetail& detail, state::Id revision_id) {
-    std::map<std::string, double> out;
-    for (const auto& e : detail.evidence)
-        if (e.revision_id == revision_id && e.evidence_class == state::EvidenceClass::local && e.min) out[e.metric] = registry::to_double(*e.min);
-    return out;
-}
-
 constexpr std::uintmax_t kMaxReceiptBytes = 64u << 20;
 
 }  // namespace
@@ -167,7 +159,7 @@ json receipts_view(const state::RecipeDetail& recipe, const state::Store& store,
             if (const auto row = store.revision(*control)) {
                 c["recipe_id"] = row->recipe_id;
                 if (const auto detail = row->recipe_id == recipe.id ? std::optional(recipe) : store.recipe(row->recipe_id))
-                    c["measurements"] = local_measurements(*detail, *control);
+                    c["measurements"] = state::local_measurements(*detail, *control);
             }
             r["control"] = std::move(c);
         }

@@ -25,13 +25,11 @@ qualify::Contender Reconciler::contender(const state::RevisionRow& revision) con
     c.recipe_id = revision.recipe_id;
     const auto detail = store_.recipe(revision.recipe_id);
     if (!detail) return c;
-    // The newest local measurement of each metric for this revision.
+    c.metrics = state::local_measurements(*detail, revision.id);
     // Its quality was compared with the default its newest quality measurement names.
-    for (const auto& e : detail->evidence) {
-        if (e.revision_id != revision.id || e.evidence_class != state::EvidenceClass::local || !e.min) continue;
-        c.metrics[e.metric] = registry::to_double(*e.min);
-        if (e.metric == "relative_quality_loss") c.control_revision_id = e.control_revision_id;
-    }
+    for (const auto& e : detail->evidence)
+        if (e.revision_id == revision.id && e.evidence_class == state::EvidenceClass::local && e.min && e.metric == "relative_quality_loss")
+            c.control_revision_id = e.control_revision_id;
     std::map<std::string, bool> gates;
     for (const auto& v : detail->verdicts)
         if (v.revision_id == revision.id && v.gate != "feasibility") gates[v.gate] = v.result == state::GateResult::pass;

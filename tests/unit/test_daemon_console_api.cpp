@@ -65,6 +65,20 @@ TEST_CASE("the console's files are served from anvild itself, with a content sec
     REQUIRE(missing);
     CHECK(missing->status == 404);
     CHECK(json::parse(missing->body)["error"]["code"] == "not_found");
+
+    // Invalid UTF-8 and oversized ids in the new routes: a JSON error that parses, and anvild goes on.
+    for (const auto& [path, status] : std::vector<std::pair<std::string, int>>{
+             {"/console/%FF%FE.js", 404}, {"/api/v1/recipes?sort=%FF", 400}, {"/api/v1/recipes/%FF%C0/receipts", 404},
+             {"/api/v1/engines/1234567890123456789012/log", 404}, {"/api/v1/engines/1/log?lines=%FF", 400}, {"/api/v1/events?last=%FF", 400}}) {
+        auto r = raw_get(d, path);
+        REQUIRE(r);
+        INFO(path);
+        CHECK(r->status == status);
+        const json body = json::parse(r->body, nullptr, false);
+        REQUIRE_FALSE(body.is_discarded());
+        CHECK(body["error"]["message"].is_string());
+    }
+    CHECK(d.get("/healthz").first == 200);
     d.stop();
 }
 
