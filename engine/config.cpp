@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/gguf_model.hpp"
+
 namespace anvil::engine {
 namespace {
 
@@ -73,6 +75,7 @@ const char* architecture_name(Architecture arch) {
 }
 
 ModelConfig load_config(const std::filesystem::path& model_dir) {
+    if (is_gguf_file(model_dir)) return GgufModel(model_dir).config();
     const auto file = model_dir / "config.json";
     const json doc = read_json(file);
     if (!doc.is_object()) throw std::runtime_error(file.string() + ": expected a JSON object");
@@ -181,6 +184,8 @@ std::vector<double> rope_inverse_frequencies(const ModelConfig& c) {
             }
         }
     }
+    if (!c.rope_freq_factors.empty())
+        for (int i = 0; i < half; ++i) inv[size_t(i)] /= c.rope_freq_factors[size_t(i)];
     return inv;
 }
 

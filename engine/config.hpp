@@ -31,6 +31,12 @@ struct ModelConfig {
     float norm_eps = 1e-5f;
     double rope_theta = 10000.0;
     RopeScaling rope_scaling;
+    // GGUF's rope_freqs.weight (how convert_hf_to_gguf writes llama3 scaling): each inverse
+    // frequency is divided by its factor. Empty: none.
+    std::vector<double> rope_freq_factors;
+    // q and k rows as GGUF's llama architecture stores them: rotated in adjacent pairs
+    // (kernels::rope_pairs) instead of halves.
+    bool rope_pairs = false;
     bool tie_embeddings = false;
     bool qkv_bias = false;   // Qwen2 always; Llama/Mistral when attention_bias is true
     bool qk_norm = false;    // Qwen3
@@ -42,9 +48,10 @@ struct ModelConfig {
     int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-// Reads DIR/config.json and, when present, DIR/generation_config.json (its eos ids win).
-// Throws std::runtime_error naming the file and the field for anything missing or unsupported.
-ModelConfig load_config(const std::filesystem::path& model_dir);
+// Reads DIR/config.json and, when present, DIR/generation_config.json (its eos ids win); or, when
+// `model` is a GGUF file, its metadata (gguf_model.hpp). Throws std::runtime_error naming the file
+// and the field for anything missing or unsupported.
+ModelConfig load_config(const std::filesystem::path& model);
 
 // The inverse frequencies of the rotary embedding, [head_dim / 2], with the configured scaling.
 std::vector<double> rope_inverse_frequencies(const ModelConfig& config);

@@ -11,8 +11,24 @@ namespace anvil::engine {
 
 namespace {
 
-int default_kv_blocks(const EngineOptions& o) {
-    return o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * ((o.max_context + o.block_size - 1) / o.block_size + 1);
+// The KV pool when --kv-blocks does not size it: max_seqs full contexts, within vLLM's CPU default
+// of 4 GiB (VLLM_CPU_KVCACHE_SPACE) but never less than one full context: a model's own context
+// length (the default) may be far longer than its users' prompts.
+constexpr size_t kDefaultKvBytes = size_t(4) << 30;
+
+int default_kv_blocks(const EngineOptions& o, const ModelConfig& c) {
+    if (o.kv_blocks > 0) return o.kv_blocks;
+    const int per_sequence = (o.max_context + o.block_size - 1) / o.block_size + 1;
+    const size_t element = o.kv_type == kernels::KvType::BF16 ? 2 : 4;
+    const size_t block_bytes = 2 * size_t(c.n_layers) * size_t(o.block_size) * size_t(c.kv_dim()) * element;
+    const size_t budget = std::max<size_t>(kDefaultKvBytes / std::max<size_t>(block_bytes, 1), size_t(per_sequence));
+    return int(std::min<size_t>(size_t(o.max_seqs) * size_t(per_sequence), budget));
+}
+
+// --max-context 0 (not given) is the model's own context length, as vLLM's max_model_len.
+EngineOptions& resolve_context(EngineOptions& o, const ModelConfig& c) {
+    if (o.max_context == 0) o.max_context = c.max_position;
+    return o;
 }
 
 // Length of the longest tail of `text` that begins one of the stop strings.
@@ -33,10 +49,12 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     : options_(options),
       config_(load_config(model_dir)),
       tokenizer_(Tokenizer::load(model_dir)),
-      blocks_(default_kv_blocks(options), options.block_size, options.prefix_caching),
+      // options_ and config_ are made before blocks_ (the members' order), so the context is
+      // resolved against the model's own before anything is sized by it.
+      blocks_(default_kv_blocks(resolve_context(options_, config_), config_), options.block_size, options.prefix_caching),
       scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
-    if (options.max_context > config_.max_position)
-        throw std::runtime_error("--max-context " + std::to_string(options.max_context) +
+    if (options_.max_context > config_.max_position)
+        throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
                                  " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
     if (tokenizer_.vocab_size() > config_.vocab_size)
         throw std::runtime_error(model_dir.string() + ": tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
@@ -53,7 +71,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     // A speculative step verifies a decoding sequence's draft tokens and the position before them.
     const int draft_tokens = options.draft.kind == DraftKind::None ? 0 : options.draft.tokens;
     r.max_logit_rows = options.max_seqs * (1 + draft_tokens) + kPromptLogitRows;
-    r.max_context = options.max_context;
+    r.max_context = options_.max_context;
     r.kv_blocks = blocks_.total();
     r.block_size = options.block_size;
     r.kv_type = options.kv_type;
@@ -78,7 +96,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
                  "tokens",
                  architecture_name(config_.arch), config_.n_layers, config_.dim, weight_format_name(options.weights),
                  kv_type_name(options.kv_type), blocks_.total(), options.block_size,
-                 runner_->kv_cache().bytes() >> 20, options.max_seqs, options.max_context);
+                 runner_->kv_cache().bytes() >> 20, options.max_seqs, options_.max_context);
     thread_ = std::thread([this] { loop(); });
 }
 

@@ -10,6 +10,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/gguf_convert.hpp"
 #include "engine/make_model.hpp"
 #include "engine/serve_command.hpp"
 #include "kernels/thread_policy.hpp"
@@ -19,26 +20,31 @@ namespace {
 constexpr const char* kUsage = R"(usage: anvil-engine <command> [options]
 
 commands:
-  serve --model DIR [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
+  serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
         [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
         [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N] [--api-key KEY]
         [--prefix-caching on|off]
         [--draft-self q8|bf16 | --draft-model DIR [--draft-weights f32|bf16|q8] | --draft-layers N |
          --draft-ngram N] [--draft-tokens K]
-      load a Hugging Face model directory and serve the OpenAI API (/v1/completions,
+      load a Hugging Face model directory or a GGUF file and serve the OpenAI API (/v1/completions,
       /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
+      --max-context defaults to the model's own context length;
       with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
       and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413;
       prompts that start alike share the KV blocks of what they share (prefix caching, on by
       default); a draft makes decoding speculative (lossless: the output is the target's): the target's own
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
-  make-model --out DIR [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
-             [--dtype f32|bf16|f16] [--shards N] [--early-exit N] [--layers N]
-      write a deterministic model directory with random weights and a byte-level BPE tokenizer;
+  make-model --out DIR|FILE.gguf [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
+             [--dtype f32|bf16|f16|q8_0] [--shards N] [--early-exit N] [--layers N]
+      write a deterministic model directory with random weights and a byte-level BPE tokenizer
+      (or, for FILE.gguf, that model as one GGUF file: --dtype f32, f16, bf16 or q8_0);
       --early-exit N: the layers past the first N only make small corrections, as in a model
       trained for early exit, so that --draft-layers N predicts most of its tokens; --layers N
       overrides the preset's depth (the first N layers of the same model: a --draft-model for it)
+  convert --model DIR --out FILE.gguf [--type f32|f16|bf16|q8_0]
+      write a Hugging Face model directory as a GGUF file, as llama.cpp's convert_hf_to_gguf.py
+      does for the architectures anvil-engine runs (norms and biases stay f32)
 
 environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
   OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)
@@ -80,6 +86,15 @@ std::string text(const std::map<std::string, std::string>& flags, const std::str
     return it == flags.end() ? fallback : it->second;
 }
 
+int convert_command(const std::vector<std::string>& words) {
+    const auto flags = parse_flags(words, {"--model", "--out", "--type"});
+    if (!flags.count("--model") || !flags.count("--out")) throw UsageError("convert needs --model DIR and --out FILE.gguf");
+    const std::string type = text(flags, "--type", "f32");
+    const size_t bytes = anvil::engine::convert_to_gguf(flags.at("--model"), flags.at("--out"), anvil::engine::parse_gguf_type(type));
+    std::cout << "wrote " << flags.at("--out") << ": " << bytes << " bytes, matrices " << type << "\n";
+    return 0;
+}
+
 int make_model_command(const std::vector<std::string>& words) {
     const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--shards", "--early-exit", "--layers"});
     anvil::engine::MakeModelOptions o;
@@ -110,7 +125,8 @@ int serve_command(const std::vector<std::string>& words) {
     o.host = text(flags, "--host", o.host);
     o.port = int(number(flags, "--port", o.port));
     o.served_model_name = text(flags, "--served-model-name", "");
-    o.max_context = int(number(flags, "--max-context", o.max_context));
+    o.max_context = int(number(flags, "--max-context", 0));
+    if (flags.count("--max-context") && o.max_context < 2) throw UsageError("--max-context: expected at least 2");
     o.max_seqs = int(number(flags, "--max-seqs", o.max_seqs));
     o.threads = int(number(flags, "--threads", 0));
     o.weights = text(flags, "--weights", o.weights);
@@ -157,6 +173,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> rest(words.begin() + 1, words.end());
     try {
         if (command == "make-model") return make_model_command(rest);
+        if (command == "convert") return convert_command(rest);
         if (command == "serve") return serve_command(rest);
         std::cerr << "anvil-engine: unknown command '" << command << "'\n" << kUsage;
         return 2;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/bpe_trainer.hpp"
+#include "engine/gguf_convert.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::engine {
@@ -193,11 +194,25 @@ Family chat_family(const std::string& arch) {
 }  // namespace
 
 size_t make_model(const MakeModelOptions& o) {
+    if (o.out.extension() == ".gguf") {
+        // The Hugging Face directory first, beside the file, then the converter's GGUF of it.
+        const GgmlType type = parse_gguf_type(o.dtype);
+        if (fs::exists(o.out)) throw std::runtime_error(o.out.string() + ": exists; choose a new --out file");
+        if (o.shards != 1) throw std::runtime_error("--shards: a GGUF file is one file");
+        MakeModelOptions hf = o;
+        hf.out = o.out.string() + ".hf";
+        hf.dtype = "f32";
+        fs::remove_all(hf.out);
+        make_model(hf);
+        const size_t bytes = convert_to_gguf(hf.out, o.out, type);
+        fs::remove_all(hf.out);
+        return bytes;
+    }
     const std::string& arch = o.arch;
     if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
         throw std::runtime_error("--arch " + arch + ": expected llama, qwen2, qwen3 or mistral");
     if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
-        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16");
+        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16 (or q8_0 for a .gguf --out)");
     if (o.shards < 1 || o.shards > 99) throw std::runtime_error("--shards must be 1 to 99");
     Shape s = preset_shape(o.preset, arch);
     if (o.layers < 0 || o.layers > 64) throw std::runtime_error("--layers " + std::to_string(o.layers) + ": expected 1 to 64");

@@ -111,8 +111,9 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
                 for (int h = 0; h < c.n_kv_heads; ++h) kernels::rmsnorm(k + h * hd, k + h * hd, w.k_norm, hd, c.norm_eps);
             }
             const size_t p = size_t(batch.positions[i]);
-            kernels::rope(q, c.n_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
-            kernels::rope(k, c.n_kv_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
+            const auto rope = c.rope_pairs ? kernels::rope_pairs : kernels::rope;
+            rope(q, c.n_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
+            rope(k, c.n_kv_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
             const int32_t* table = batch.block_tables[size_t(batch.sequence[i])];
             kv_.write(l, table[p / block_size], int(p % block_size), k, v);
         }

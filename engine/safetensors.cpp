@@ -22,6 +22,7 @@ const char* dtype_name(Dtype dtype) {
         case Dtype::F32: return "F32";
         case Dtype::F16: return "F16";
         case Dtype::BF16: return "BF16";
+        case Dtype::Q8_0: return "Q8_0";
         case Dtype::Other: return "other";
     }
     return "?";
@@ -32,9 +33,15 @@ size_t dtype_size(Dtype dtype) {
         case Dtype::F32: return 4;
         case Dtype::F16:
         case Dtype::BF16: return 2;
+        case Dtype::Q8_0:
         case Dtype::Other: return 0;
     }
     return 0;
+}
+
+size_t row_bytes(Dtype dtype, int64_t cols) {
+    if (dtype == Dtype::Q8_0) return size_t(cols / 32 * 34);
+    return size_t(cols) * dtype_size(dtype);
 }
 
 int64_t TensorInfo::elements() const {
@@ -150,80 +157,6 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
 
 MappedFile::~MappedFile() {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-}
-
-TensorStore::TensorStore(const std::filesystem::path& model_dir) : dir_(model_dir) {
-    namespace fs = std::filesystem;
-    const auto index = model_dir / "model.safetensors.index.json";
-    if (fs::exists(index)) {
-        std::ifstream in(index);
-        nlohmann::json doc;
-        try {
-            doc = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            throw std::runtime_error(index.string() + ": not valid JSON: " + e.what());
-        }
-        if (!doc.contains("weight_map") || !doc["weight_map"].is_object())
-            throw std::runtime_error(index.string() + ": weight_map is missing");
-        std::set<std::string> shards;
-        for (const auto& [name, shard] : doc["weight_map"].items()) {
-            if (!shard.is_string()) throw std::runtime_error(index.string() + ": weight_map." + name + " is not a file name");
-            const std::string file = shard.get<std::string>();
-            if (file.find('/') != std::string::npos || file.starts_with("."))
-                throw std::runtime_error(index.string() + ": weight_map." + name + " names a file outside the directory");
-            shards.insert(file);
-        }
-        for (const auto& shard : shards) add_file(model_dir / shard);
-        for (const auto& [name, shard] : doc["weight_map"].items()) {
-            auto it = tensors_.find(name);
-            if (it == tensors_.end() || it->second.file != (model_dir / shard.get<std::string>()).string())
-                throw std::runtime_error(index.string() + ": weight_map puts " + name + " in " +
-                                         shard.get<std::string>() + ", which does not hold it");
-        }
-    } else if (fs::exists(model_dir / "model.safetensors")) {
-        add_file(model_dir / "model.safetensors");
-    } else {
-        std::vector<fs::path> found;
-        std::error_code ec;
-        for (const auto& entry : fs::directory_iterator(model_dir, ec))
-            if (entry.path().extension() == ".safetensors") found.push_back(entry.path());
-        if (ec) throw std::runtime_error(model_dir.string() + ": " + ec.message());
-        std::sort(found.begin(), found.end());
-        for (const auto& file : found) add_file(file);
-    }
-    if (tensors_.empty())
-        throw std::runtime_error(model_dir.string() + ": no safetensors weights (expected model.safetensors or "
-                                 "model.safetensors.index.json with its shards)");
-}
-
-void TensorStore::add_file(const std::filesystem::path& file) {
-    files_.push_back(std::make_unique<MappedFile>(file));
-    const MappedFile& mapped = *files_.back();
-    for (auto& t : parse_safetensors(mapped.data(), mapped.size(), file.string())) {
-        if (tensors_.count(t.name))
-            throw std::runtime_error(file.string() + ": tensor " + t.name + " also appears in " + tensors_[t.name].file);
-        tensors_.emplace(t.name, std::move(t));
-    }
-}
-
-const TensorInfo& TensorStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end())
-        throw std::runtime_error(dir_.string() + ": tensor " + name + " is missing from the safetensors files");
-    const TensorInfo& t = it->second;
-    if (t.shape != shape)
-        throw std::runtime_error(t.file + ": tensor " + name + " has shape " + shape_text(t.shape) + ", expected " +
-                                 shape_text(shape) + " from config.json");
-    if (t.dtype == Dtype::Other)
-        throw std::runtime_error(t.file + ": tensor " + name + " is " + t.dtype_text +
-                                 "; anvil-engine reads F32, F16 and BF16 weights");
-    return t;
-}
-
-size_t TensorStore::total_bytes() const {
-    size_t total = 0;
-    for (const auto& [name, t] : tensors_) total += t.bytes;
-    return total;
 }
 
 }  // namespace anvil::engine

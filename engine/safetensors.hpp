@@ -12,9 +12,12 @@
 
 namespace anvil::engine {
 
-enum class Dtype { F32, F16, BF16, Other };
+// Q8_0 comes from GGUF files only: blocks of 32 values, an f16 scale and 32 int8 each.
+enum class Dtype { F32, F16, BF16, Q8_0, Other };
 const char* dtype_name(Dtype dtype);
-size_t dtype_size(Dtype dtype);
+size_t dtype_size(Dtype dtype);  // bytes per element; 0 for Q8_0 (see row_bytes)
+// The bytes of one row of `cols` values.
+size_t row_bytes(Dtype dtype, int64_t cols);
 
 struct TensorInfo {
     std::string name;
@@ -24,6 +27,7 @@ struct TensorInfo {
     const uint8_t* data = nullptr;  // inside the mapping
     size_t bytes = 0;
     std::string file;               // for messages
+    std::string stored_name;        // the name in the file, when it differs (GGUF)
 
     int64_t elements() const;
 };
@@ -48,10 +52,11 @@ private:
 };
 
 // All tensors of a model directory: model.safetensors, the shards named by
-// model.safetensors.index.json, or every *.safetensors file.
+// model.safetensors.index.json, or every *.safetensors file. Or those of a GGUF file, under
+// their Hugging Face names and shapes ([rows, cols]).
 class TensorStore {
 public:
-    explicit TensorStore(const std::filesystem::path& model_dir);
+    explicit TensorStore(const std::filesystem::path& model);
 
     bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
     // The tensor with exactly this shape; the error names the tensor, the file and both shapes.
@@ -61,8 +66,10 @@ public:
 
 private:
     void add_file(const std::filesystem::path& file);
+    void add_gguf(const std::filesystem::path& file);
 
     std::filesystem::path dir_;
+    bool gguf_ = false;
     std::vector<std::unique_ptr<MappedFile>> files_;
     std::map<std::string, TensorInfo> tensors_;
 };

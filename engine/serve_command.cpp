@@ -59,8 +59,18 @@ DraftOptions draft_options(const ServeOptions& o) {
 }
 
 int serve(const ServeOptions& o) {
-    if (o.max_seqs < 1 || o.max_context < 2 || o.max_batch_tokens < 1)
+    if (o.max_seqs < 1 || (o.max_context != 0 && o.max_context < 2) || o.max_batch_tokens < 1)
         throw std::runtime_error("--max-seqs, --max-context and --max-batch-tokens must be positive");
+    // Without --max-context the model's own length bounds request bodies; a model that cannot be
+    // read fails in the loader below, with its error on /health.
+    int context = o.max_context;
+    if (context == 0) {
+        try {
+            context = load_config(o.model_dir).max_position;
+        } catch (const std::exception&) {
+            context = 2048;
+        }
+    }
     EngineOptions e;
     e.max_seqs = o.max_seqs;
     e.max_context = o.max_context;
@@ -76,11 +86,14 @@ int serve(const ServeOptions& o) {
     ServerOptions s;
     s.host = o.host;
     s.port = o.port;
-    s.served_model_name = o.served_model_name.empty() ? std::filesystem::absolute(o.model_dir).filename().string()
-                                                      : o.served_model_name;
+    // By default the directory's name, or the GGUF file's without ".gguf" (as Ollama names a model).
+    const auto model_path = std::filesystem::absolute(o.model_dir);
+    s.served_model_name = !o.served_model_name.empty()         ? o.served_model_name
+                          : model_path.extension() == ".gguf" ? model_path.stem().string()
+                                                              : model_path.filename().string();
     s.http_threads = 4 * o.max_seqs + 8;
     s.api_key = o.api_key;
-    s.max_body_bytes = max_body_bytes_for_context(o.max_context);
+    s.max_body_bytes = max_body_bytes_for_context(context);
     Server server(s);
     const int port = server.bind();
     // The port line on stdout is how a parent that passed --port 0 learns the port.

@@ -10,11 +10,11 @@
 namespace anvil::engine {
 
 struct ServeOptions {
-    std::filesystem::path model_dir;
+    std::filesystem::path model_dir;  // a Hugging Face directory or a GGUF file
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string served_model_name;  // default: the model directory's name
-    int max_context = 2048;
+    std::string served_model_name;  // default: the model directory's name, or the GGUF file's stem
+    int max_context = 0;  // 0: the model's own context length
     int max_seqs = 4;
     int threads = 0;  // 0: every core
     std::string weights = "stored";

@@ -6,6 +6,7 @@
 #include <queue>
 #include <stdexcept>
 
+#include "engine/gguf_model.hpp"
 #include "engine/unicode.hpp"
 #include "engine/unicode_nfc.hpp"
 
@@ -71,6 +72,11 @@ uint32_t byte_to_unicode(uint8_t byte) { return byte_map().to_unicode[byte]; }
 int unicode_to_byte(uint32_t cp) { return cp < 512 ? byte_map().to_byte[cp] : -1; }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
+    if (is_gguf_file(model_dir)) {
+        const GgufModel model(model_dir);
+        const auto [doc, config] = model.tokenizer_documents();
+        return Tokenizer(doc, config, model_dir.string() + " (its tokenizer.ggml metadata)");
+    }
     const auto file = model_dir / "tokenizer.json";
     const auto config_file = model_dir / "tokenizer_config.json";
     const json config = std::filesystem::exists(config_file) ? read_json(config_file) : json::object();

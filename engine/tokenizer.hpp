@@ -18,7 +18,7 @@ namespace anvil::engine {
 
 class Tokenizer {
 public:
-    // Reads DIR/tokenizer.json and DIR/tokenizer_config.json (optional).
+    // Reads DIR/tokenizer.json and DIR/tokenizer_config.json (optional), or a GGUF file's vocabulary.
     static Tokenizer load(const std::filesystem::path& model_dir);
     Tokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& label);
 

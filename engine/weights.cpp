@@ -1,6 +1,7 @@
 #include "engine/weights.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -54,12 +55,18 @@ void* ModelWeights::allocate(size_t bytes) {
     return p;
 }
 
-namespace {
-
-// Row r of a stored tensor widened to f32.
 void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
-    const uint8_t* base = t.data + size_t(r) * cols * dtype_size(t.dtype);
+    const uint8_t* base = t.data + size_t(r) * row_bytes(t.dtype, cols);
     switch (t.dtype) {
+        case Dtype::Q8_0:
+            for (int b = 0; b < cols / 32; ++b) {
+                const uint8_t* block = base + size_t(b) * 34;
+                uint16_t bits;
+                std::memcpy(&bits, block, 2);
+                const float d = kernels::f16_to_f32(bits);
+                for (int k = 0; k < 32; ++k) out[b * 32 + k] = d * float(int8_t(block[2 + k]));
+            }
+            break;
         case Dtype::F32: std::memcpy(out, base, sizeof(float) * cols); break;
         case Dtype::BF16:
             for (int k = 0; k < cols; ++k) {
@@ -79,13 +86,13 @@ void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
     }
 }
 
-}  // namespace
-
 WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, WeightFormat format) {
     const TensorInfo& t = store_->get(name, {rows, cols});
     WeightType type = WeightType::F32;
     switch (format) {
-        case WeightFormat::Stored: type = t.dtype == Dtype::BF16 ? WeightType::BF16 : WeightType::F32; break;
+        case WeightFormat::Stored:
+            type = t.dtype == Dtype::BF16 ? WeightType::BF16 : t.dtype == Dtype::Q8_0 ? WeightType::Q8 : WeightType::F32;
+            break;
         case WeightFormat::F32: type = WeightType::F32; break;
         case WeightFormat::BF16: type = WeightType::BF16; break;
         case WeightFormat::Q8: type = WeightType::Q8; break;
@@ -146,6 +153,19 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
                 std::vector<float> row(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
                 for (int r = 0; r < rows; ++r) {
+                    if (t.dtype == Dtype::Q8_0) {
+                        // GGUF's Q8_0 already is this format, its scales in f16: the values are
+                        // moved apart from the scales, nothing is rounded again.
+                        static_assert(kernels::kQ8Group == 32);
+                        const uint8_t* blocks = t.data + size_t(r) * row_bytes(t.dtype, cols);
+                        for (int g = 0; g < groups; ++g) {
+                            uint16_t bits;
+                            std::memcpy(&bits, blocks + size_t(g) * 34, 2);
+                            scales[size_t(r) * groups + g] = kernels::f16_to_f32(bits);
+                            std::memcpy(out + size_t(r) * cols + size_t(g) * 32, blocks + size_t(g) * 34 + 2, 32);
+                        }
+                        continue;
+                    }
                     stored_row_to_f32(t, r, cols, row.data());
                     kernels::quantize_q8_row(row.data(), cols, out + size_t(r) * cols, scales + size_t(r) * groups);
                 }

@@ -64,4 +64,7 @@ private:
 
 size_t matrix_bytes(const kernels::WeightMatrix& m);
 
+// Row r of a stored tensor ([rows][cols], or a vector as one row) widened to f32.
+void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out);
+
 }  // namespace anvil::engine

@@ -16,6 +16,31 @@ const char* weight_type_name(WeightType type) {
     return "?";
 }
 
+uint16_t f32_to_f16(float value) {
+    uint32_t x;
+    std::memcpy(&x, &value, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t magnitude = x & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+    if (magnitude >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds past 65504: infinity
+    if (magnitude < 0x38800000u) {
+        // A subnormal half (or zero): the value in units of 2^-24, rounded to nearest even.
+        if (magnitude < 0x33000000u) return uint16_t(sign);
+        const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+        const int shift = 126 - int(magnitude >> 23);  // 14 + (113 - exponent)
+        const uint32_t halfway = 1u << (shift - 1);
+        uint32_t r = mantissa >> shift;
+        const uint32_t rest = mantissa & ((1u << shift) - 1);
+        if (rest > halfway || (rest == halfway && (r & 1u))) ++r;
+        return uint16_t(sign | r);
+    }
+    // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+    uint32_t h = ((magnitude >> 13) - ((127 - 15) << 10));
+    const uint32_t rest = magnitude & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return uint16_t(sign | h);
+}
+
 float f16_to_f32(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000u) << 16;
     uint32_t exponent = (h >> 10) & 0x1fu;

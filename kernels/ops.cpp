@@ -76,6 +76,19 @@ void rope(float* vec, int n_heads, int head_dim, const float* cos, const float* 
     }
 }
 
+void rope_pairs(float* vec, int n_heads, int head_dim, const float* cos, const float* sin) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        float* head = vec + h * head_dim;
+        for (int i = 0; i < half; ++i) {
+            const float a = head[2 * i];
+            const float b = head[2 * i + 1];
+            head[2 * i] = a * cos[i] - b * sin[i];
+            head[2 * i + 1] = b * cos[i] + a * sin[i];
+        }
+    }
+}
+
 void softmax(float* x, int n) {
     float largest = x[0];
     // A comparison, not std::fmax: that is a library call per element here.

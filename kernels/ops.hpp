@@ -13,6 +13,10 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 // layout Hugging Face Llama uses: element i pairs with i + head_dim/2.
 // cos/sin: [head_dim / 2] for this position.
 void rope(float* vec, int n_heads, int head_dim, const float* cos, const float* sin);
+// The same rotation in the layout GGUF files of the llama architecture hold q and k in (their
+// rows permuted by the converter, as llama.cpp's "normal" rope expects): element 2i pairs with
+// 2i + 1, at the angle of frequency i.
+void rope_pairs(float* vec, int n_heads, int head_dim, const float* cos, const float* sin);
 
 // In place, numerically stable.
 void softmax(float* x, int n);

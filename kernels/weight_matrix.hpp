@@ -57,6 +57,8 @@ inline uint16_t f32_to_bf16(float value) {
 }
 
 float f16_to_f32(uint16_t bits);
+// Round to nearest even; overflow to infinity, NaN stays NaN (as numpy's astype(float16)).
+uint16_t f32_to_f16(float value);
 
 // Dequantizes one row of any format into `out` (cols floats): the embedding lookup.
 void dequantize_row(const WeightMatrix& w, int row, float* out);

@@ -1,6 +1,9 @@
 #include "registry/embedded_memory.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <limits>
 
 namespace anvil::registry {
 
@@ -31,7 +34,7 @@ struct Unknown {
 struct Settings {
     std::string weights = "stored";
     std::string kv_dtype = "f32";
-    std::int64_t max_context = 2048;
+    std::int64_t max_context = 0;  // 0: the model's own context length
     std::int64_t max_seqs = 4;
     std::int64_t kv_blocks = 0;  // 0: enough for max_seqs whole contexts
 };
@@ -66,8 +69,8 @@ Settings settings_of(const Launch& l) {
     return s;
 }
 
-// How a model stored as `dtype` is held when served as `format` ("stored" keeps f32 and bf16 and
-// widens f16 to f32).
+// How a model stored as `dtype` is held when served as `format` ("stored" keeps f32 and bf16,
+// widens f16 to f32 and holds a GGUF file's Q8_0 as q8).
 Held held_as(const std::string& format, const std::string& dtype, const std::string& model) {
     if (format == "f32") return Held::f32;
     if (format == "bf16") return Held::bf16;
@@ -75,7 +78,8 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
     if (format != "stored") throw Unknown{"weights '" + format + "' are not a format anvil-engine serves (f32, bf16, q8, stored)"};
     if (dtype == "f32" || dtype == "f16") return Held::f32;
     if (dtype == "bf16") return Held::bf16;
-    throw Unknown{"model " + model + " is stored as '" + dtype + "', which anvil-engine does not serve as stored (f32, bf16, f16)"};
+    if (dtype == "q8_0") return Held::q8;
+    throw Unknown{"model " + model + " is stored as '" + dtype + "', which anvil-engine does not serve as stored (f32, bf16, f16, q8_0)"};
 }
 
 // The engine maps a tensor held in the format it is stored in instead of copying it.
@@ -128,6 +132,24 @@ I kv_bytes(const ModelShape& s, std::int64_t blocks, const std::string& kv_dtype
     return exact(2) * exact(s.layers) * exact(blocks) * exact(kEngineKvBlockTokens) * exact(s.kv_heads) * exact(s.head_dim) * exact(element);
 }
 
+// The pool anvil-engine makes when --kv-blocks does not size it (engine/engine.cpp's
+// default_kv_blocks): max_seqs whole contexts within 4 GiB, never less than one whole context.
+std::int64_t default_kv_blocks(const Settings& s, const ModelShape& shape) {
+    if (s.kv_blocks > 0) return s.kv_blocks;
+    const std::int64_t context = s.max_context > 0 ? s.max_context : shape.max_position;
+    // Wide arithmetic: launch arguments and shapes are untrusted, and their products can pass 2^63.
+    using Wide = __int128;
+    const Wide per_sequence = (Wide(context) + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
+    const Wide element = s.kv_dtype == "bf16" ? 2 : 4;
+    const Wide block_bytes = std::max<Wide>(Wide(2) * shape.layers * kEngineKvBlockTokens * shape.kv_heads * shape.head_dim * element, 1);
+    const Wide budget = std::max<Wide>((Wide(4) << 30) / block_bytes, per_sequence);
+    const Wide blocks = std::min<Wide>(Wide(s.max_seqs) * per_sequence, budget);
+    if (blocks > Wide(std::numeric_limits<std::int32_t>::max()))
+        throw Unknown{"the KV pool of " + std::to_string(static_cast<long long>(std::min<Wide>(blocks, Wide(INT64_MAX)))) +
+                      " blocks is more than anvil-engine can make"};
+    return static_cast<std::int64_t>(blocks);
+}
+
 std::string kv_how(const Settings& s, std::int64_t blocks) {
     return s.kv_dtype + ", " + std::to_string(blocks) + " blocks of " + std::to_string(kEngineKvBlockTokens) + " tokens";
 }
@@ -174,8 +196,6 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
         out.total = {};
         return out;
     }
-    const std::int64_t blocks = settings.kv_blocks > 0 ? settings.kv_blocks
-                                                       : settings.max_seqs * ((settings.max_context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1);
     std::optional<ModelShape> target;
     std::string target_problem;
     if (!l.model) target_problem = "the recipe names no launch.model";
@@ -192,6 +212,20 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
     };
     const std::string dtype = l.model ? l.model->dtype : "";
     const std::string model_name = l.model ? l.model->path : "";
+    // Both caches have the target's blocks, sized on the target's shape (its context length when
+    // --max-context is not given).
+    std::int64_t blocks = 0;
+    std::string blocks_problem = target_problem;
+    try {
+        if (target) blocks = default_kv_blocks(settings, *target);
+        else if (settings.kv_blocks > 0) blocks = settings.kv_blocks;
+    } catch (const Unknown& u) {
+        blocks_problem = u.why;
+    }
+    auto need_blocks = [&]() {
+        if (blocks == 0) throw Unknown{"the KV pool follows the model's shape: " + blocks_problem};
+        return blocks;
+    };
 
     part("target weights", [&] {
         const Held held = held_as(settings.weights, dtype, model_name);
@@ -199,7 +233,7 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
         return std::pair{std::string(name(held)) + (mapped(held, dtype) ? ", mapped from its files" : ""),
                          matrices_bytes(s, held, model_name) + vectors_bytes(s)};
     });
-    part("target KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_target(), blocks, settings.kv_dtype)}; });
+    part("target KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_target(), need_blocks(), settings.kv_dtype)}; });
 
     if (const auto& d = l.draft) {
         switch (d->kind) {
@@ -216,7 +250,7 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
                     if (!shares_vectors) bytes = bytes + vectors_bytes(s);
                     return std::pair{std::string("self ") + name(held) + (shares_matrices ? ", the target's own mapping" : ""), bytes};
                 });
-                part("draft KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_target(), blocks, settings.kv_dtype)}; });
+                part("draft KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_target(), need_blocks(), settings.kv_dtype)}; });
                 break;
             }
             case DraftKind::model: {
@@ -240,7 +274,7 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
                     return std::pair{std::string("model ") + name(held), matrices_bytes(s, held, m->path) + vectors_bytes(s)};
                 });
                 // The draft's runner takes the target's block count, so one block table serves both.
-                part("draft KV cache", [&] { return std::pair{kv_how(settings, blocks), kv_bytes(need_draft(), blocks, settings.kv_dtype)}; });
+                part("draft KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_draft(), need_blocks(), settings.kv_dtype)}; });
                 break;
             }
             case DraftKind::layers:

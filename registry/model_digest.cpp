@@ -8,10 +8,12 @@
 
 namespace anvil::registry {
 
-std::string model_directory_digest(const std::filesystem::path& directory) {
+std::string model_digest(const std::filesystem::path& directory) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (!fs::is_directory(directory, ec)) throw std::runtime_error(directory.string() + ": not a model directory");
+    // One file (a GGUF model): the digest of its bytes, as Ollama and Hugging Face name a blob.
+    if (fs::is_regular_file(directory, ec)) return "sha256:" + support::sha256_file_hex(directory);
+    if (!fs::is_directory(directory, ec)) throw std::runtime_error(directory.string() + ": not a model directory or file");
     std::vector<std::string> files;
     for (auto it = fs::recursive_directory_iterator(directory, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         const std::string name = it->path().filename().string();

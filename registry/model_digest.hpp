@@ -1,5 +1,6 @@
-// The content digest that pins a model directory for the embedded engine: sha256 over the sorted
-// list of (relative path, sha256 of the file) for every regular file, hidden files excluded.
+// The content digest that pins a model for the embedded engine. A directory: sha256 over the sorted
+// list of (relative path, sha256 of the file) for every regular file, hidden files excluded. One
+// file (GGUF): the sha256 of its bytes.
 #pragma once
 
 #include <filesystem>
@@ -8,6 +9,6 @@
 namespace anvil::registry {
 
 // "sha256:<64 hex>". Throws std::runtime_error naming the path when it cannot be read.
-std::string model_directory_digest(const std::filesystem::path& directory);
+std::string model_digest(const std::filesystem::path& directory);
 
 }  // namespace anvil::registry

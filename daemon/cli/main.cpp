@@ -19,8 +19,8 @@ commands:
       read, validate and pin-check every document of a registry: a git repository (local path
       or URL, read from the commit's tree), a plain directory, or a single file; documents over
       N bytes (default 1048576, as anvild's max_document_bytes) are invalid
-  model digest <dir>
-      print the content digest that pins a model directory in an embedded-engine recipe
+  model digest <dir|file.gguf>
+      print the content digest that pins a model directory or GGUF file in an embedded-engine recipe
   feasibility FILE... [--format table|json] [--pretty] [--inventory FILE|measure] [--commercial yes|no]
               [--model-root DIR] [--max-document-bytes N]
       judge on paper what can run here: a feasibility input's candidates by interval maths, and

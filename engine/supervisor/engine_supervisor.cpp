@@ -75,23 +75,28 @@ std::optional<std::string> EngineSupervisor::startable(const registry::Recipe& r
         if (recipe.launch.kind == "embedded") {
             const auto binary = engine_binary(settings_);
             if (binary.is_absolute() && access(binary.c_str(), X_OK) != 0) return "engine binary " + binary.string() + " is not executable";
-            if (!launch.model_path || !std::filesystem::is_directory(*launch.model_path))
-                return "model directory " + (launch.model_path ? launch.model_path->string() : std::string("(none)")) + " does not exist";
+            // A model is a Hugging Face directory or one GGUF file.
+            const auto is_model = [](const std::optional<std::filesystem::path>& p) {
+                return p && (std::filesystem::is_directory(*p) || std::filesystem::is_regular_file(*p));
+            };
+            if (!is_model(launch.model_path))
+                return "model " + (launch.model_path ? launch.model_path->string() : std::string("(none)")) +
+                       " does not exist (expected a model directory or a GGUF file)";
             if (recipe.launch.model && recipe.launch.model->digest) {
-                const std::string digest = registry::model_directory_digest(*launch.model_path);
+                const std::string digest = registry::model_digest(*launch.model_path);
                 if (digest != *recipe.launch.model->digest)
-                    return "model directory " + launch.model_path->string() + " has digest " + digest + ", but the recipe pins " +
+                    return "model " + launch.model_path->string() + " has digest " + digest + ", but the recipe pins " +
                            *recipe.launch.model->digest;
             }
             // A draft model is loaded as the target is: the same existence and digest checks.
             if (const auto& draft = recipe.launch.draft; draft && draft->model) {
-                if (!launch.draft_model_path || !std::filesystem::is_directory(*launch.draft_model_path))
-                    return "draft model directory " + (launch.draft_model_path ? launch.draft_model_path->string() : std::string("(none)")) +
-                           " does not exist";
+                if (!is_model(launch.draft_model_path))
+                    return "draft model " + (launch.draft_model_path ? launch.draft_model_path->string() : std::string("(none)")) +
+                           " does not exist (expected a model directory or a GGUF file)";
                 if (draft->model->digest) {
-                    const std::string digest = registry::model_directory_digest(*launch.draft_model_path);
+                    const std::string digest = registry::model_digest(*launch.draft_model_path);
                     if (digest != *draft->model->digest)
-                        return "draft model directory " + launch.draft_model_path->string() + " has digest " + digest +
+                        return "draft model " + launch.draft_model_path->string() + " has digest " + digest +
                                ", but the recipe pins " + *draft->model->digest;
                 }
             }

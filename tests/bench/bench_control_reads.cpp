@@ -626,7 +626,7 @@ int main(int argc, char** argv) {
         std::printf("setup: make-model failed: %s\n", made.output.c_str());
         return 1;
     }
-    const std::string digest = anvil::registry::model_directory_digest(root / "models" / "tiny");
+    const std::string digest = anvil::registry::model_digest(root / "models" / "tiny");
     std::printf("bench_control_reads: anvild %s; fetch delay %d ms, stream held %d ms, phases %d ms; load average %s\n", o.anvild.c_str(), o.fetch_delay_ms,
                 o.hold_ms, o.phase_ms, anvil::test::read_file("/proc/loadavg").substr(0, 14).c_str());
     const bool a = bench_fetch_and_pin(o, root.path(), digest, backend);

@@ -316,7 +316,7 @@ void bench_commit_to_serving(const fs::path& dir) {
     const fs::path models = dir / "models";
     auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (models / "tiny").string(), "--preset", "tiny", "--seed", "5"});
     if (made.exit_code != 0) return;
-    const std::string digest = anvil::registry::model_directory_digest(models / "tiny");
+    const std::string digest = anvil::registry::model_digest(models / "tiny");
     anvil::test::GitRepo repo(dir / "serving-registry");
     repo.write("README.md", "bench\n");
     repo.commit("empty registry");

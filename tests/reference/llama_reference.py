@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """An independent reference for anvil-engine's forward pass: reads a Hugging Face model directory
-(config.json and safetensors, sharded or not) with nothing but NumPy, and computes the logits of
-every position of each token sequence in float64, the way Hugging Face's Llama, Qwen2, Qwen3 and
-Mistral modelling code does.
+(config.json and safetensors, sharded or not) or a GGUF file (F32, F16, BF16 and Q8_0 tensors,
+dequantized exactly; the llama architecture's permuted q and k rows put back in Hugging Face's
+order) with nothing but NumPy, and computes the logits of every position of each token sequence in
+float64, the way Hugging Face's Llama, Qwen2, Qwen3 and Mistral modelling code does.
 
 usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FILE [--bf16-inputs]
                           [--q8-weights [--q8-input-steps N]]
@@ -11,8 +12,9 @@ FILE receives, for each sequence in order, [len][vocab] little-endian float32 lo
 then round to nearest even), as an engine multiplying bf16 pairs in hardware does.
 --q8-weights rounds every matrix to int8 with one float32 scale per group of 32 inputs (largest
 magnitude / 127, round to nearest even), as the engine's --weights q8 does on load;
---q8-input-steps N rounds the inputs of those products the same way with N steps (127: int8 as
-multiplied with AVX-512 VNNI; 32767: int16 as the other vector kernels do).
+--q8-input-steps N rounds the inputs of those products (and of those with a GGUF file's Q8_0
+weights) the same way with N steps (127: int8 as multiplied with AVX-512 VNNI; 32767: int16 as the
+other vector kernels do).
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ import numpy as np
 
 
 BF16_STORED = set()  # names of the tensors the files hold as bf16
+Q8_PRODUCTS = set()  # names of the matrices multiplied as q8: GGUF Q8_0 ones, or all with --q8-weights
 
 
 def read_safetensors(path):
@@ -65,6 +68,128 @@ def load_weights(model_dir):
     return weights
 
 
+# GGUF value types: struct format and size of the scalar ones.
+GGUF_SCALARS = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4),
+                6: ("<f", 4), 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8)}
+GGUF_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias", "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
+}
+GGUF_MODEL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                    "output.weight": "lm_head.weight"}
+
+
+def read_gguf(path):
+    """(config as a Hugging Face config.json would hold it, weights by Hugging Face name)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+
+    def take(fmt, size):
+        nonlocal pos
+        (value,) = struct.unpack_from(fmt, data, pos)
+        pos += size
+        return value
+
+    def string():
+        nonlocal pos
+        n = take("<Q", 8)
+        pos += n
+        return data[pos - n:pos].decode("utf-8", errors="replace")
+
+    def value(kind):
+        if kind == 8:
+            return string()
+        if kind == 9:
+            inner, count = take("<I", 4), take("<Q", 8)
+            return [value(inner) for _ in range(count)]
+        fmt, size = GGUF_SCALARS[kind]
+        return take(fmt, size)
+
+    if data[:4] != b"GGUF":
+        raise SystemExit(f"{path}: not a GGUF file")
+    pos = 4
+    take("<I", 4)
+    n_tensors, n_kv = take("<Q", 8), take("<Q", 8)
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("<I", 4))
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        ne = [take("<Q", 8) for _ in range(take("<I", 4))]
+        infos.append((name, ne, take("<I", 4), take("<Q", 8)))
+    align = meta.get("general.alignment", 32)
+    base = (pos + align - 1) // align * align
+    raw_tensors = {}
+    q8, bf16 = set(), set()
+    for name, ne, kind, offset in infos:
+        count = int(np.prod(ne))
+        start = base + offset
+        if kind == 0:
+            array = np.frombuffer(data, "<f4", count, start).astype(np.float64)
+        elif kind == 1:
+            array = np.frombuffer(data, "<f2", count, start).astype(np.float64)
+        elif kind == 30:
+            array = (np.frombuffer(data, "<u2", count, start).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+            bf16.add(name)
+        elif kind == 8:
+            blocks = np.frombuffer(data, np.uint8, count // 32 * 34, start).reshape(-1, 34)
+            scale = blocks[:, :2].copy().view("<f2").astype(np.float64)
+            array = (blocks[:, 2:].copy().view(np.int8).astype(np.float64) * scale).reshape(-1)
+            q8.add(name)
+        else:
+            raise SystemExit(f"{path}: {name} has ggml type {kind}, which the reference does not read")
+        raw_tensors[name] = array.reshape(list(reversed(ne)))
+
+    arch = meta["general.architecture"]
+    a = arch + "."
+    n_heads = meta[a + "attention.head_count"]
+    n_kv = meta.get(a + "attention.head_count_kv", n_heads)
+    dim = meta[a + "embedding_length"]
+    head_dim = meta.get(a + "attention.key_length", dim // n_heads)
+    window = meta.get(a + "attention.sliding_window")
+    config = {
+        "architectures": [{"llama": "MistralForCausalLM" if window else "LlamaForCausalLM",
+                           "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]],
+        "hidden_size": dim, "num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim,
+        "num_hidden_layers": meta[a + "block_count"], "rms_norm_eps": meta[a + "attention.layer_norm_rms_epsilon"],
+        "rope_theta": meta.get(a + "rope.freq_base", 10000.0), "sliding_window": window,
+        "tie_word_embeddings": "output.weight" not in raw_tensors,
+    }
+    if meta.get(a + "rope.scaling.type") == "linear":
+        config["rope_scaling"] = {"type": "linear", "factor": meta[a + "rope.scaling.factor"]}
+    if "rope_freqs.weight" in raw_tensors:
+        config["rope_freq_factors"] = raw_tensors["rope_freqs.weight"].tolist()
+
+    def unpermute(t, heads):
+        # convert_hf_to_gguf's permute interleaved each head's two halves; put them back.
+        return t.reshape(heads, t.shape[0] // heads // 2, 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+
+    weights = {}
+    for name, array in raw_tensors.items():
+        hf, rest = GGUF_MODEL_NAMES.get(name), ""
+        if hf is None and name.startswith("blk."):
+            layer, rest = name[4:].split(".", 1)
+            hf = f"model.layers.{layer}." + GGUF_LAYER_NAMES[rest] if rest in GGUF_LAYER_NAMES else None
+        if hf is None:
+            continue
+        if arch == "llama" and (rest.startswith("attn_q.") or rest.startswith("attn_k.")):
+            array = unpermute(array, n_heads if rest.startswith("attn_q.") else n_kv)
+        weights[hf] = array
+        if name in q8:
+            Q8_PRODUCTS.add(hf)
+        if name in bf16:
+            BF16_STORED.add(hf)
+    return config, weights
+
+
 def inverse_frequencies(config, head_dim):
     theta = config.get("rope_theta", 10000.0)
     inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
@@ -89,6 +214,8 @@ def inverse_frequencies(config, head_dim):
                     smooth = (old / wavelen - low) / (high - low)
                     out.append((1 - smooth) * f / factor + smooth * f)
             inv = np.array(out)
+    if config.get("rope_freq_factors"):
+        inv = inv / np.array(config["rope_freq_factors"])
     return inv
 
 
@@ -129,7 +256,7 @@ def product(x, w, name, bf16_inputs):
     per group where the weights are q8 and asked."""
     if bf16_inputs and name in BF16_STORED:
         x = round_to_bf16(x)
-    if Q8_INPUT_STEPS:
+    if Q8_INPUT_STEPS and name in Q8_PRODUCTS:
         x = round_per_group(x, Q8_INPUT_STEPS)
     return x @ w[name].T
 
@@ -196,17 +323,21 @@ def main():
     parser.add_argument("--q8-weights", action="store_true")
     parser.add_argument("--q8-input-steps", type=int, default=0)
     args = parser.parse_args()
-    if args.q8_input_steps and not args.q8_weights:
-        parser.error("--q8-input-steps needs --q8-weights")
-    with open(os.path.join(args.model, "config.json")) as f:
-        config = json.load(f)
-    weights = load_weights(args.model)
+    if os.path.isfile(args.model):
+        config, weights = read_gguf(args.model)
+    else:
+        with open(os.path.join(args.model, "config.json")) as f:
+            config = json.load(f)
+        weights = load_weights(args.model)
+    if args.q8_input_steps and not (args.q8_weights or Q8_PRODUCTS):
+        parser.error("--q8-input-steps needs --q8-weights or a GGUF file with Q8_0 weights")
+    global Q8_INPUT_STEPS
+    Q8_INPUT_STEPS = args.q8_input_steps
     if args.q8_weights:
-        global Q8_INPUT_STEPS
-        Q8_INPUT_STEPS = args.q8_input_steps
         for name, value in weights.items():
             if value.ndim == 2:
                 weights[name] = round_per_group(value, 127)
+                Q8_PRODUCTS.add(name)
     with open(args.out, "wb") as f:
         for text in args.tokens:
             tokens = [int(t) for t in text.split(",")]

@@ -60,7 +60,7 @@ struct Daemon {
         const auto model = dir / "models" / "tiny";
         auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", model.string(), "--preset", "tiny", "--seed", "3"});
         REQUIRE(made.exit_code == 0);
-        digest = anvil::registry::model_directory_digest(model);
+        digest = anvil::registry::model_digest(model);
         json config = {{"sources", {{{"name", "test"}, {"url", (dir / "registry").string()}, {"ref", "main"}, {"poll_interval_seconds", 1}}}},
                        {"data_dir", (dir / "data").string()},
                        {"model_root", (dir / "models").string()},

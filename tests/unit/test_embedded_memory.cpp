@@ -284,3 +284,29 @@ TEST_CASE("`anvil feasibility` judges an embedded recipe's host memory with its 
     for (const auto& reason : unknown["reasons"]) says_why = says_why || reason.get<std::string>().starts_with("host_memory: ");
     CHECK(says_why);
 }
+
+TEST_CASE("without --max-context the cache follows the model's own context length, within 4 GiB", "[feasibility][memory]") {
+    json j = recipe_json();
+    j["launch"]["arguments"] = {"--weights", "f32"};
+    auto shape_with = [](std::int64_t positions) {
+        return [positions](const ModelRef& m) {
+            json c = target_config();
+            c["max_position_embeddings"] = positions;
+            return parse_model_shape(c, m.path + "/config.json");
+        };
+    };
+    // 512 positions: 4 sequences x (512 / 16 + 1) = 132 blocks.
+    const EmbeddedMemory short_context = estimate_embedded_memory(recipe_of(j), shape_with(512));
+    CHECK(part(short_context, "target KV cache").how == "f32, 132 blocks of 16 tokens");
+    CHECK(part(short_context, "target KV cache").bytes == IntInterval::exact(2 * 2 * 132 * 16 * 2 * 16 * 4));
+    // 131072 positions would need 4 x 8193 blocks of 8 KiB; the engine stops at 4 GiB (524288
+    // blocks of this shape), more than one whole context: all four fit here.
+    const EmbeddedMemory long_context = estimate_embedded_memory(recipe_of(j), shape_with(131072));
+    CHECK(part(long_context, "target KV cache").how == "f32, 32772 blocks of 16 tokens");
+    // A GGUF file's Q8_0 tensors are held as the engine's q8.
+    j["launch"]["arguments"] = {"--max-context", "2048"};
+    j["launch"]["model"]["dtype"] = "q8_0";
+    const EmbeddedMemory q8_0 = estimate_embedded_memory(recipe_of(j), shapes);
+    CHECK(part(q8_0, "target weights").bytes == IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});
+    CHECK(part(q8_0, "target weights").how == "q8");
+}

@@ -329,8 +329,8 @@ TEST_CASE("before launch, anvild checks the draft model's directory and pinned d
         const auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (tmp / "models" / name).string(), "--preset", "tiny"});
         REQUIRE(made.exit_code == 0);
     }
-    const std::string target_digest = model_directory_digest(tmp / "models" / "target");
-    const std::string draft_digest = model_directory_digest(tmp / "models" / "draft");
+    const std::string target_digest = model_digest(tmp / "models" / "target");
+    const std::string draft_digest = model_digest(tmp / "models" / "draft");
     anvil::state::Store store(tmp / "state.db");
     anvil::daemon::DaemonConfig config;
     config.data_dir = tmp / "data";
@@ -351,9 +351,10 @@ TEST_CASE("before launch, anvild checks the draft model's directory and pinned d
     CHECK_FALSE(supervisor.startable(recipe("draft", draft_digest)));
     const std::string real = std::filesystem::canonical(tmp / "models" / "draft").string();
     CHECK(supervisor.startable(recipe("draft", kDraftDigest)) ==
-          "draft model directory " + real + " has digest " + draft_digest + ", but the recipe pins " + kDraftDigest);
+          "draft model " + real + " has digest " + draft_digest + ", but the recipe pins " + kDraftDigest);
     CHECK(supervisor.startable(recipe("gone", draft_digest)) ==
-          "draft model directory " + (std::filesystem::canonical(tmp / "models") / "gone").string() + " does not exist");
+          "draft model " + (std::filesystem::canonical(tmp / "models") / "gone").string() +
+              " does not exist (expected a model directory or a GGUF file)");
     // The paper judgement reads the draft's shape from the same place a launch would load it.
     CHECK(supervisor.model_directory(recipe("draft", draft_digest).launch.draft->model.value(), "/launch/draft/model/path") == real);
 }

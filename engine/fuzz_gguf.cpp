@@ -1,0 +1,36 @@
+// Fuzzes the GGUF reader and what the engine reads from its metadata: model files are untrusted
+// input (downloaded, or named by a registry recipe). Any bytes must give a header whose tensors lie
+// inside the image, and a configuration and tokenizer documents or std::runtime_error; another
+// exception, a crash or undefined behaviour is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+
+#include "engine/gguf.hpp"
+#include "engine/gguf_model.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    using namespace anvil::engine;
+    GgufImage image;
+    try {
+        image = parse_gguf(data, size, "fuzz.gguf");
+    } catch (const std::runtime_error&) {
+        return 0;
+    }
+    for (const auto& t : image.tensors) {
+        if (t.data < data || t.data + t.bytes > data + size) __builtin_trap();
+        const GgmlTypeInfo* info = ggml_type_info(t.type);
+        if (!info || std::size_t(t.elements()) / std::size_t(info->block) * std::size_t(info->block_bytes) != t.bytes)
+            __builtin_trap();
+    }
+    try {
+        const ModelConfig c = gguf_config(image, "fuzz.gguf");
+        if (c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.vocab_size < 0) __builtin_trap();
+    } catch (const std::runtime_error&) {
+    }
+    try {
+        (void)gguf_tokenizer_documents(image, "fuzz.gguf");
+    } catch (const std::runtime_error&) {
+    }
+    return 0;
+}

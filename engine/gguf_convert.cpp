@@ -1,0 +1,250 @@
+#include "engine/gguf_convert.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config.hpp"
+#include "engine/gguf_model.hpp"
+#include "engine/safetensors.hpp"
+#include "engine/tokenizer.hpp"
+#include "engine/weights.hpp"
+#include "kernels/convert.hpp"
+
+namespace anvil::engine {
+
+using nlohmann::json;
+
+namespace {
+
+json read_json(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error(file.string() + ": cannot be read");
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        throw std::runtime_error(file.string() + ": not valid JSON: " + e.what());
+    }
+}
+
+// llama.cpp's llama_ftype for a file whose matrices are all of one type.
+uint32_t file_type(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32: return 0;
+        case GgmlType::F16: return 1;
+        case GgmlType::Q8_0: return 7;
+        case GgmlType::BF16: return 32;
+        default: throw std::logic_error("convert_to_gguf: unsupported type");
+    }
+}
+
+const char* gguf_architecture(Architecture arch) {
+    switch (arch) {
+        case Architecture::Llama:
+        case Architecture::Mistral: return "llama";  // as convert_hf_to_gguf.py maps MistralForCausalLM
+        case Architecture::Qwen2: return "qwen2";
+        case Architecture::Qwen3: return "qwen3";
+    }
+    return "llama";
+}
+
+// The row order convert_hf_to_gguf.py's LlamaModel.permute gives q and k: within each head, the
+// rows of the two halves interleaved, so that llama.cpp's pairwise rotation equals Hugging Face's.
+std::vector<int> permuted_rows(int rows, int heads) {
+    const int head_dim = rows / heads;
+    const int half = head_dim / 2;
+    std::vector<int> from(static_cast<size_t>(rows));
+    for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < half; ++j)
+            for (int s = 0; s < 2; ++s) from[size_t(h * head_dim + 2 * j + s)] = h * head_dim + s * half + j;
+    return from;
+}
+
+std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlType type, const std::vector<int>& order) {
+    const size_t row_size = type == GgmlType::Q8_0 ? size_t(cols) / 32 * 34 : size_t(cols) * (type == GgmlType::F32 ? 4 : 2);
+    std::vector<uint8_t> out(size_t(rows) * row_size);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+        stored_row_to_f32(t, order.empty() ? r : order[size_t(r)], cols, row.data());
+        uint8_t* dst = out.data() + size_t(r) * row_size;
+        switch (type) {
+            case GgmlType::F32: std::memcpy(dst, row.data(), row_size); break;
+            case GgmlType::F16:
+                for (int k = 0; k < cols; ++k) {
+                    const uint16_t h = kernels::f32_to_f16(row[size_t(k)]);
+                    std::memcpy(dst + 2 * k, &h, 2);
+                }
+                break;
+            case GgmlType::BF16:
+                for (int k = 0; k < cols; ++k) {
+                    const uint16_t b = kernels::f32_to_bf16(row[size_t(k)]);
+                    std::memcpy(dst + 2 * k, &b, 2);
+                }
+                break;
+            case GgmlType::Q8_0: quantize_q8_0(row.data(), size_t(cols), dst); break;
+            default: throw std::logic_error("convert_to_gguf: unsupported type");
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+void quantize_q8_0(const float* x, size_t n, uint8_t* out) {
+    for (size_t b = 0; b < n / 32; ++b, x += 32, out += 34) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        const uint16_t half = kernels::f32_to_f16(d);
+        std::memcpy(out, &half, 2);
+        for (int i = 0; i < 32; ++i) out[2 + i] = uint8_t(int8_t(std::lround(x[i] * id)));
+    }
+}
+
+GgmlType parse_gguf_type(const std::string& text) {
+    if (text == "f32") return GgmlType::F32;
+    if (text == "f16") return GgmlType::F16;
+    if (text == "bf16") return GgmlType::BF16;
+    if (text == "q8_0") return GgmlType::Q8_0;
+    throw std::runtime_error("GGUF type " + text + ": expected f32, f16, bf16 or q8_0");
+}
+
+size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgmlType type) {
+    if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 && type != GgmlType::Q8_0)
+        throw std::runtime_error("convert: writes F32, F16, BF16 or Q8_0 GGUF files");
+    if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
+    const ModelConfig c = load_config(model_dir);
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    const json doc = read_json(model_dir / "tokenizer.json");
+    const std::string arch = gguf_architecture(c.arch);
+    const std::string a = arch + ".";
+
+    GgufWriter w;
+    w.set_string("general.architecture", arch);
+    w.set_string("general.name", std::filesystem::absolute(model_dir).lexically_normal().filename().string());
+    w.set_u32("general.file_type", file_type(type));
+    w.set_u32("general.quantization_version", 2);
+    w.set_u32(a + "context_length", uint32_t(c.max_position));
+    w.set_u32(a + "embedding_length", uint32_t(c.dim));
+    w.set_u32(a + "feed_forward_length", uint32_t(c.hidden_dim));
+    w.set_u32(a + "block_count", uint32_t(c.n_layers));
+    w.set_u32(a + "attention.head_count", uint32_t(c.n_heads));
+    w.set_u32(a + "attention.head_count_kv", uint32_t(c.n_kv_heads));
+    w.set_f32(a + "rope.freq_base", float(c.rope_theta));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
+    w.set_u32(a + "rope.dimension_count", uint32_t(c.head_dim));
+    if (c.head_dim != c.dim / c.n_heads) {
+        w.set_u32(a + "attention.key_length", uint32_t(c.head_dim));
+        w.set_u32(a + "attention.value_length", uint32_t(c.head_dim));
+    }
+    w.set_u32(a + "vocab_size", uint32_t(c.vocab_size));
+    // llama.cpp reads no window for the llama architecture; the engine does, so a Mistral model
+    // keeps its own.
+    if (c.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
+    if (c.rope_scaling.kind == RopeScaling::Kind::Linear) {
+        w.set_string(a + "rope.scaling.type", "linear");
+        w.set_f32(a + "rope.scaling.factor", float(c.rope_scaling.factor));
+    }
+
+    // The vocabulary by id, in its byte-level form; ids nothing names are padding, as the converter pads.
+    std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
+    std::vector<int32_t> types(static_cast<size_t>(c.vocab_size), 5);  // unused
+    for (const auto& [text, id] : doc["model"]["vocab"].items()) {
+        const int64_t i = id.get<int64_t>();
+        if (i < 0 || i >= c.vocab_size) throw std::runtime_error(model_dir.string() + ": tokenizer.json's vocab holds id " + std::to_string(i) + " outside vocab_size");
+        tokens[size_t(i)] = text;
+        types[size_t(i)] = 1;
+    }
+    for (const auto& added : doc.value("added_tokens", json::array())) {
+        const int64_t i = added["id"].get<int64_t>();
+        if (i < 0 || i >= c.vocab_size) throw std::runtime_error(model_dir.string() + ": an added token's id is outside vocab_size");
+        tokens[size_t(i)] = added["content"].get<std::string>();
+        types[size_t(i)] = added.value("special", false) ? 3 : 4;
+    }
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (types[i] == 5) tokens[i] = "[PAD" + std::to_string(i) + "]";
+    std::vector<std::string> merges;
+    for (const auto& m : doc["model"].value("merges", json::array()))
+        merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", gguf_pre_tokenizer_name(tokenizer.split_pattern()));
+    w.set_strings("tokenizer.ggml.tokens", tokens);
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_strings("tokenizer.ggml.merges", merges);
+    const auto bos = tokenizer.token_id(tokenizer.bos_token());
+    if (c.bos_token_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(c.bos_token_id));
+    else if (bos && !tokenizer.bos_token().empty()) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(*bos));
+    if (!c.eos_token_ids.empty()) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(c.eos_token_ids[0]));
+    if (c.eos_token_ids.size() > 1) w.set_u32("tokenizer.ggml.eot_token_id", uint32_t(c.eos_token_ids[1]));
+    // BOS is added as the engine adds it: when the tokenizer's post-processor (or add_bos_token) does.
+    const auto prefix = tokenizer.encode("", true);
+    w.set_bool("tokenizer.ggml.add_bos_token", !prefix.empty());
+    w.set_bool("tokenizer.ggml.add_eos_token", false);
+    if (!tokenizer.chat_template().empty()) w.set_string("tokenizer.chat_template", tokenizer.chat_template());
+
+    const TensorStore store(model_dir);
+    auto vector = [&](const std::string& name, int n, const std::vector<int>& order = {}) {
+        const TensorInfo& t = store.get(name, {n});
+        std::vector<float> values(static_cast<size_t>(n));
+        stored_row_to_f32(t, 0, n, values.data());
+        std::vector<uint8_t> bytes(size_t(n) * 4);
+        for (int i = 0; i < n; ++i) std::memcpy(bytes.data() + 4 * i, &values[size_t(order.empty() ? i : order[size_t(i)])], 4);
+        w.add_tensor(*gguf_tensor_name(name), GgmlType::F32, {n}, std::move(bytes));
+    };
+    auto matrix = [&](const std::string& name, int rows, int cols, const std::vector<int>& order = {}) {
+        const TensorInfo& t = store.get(name, {rows, cols});
+        const GgmlType as = type == GgmlType::Q8_0 && cols % 32 != 0 ? GgmlType::F16 : type;
+        w.add_tensor(*gguf_tensor_name(name), as, {cols, rows}, encode_rows(t, rows, cols, as, order));
+    };
+
+    if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
+        // convert_hf_to_gguf.py writes llama3 scaling as one factor per frequency.
+        ModelConfig plain = c;
+        plain.rope_scaling = {};
+        const auto scaled = rope_inverse_frequencies(c);
+        const auto unscaled = rope_inverse_frequencies(plain);
+        std::vector<uint8_t> bytes;
+        for (size_t i = 0; i < scaled.size(); ++i) {
+            const float factor = float(unscaled[i] / scaled[i]);
+            bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&factor), reinterpret_cast<const uint8_t*>(&factor) + 4);
+        }
+        w.add_tensor("rope_freqs.weight", GgmlType::F32, {c.head_dim / 2}, std::move(bytes));
+    }
+    const bool permute = c.arch == Architecture::Llama || c.arch == Architecture::Mistral;
+    const std::vector<int> q_order = permute ? permuted_rows(c.q_dim(), c.n_heads) : std::vector<int>{};
+    const std::vector<int> k_order = permute ? permuted_rows(c.kv_dim(), c.n_kv_heads) : std::vector<int>{};
+    matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
+    for (int i = 0; i < c.n_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        vector(p + "input_layernorm.weight", c.dim);
+        matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim, q_order);
+        matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim, k_order);
+        matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+        matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
+        if (c.qkv_bias) {
+            vector(p + "self_attn.q_proj.bias", c.q_dim(), q_order);
+            vector(p + "self_attn.k_proj.bias", c.kv_dim(), k_order);
+            vector(p + "self_attn.v_proj.bias", c.kv_dim());
+        }
+        if (c.qk_norm) {
+            vector(p + "self_attn.q_norm.weight", c.head_dim);
+            vector(p + "self_attn.k_norm.weight", c.head_dim);
+        }
+        vector(p + "post_attention_layernorm.weight", c.dim);
+        matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim);
+        matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim);
+        matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+    }
+    vector("model.norm.weight", c.dim);
+    if (!c.tie_embeddings) matrix("lm_head.weight", c.vocab_size, c.dim);
+    return w.write(out);
+}
+
+}  // namespace anvil::engine

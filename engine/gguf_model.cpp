@@ -1,0 +1,318 @@
+#include "engine/gguf_model.hpp"
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+namespace anvil::engine {
+
+using nlohmann::json;
+
+namespace {
+
+// The per-layer tensors, GGUF suffix after "blk.N." and Hugging Face suffix after "model.layers.N.".
+constexpr std::array<std::pair<std::string_view, std::string_view>, 17> kLayerTensors{{
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"ffn_gate.bias", "mlp.gate_proj.bias"},
+    {"ffn_down.bias", "mlp.down_proj.bias"},
+}};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kModelTensors{{
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+}};
+
+// "N." at the start of `rest`: the layer number and what follows.
+std::optional<std::pair<std::string, std::string_view>> layer_prefix(std::string_view rest) {
+    size_t digits = 0;
+    while (digits < rest.size() && digits < 6 && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+    if (digits == 0 || digits >= rest.size() || rest[digits] != '.') return std::nullopt;
+    return std::make_pair(std::string(rest.substr(0, digits)), rest.substr(digits + 1));
+}
+
+// Reads metadata keys with messages naming the file and the key.
+struct Meta {
+    const json& m;
+    const std::string& label;
+
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw std::runtime_error(label + ": metadata " + key + " " + what);
+    }
+    bool has(const std::string& key) const { return m.contains(key); }
+    uint64_t whole(const std::string& key) const {
+        if (!has(key)) fail(key, "is missing");
+        const json& v = m[key];
+        if (v.is_number_unsigned()) return v.get<uint64_t>();
+        if (v.is_number_integer() && v.get<int64_t>() >= 0) return uint64_t(v.get<int64_t>());
+        fail(key, "is not a non-negative integer");
+    }
+    int positive(const std::string& key) const {
+        const uint64_t v = whole(key);
+        if (v == 0 || v > (1u << 30)) fail(key, "is " + std::to_string(v) + ": expected a positive size");
+        return int(v);
+    }
+    int positive_or(const std::string& key, int fallback) const { return has(key) ? positive(key) : fallback; }
+    double number_or(const std::string& key, double fallback) const {
+        if (!has(key)) return fallback;
+        if (!m[key].is_number()) fail(key, "is not a number");
+        return m[key].get<double>();
+    }
+    std::string text_or(const std::string& key, const std::string& fallback) const {
+        if (!has(key)) return fallback;
+        if (!m[key].is_string()) fail(key, "is not a string");
+        return m[key].get<std::string>();
+    }
+    bool flag_or(const std::string& key, bool fallback) const {
+        if (!has(key)) return fallback;
+        if (!m[key].is_boolean()) fail(key, "is not a bool");
+        return m[key].get<bool>();
+    }
+};
+
+SplitPattern pattern_of_pre(const Meta& meta) {
+    const std::string pre = meta.text_or("tokenizer.ggml.pre", "gpt-2");
+    if (pre == "gpt-2") return SplitPattern::Gpt2;
+    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return SplitPattern::Llama3;
+    if (pre == "qwen2") return SplitPattern::Qwen2;
+    meta.fail("tokenizer.ggml.pre", "is \"" + pre + "\": anvil-engine splits text as gpt-2, llama-bpe (Llama 3) and qwen2 do");
+}
+
+// GGUF token types (llama.cpp's llama_token_type).
+enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+}  // namespace
+
+std::optional<std::string> hf_tensor_name(std::string_view name) {
+    for (const auto& [gguf, hf] : kModelTensors)
+        if (name == gguf) return std::string(hf);
+    if (!name.starts_with("blk.")) return std::nullopt;
+    const auto layer = layer_prefix(name.substr(4));
+    if (!layer) return std::nullopt;
+    for (const auto& [gguf, hf] : kLayerTensors)
+        if (layer->second == gguf) return "model.layers." + layer->first + "." + std::string(hf);
+    return std::nullopt;
+}
+
+std::optional<std::string> gguf_tensor_name(std::string_view name) {
+    for (const auto& [gguf, hf] : kModelTensors)
+        if (name == hf) return std::string(gguf);
+    constexpr std::string_view kLayers = "model.layers.";
+    if (!name.starts_with(kLayers)) return std::nullopt;
+    const auto layer = layer_prefix(name.substr(kLayers.size()));
+    if (!layer) return std::nullopt;
+    for (const auto& [gguf, hf] : kLayerTensors)
+        if (layer->second == hf) return "blk." + layer->first + "." + std::string(gguf);
+    return std::nullopt;
+}
+
+const char* gguf_pre_tokenizer_name(SplitPattern pattern) {
+    switch (pattern) {
+        case SplitPattern::Gpt2: return "gpt-2";
+        case SplitPattern::Llama3: return "llama-bpe";
+        case SplitPattern::Qwen2: return "qwen2";
+    }
+    return "gpt-2";
+}
+
+GgufModel::GgufModel(const std::filesystem::path& file)
+    : file_(file), label_(file.string()), image_(parse_gguf(file_.data(), file_.size(), label_)) {}
+
+const GgufTensor* GgufModel::tensor(std::string_view name) const { return find_tensor(image_, name); }
+ModelConfig GgufModel::config() const { return gguf_config(image_, label_); }
+std::pair<json, json> GgufModel::tokenizer_documents() const { return gguf_tokenizer_documents(image_, label_); }
+
+const GgufTensor* find_tensor(const GgufImage& image, std::string_view name) {
+    for (const auto& t : image.tensors)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
+    const Meta meta{image.metadata, label};
+    auto tensor = [&](std::string_view name) { return find_tensor(image, name); };
+    ModelConfig c;
+    const std::string arch = meta.text_or("general.architecture", "");
+    if (arch.empty()) meta.fail("general.architecture", "is missing");
+    if (arch == "llama") c.arch = Architecture::Llama;
+    else if (arch == "qwen2") c.arch = Architecture::Qwen2;
+    else if (arch == "qwen3") c.arch = Architecture::Qwen3;
+    else meta.fail("general.architecture", "is \"" + arch + "\"; anvil-engine runs llama (Llama 2/3, Mistral), qwen2 and qwen3");
+    // convert_hf_to_gguf permutes the llama architecture's q and k rows for llama.cpp's pairwise
+    // rotation; qwen2 and qwen3 keep Hugging Face's halves (llama.cpp's "neox" rotation).
+    c.rope_pairs = c.arch == Architecture::Llama;
+    const std::string a = arch + ".";
+    if (meta.has(a + "expert_count") && meta.whole(a + "expert_count") > 0)
+        meta.fail(a + "expert_count", "is set: a mixture of experts, which anvil-engine does not run");
+
+    c.dim = meta.positive(a + "embedding_length");
+    c.hidden_dim = meta.positive(a + "feed_forward_length");
+    c.n_layers = meta.positive(a + "block_count");
+    c.n_heads = meta.positive(a + "attention.head_count");
+    c.n_kv_heads = meta.positive_or(a + "attention.head_count_kv", c.n_heads);
+    if (c.n_heads % c.n_kv_heads != 0) meta.fail(a + "attention.head_count_kv", "must divide attention.head_count");
+    if (meta.has(a + "attention.key_length")) {
+        c.head_dim = meta.positive(a + "attention.key_length");
+    } else {
+        if (c.dim % c.n_heads != 0) meta.fail(a + "embedding_length", "is not a multiple of attention.head_count");
+        c.head_dim = c.dim / c.n_heads;
+    }
+    if (meta.positive_or(a + "attention.value_length", c.head_dim) != c.head_dim)
+        meta.fail(a + "attention.value_length", "differs from the key length; anvil-engine needs them equal");
+    if (c.head_dim % 2 != 0) meta.fail(a + "attention.key_length", "must be even for the rotary embedding");
+    if (meta.positive_or(a + "rope.dimension_count", c.head_dim) != c.head_dim)
+        meta.fail(a + "rope.dimension_count", "rotates part of each head; anvil-engine rotates whole heads only");
+    c.max_position = meta.positive(a + "context_length");
+    c.norm_eps = float(meta.number_or(a + "attention.layer_norm_rms_epsilon", 1e-5));
+    if (!(c.norm_eps > 0)) meta.fail(a + "attention.layer_norm_rms_epsilon", "must be positive");
+    c.rope_theta = meta.number_or(a + "rope.freq_base", 10000.0);
+    if (!(c.rope_theta > 1)) meta.fail(a + "rope.freq_base", "must exceed 1");
+    c.sliding_window = meta.has(a + "attention.sliding_window") ? meta.positive(a + "attention.sliding_window") : 0;
+
+    const std::string scaling = meta.text_or(a + "rope.scaling.type", "none");
+    if (scaling == "linear") {
+        c.rope_scaling.kind = RopeScaling::Kind::Linear;
+        c.rope_scaling.factor = meta.number_or(a + "rope.scaling.factor", 1.0);
+        if (!(c.rope_scaling.factor > 0)) meta.fail(a + "rope.scaling.factor", "must be positive");
+    } else if (scaling != "none") {
+        meta.fail(a + "rope.scaling.type", "is \"" + scaling + "\"; anvil-engine supports linear scaling and rope_freqs.weight");
+    }
+    if (const GgufTensor* f = tensor("rope_freqs.weight")) {
+        if (f->type != uint32_t(GgmlType::F32) || f->ne.size() != 1 || f->ne[0] != c.head_dim / 2)
+            throw std::runtime_error(label + ": tensor rope_freqs.weight must be F32 [" + std::to_string(c.head_dim / 2) + "]");
+        for (int i = 0; i < c.head_dim / 2; ++i) {
+            float v;
+            std::memcpy(&v, f->data + 4 * i, 4);
+            if (!(v > 0)) throw std::runtime_error(label + ": tensor rope_freqs.weight holds a factor that is not positive");
+            c.rope_freq_factors.push_back(v);
+        }
+    }
+
+    const GgufTensor* embedding = tensor("token_embd.weight");
+    if (!embedding || embedding->ne.size() != 2)
+        throw std::runtime_error(label + ": tensor token_embd.weight is missing or not a matrix");
+    if (embedding->ne[1] > (int64_t(1) << 30)) throw std::runtime_error(label + ": token_embd.weight is implausibly large");
+    c.vocab_size = int(embedding->ne[1]);
+    if (embedding->ne[0] != c.dim)
+        throw std::runtime_error(label + ": tensor token_embd.weight has rows of " + std::to_string(embedding->ne[0]) +
+                                 ", expected " + a + "embedding_length " + std::to_string(c.dim));
+    c.tie_embeddings = tensor("output.weight") == nullptr;
+    c.qkv_bias = tensor("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = tensor("blk.0.attn_q_norm.weight") != nullptr;
+    for (const char* unsupported : {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_down.bias"})
+        if (tensor(unsupported)) throw std::runtime_error(label + ": tensor " + unsupported + ": anvil-engine runs no output or MLP biases");
+
+    for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+        if (meta.has(key)) {
+            const uint64_t id = meta.whole(key);
+            if (id >= uint64_t(c.vocab_size)) meta.fail(key, std::to_string(id) + " is outside the vocabulary");
+            c.eos_token_ids.push_back(int(id));
+        }
+    if (meta.has("tokenizer.ggml.bos_token_id")) {
+        const uint64_t id = meta.whole("tokenizer.ggml.bos_token_id");
+        if (id >= uint64_t(c.vocab_size)) meta.fail("tokenizer.ggml.bos_token_id", std::to_string(id) + " is outside the vocabulary");
+        c.bos_token_id = int(id);
+    }
+    return c;
+}
+
+std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std::string& label) {
+    const Meta meta{image.metadata, label};
+    const std::string model = meta.text_or("tokenizer.ggml.model", "");
+    if (model.empty()) meta.fail("tokenizer.ggml.model", "is missing: the file carries no tokenizer");
+    if (model == "llama")
+        meta.fail("tokenizer.ggml.model", "is \"llama\" (a SentencePiece vocabulary); anvil-engine reads the gpt2 (byte-level BPE) one");
+    if (model != "gpt2") meta.fail("tokenizer.ggml.model", "is \"" + model + "\"; anvil-engine reads gpt2 (byte-level BPE)");
+    const SplitPattern pattern = pattern_of_pre(meta);
+
+    if (!meta.has("tokenizer.ggml.tokens") || !image.metadata["tokenizer.ggml.tokens"].is_array())
+        meta.fail("tokenizer.ggml.tokens", "is missing: expected an array of strings");
+    const json& tokens = image.metadata["tokenizer.ggml.tokens"];
+    const json types = image.metadata.value("tokenizer.ggml.token_type", json::array());
+    if (!types.is_array() || (!types.empty() && types.size() != tokens.size()))
+        meta.fail("tokenizer.ggml.token_type", "must hold one integer per token");
+
+    json vocab = json::object();
+    json added = json::array();
+    for (size_t id = 0; id < tokens.size(); ++id) {
+        if (!tokens[id].is_string()) meta.fail("tokenizer.ggml.tokens", "[" + std::to_string(id) + "] is not a string");
+        const std::string& text = tokens[id].get_ref<const std::string&>();
+        const int type = types.empty() ? kNormal : types[id].is_number_integer() ? types[id].get<int>() : -1;
+        if (type < kNormal || type > kByte)
+            meta.fail("tokenizer.ggml.token_type", "[" + std::to_string(id) + "] is not a token type (1 to 6)");
+        if (type == kControl || type == kUserDefined) {
+            if (text.empty()) meta.fail("tokenizer.ggml.tokens", "[" + std::to_string(id) + "] is an empty special token");
+            added.push_back({{"id", id}, {"content", text}, {"special", type == kControl}});
+        } else if (!vocab.contains(text)) {
+            vocab[text] = id;
+        }
+    }
+    json merges = image.metadata.value("tokenizer.ggml.merges", json::array());
+    if (!merges.is_array()) meta.fail("tokenizer.ggml.merges", "is not an array of strings");
+
+    json pre;
+    if (pattern == SplitPattern::Gpt2) {
+        pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+    } else {
+        pre = {{"type", "Sequence"},
+               {"pretokenizers",
+                json::array({{{"type", "Split"},
+                              {"pattern", {{"Regex", split_pattern_regex(pattern)}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}},
+                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+    }
+
+    auto special_text = [&](const char* key) -> std::string {
+        if (!meta.has(key)) return {};
+        const uint64_t id = meta.whole(key);
+        if (id >= tokens.size()) meta.fail(key, std::to_string(id) + " is outside the vocabulary");
+        return tokens[size_t(id)].get<std::string>();
+    };
+    const std::string bos = special_text("tokenizer.ggml.bos_token_id");
+    const std::string eos = special_text("tokenizer.ggml.eos_token_id");
+    // llama.cpp adds BOS to Llama 3's vocabulary unless the file says otherwise, and to no other
+    // byte-level one.
+    const bool add_bos = meta.flag_or("tokenizer.ggml.add_bos_token", pattern == SplitPattern::Llama3);
+    const bool add_eos = meta.flag_or("tokenizer.ggml.add_eos_token", false);
+    json single = json::array();
+    json specials = json::object();
+    if (add_bos) {
+        if (bos.empty()) meta.fail("tokenizer.ggml.add_bos_token", "is set but tokenizer.ggml.bos_token_id is missing");
+        single.push_back({{"SpecialToken", {{"id", bos}, {"type_id", 0}}}});
+        specials[bos] = {{"id", bos}, {"ids", json::array({meta.whole("tokenizer.ggml.bos_token_id")})}, {"tokens", json::array({bos})}};
+    }
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    if (add_eos) {
+        if (eos.empty()) meta.fail("tokenizer.ggml.add_eos_token", "is set but tokenizer.ggml.eos_token_id is missing");
+        single.push_back({{"SpecialToken", {{"id", eos}, {"type_id", 0}}}});
+        specials[eos] = {{"id", eos}, {"ids", json::array({meta.whole("tokenizer.ggml.eos_token_id")})}, {"tokens", json::array({eos})}};
+    }
+
+    json doc = {{"model",
+                 {{"type", "BPE"},
+                  {"vocab", std::move(vocab)},
+                  {"merges", std::move(merges)},
+                  {"ignore_merges", pattern == SplitPattern::Llama3}}},
+                {"added_tokens", std::move(added)},
+                {"pre_tokenizer", std::move(pre)},
+                {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}}};
+    json config = {{"bos_token", bos}, {"eos_token", eos}};
+    if (meta.has("tokenizer.chat_template")) config["chat_template"] = meta.text_or("tokenizer.chat_template", "");
+    return {std::move(doc), std::move(config)};
+}
+
+}  // namespace anvil::engine

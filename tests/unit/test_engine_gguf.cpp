@@ -1,0 +1,523 @@
+// GGUF models: the converter's files read back as the same model (configuration, tokenizer,
+// logits), Q8_0 weights multiplied as they are stored, against the NumPy reference reading the
+// same file, malformed files refused by name, and a GGUF file served.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/gguf.hpp"
+#include "engine/gguf_convert.hpp"
+#include "engine/gguf_model.hpp"
+#include "engine/tokenizer.hpp"
+#include "kernels/cpu_features.hpp"
+#include "registry/model_digest.hpp"
+#include "registry/model_shape.hpp"
+#include "registry/support/digest.hpp"
+#include "test_engine_helpers.hpp"
+#include "test_engine_served.hpp"
+#include "test_support.hpp"
+
+using namespace anvil;
+using anvil::engine::GgmlType;
+using anvil::engine::WeightFormat;
+using anvil::test::TempDir;
+using anvil::test::engine::load_model;
+using anvil::test::engine::run_sequences;
+using anvil::test::engine::token_sequence;
+using nlohmann::json;
+
+namespace {
+
+const std::string kReference = std::string(ANVIL_EXAMPLES_DIR) + "/../tests/reference/llama_reference.py";
+
+bool numpy_available() {
+    static const bool available = test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code == 0;
+    return available;
+}
+
+std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model, const std::vector<std::vector<int32_t>>& seqs,
+                                                 int vocab, const std::vector<std::string>& options = {}) {
+    TempDir scratch;
+    std::vector<std::string> argv = {"/usr/bin/python3", kReference, "--model", model.string(), "--out", (scratch / "logits.bin").string()};
+    argv.insert(argv.end(), options.begin(), options.end());
+    for (const auto& s : seqs) {
+        std::string list;
+        for (auto t : s) list += (list.empty() ? "" : ",") + std::to_string(t);
+        argv.push_back("--tokens");
+        argv.push_back(list);
+    }
+    const auto result = test::run(argv);
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    const std::string bytes = test::read_file(scratch / "logits.bin");
+    std::vector<std::vector<float>> out;
+    size_t offset = 0;
+    for (const auto& s : seqs) {
+        std::vector<float> logits(s.size() * size_t(vocab));
+        REQUIRE(offset + logits.size() * 4 <= bytes.size());
+        std::memcpy(logits.data(), bytes.data() + offset, logits.size() * 4);
+        offset += logits.size() * 4;
+        out.push_back(std::move(logits));
+    }
+    return out;
+}
+
+double worst_relative_error(const std::vector<float>& a, const std::vector<float>& b, int vocab) {
+    double worst = 0;
+    for (size_t p = 0; p < b.size() / size_t(vocab); ++p) {
+        double scale = 0, diff = 0;
+        for (int v = 0; v < vocab; ++v) {
+            scale = std::max(scale, double(std::fabs(b[p * vocab + v])));
+            diff = std::max(diff, double(std::fabs(a[p * vocab + v] - b[p * vocab + v])));
+        }
+        worst = std::max(worst, diff / scale);
+    }
+    return worst;
+}
+
+// Positions where the reference's top token leads by at least `margin`, and how many of those the
+// engine's top token agrees with: greedy decoding's choice, teacher-forced.
+std::pair<int, int> clear_and_agreeing(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, float margin) {
+    int clear = 0, agree = 0;
+    for (size_t p = 0; p < reference.size() / size_t(vocab); ++p) {
+        const float* r = reference.data() + p * vocab;
+        const float* e = engine.data() + p * vocab;
+        const int best = int(std::max_element(r, r + vocab) - r);
+        float second = -INFINITY;
+        for (int v = 0; v < vocab; ++v)
+            if (v != best) second = std::max(second, r[v]);
+        if (r[best] - second < margin) continue;
+        ++clear;
+        agree += int(std::max_element(e, e + vocab) - e) == best;
+    }
+    return {clear, agree};
+}
+
+std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
+    return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
+}
+
+// The bytes of a file, changed by `edit`, written to `out`.
+void edited_copy(const std::filesystem::path& in, const std::filesystem::path& out, const std::function<void(std::string&)>& edit) {
+    std::string bytes = test::read_file(in);
+    edit(bytes);
+    test::write_file(out, bytes);
+}
+
+std::string load_error(const std::filesystem::path& file) {
+    try {
+        engine::GgufModel model(file);
+        (void)model.config();
+        (void)model.tokenizer_documents();
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer", "[engine][gguf]") {
+    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
+        SECTION(arch) {
+            TempDir dir;
+            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+            const size_t bytes = engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgmlType::F32);
+            CHECK(bytes == std::filesystem::file_size(dir / "m.gguf"));
+            CHECK(engine::is_gguf_file(dir / "m.gguf"));
+            CHECK_FALSE(engine::is_gguf_file(dir / "m"));
+
+            const auto hf = engine::load_config(dir / "m");
+            const auto gguf = engine::load_config(dir / "m.gguf");
+            CHECK(gguf.dim == hf.dim);
+            CHECK(gguf.hidden_dim == hf.hidden_dim);
+            CHECK(gguf.n_layers == hf.n_layers);
+            CHECK(gguf.n_heads == hf.n_heads);
+            CHECK(gguf.n_kv_heads == hf.n_kv_heads);
+            CHECK(gguf.head_dim == hf.head_dim);
+            CHECK(gguf.vocab_size == hf.vocab_size);
+            CHECK(gguf.max_position == hf.max_position);
+            CHECK(gguf.norm_eps == hf.norm_eps);
+            CHECK(float(gguf.rope_theta) == float(hf.rope_theta));
+            CHECK(gguf.tie_embeddings == hf.tie_embeddings);
+            CHECK(gguf.qkv_bias == hf.qkv_bias);
+            CHECK(gguf.qk_norm == hf.qk_norm);
+            CHECK(gguf.sliding_window == hf.sliding_window);
+            CHECK(gguf.eos_token_ids.front() == hf.eos_token_ids.front());
+            // Only the llama architecture's q and k are permuted (Mistral is written as llama).
+            CHECK(gguf.rope_pairs == (arch == "llama" || arch == "mistral"));
+            const auto expected_arch = arch == "mistral" ? engine::Architecture::Llama : hf.arch;
+            CHECK(gguf.arch == expected_arch);
+
+            const auto a = engine::Tokenizer::load(dir / "m");
+            const auto b = engine::Tokenizer::load(dir / "m.gguf");
+            CHECK(b.vocab_size() == a.vocab_size());
+            CHECK(b.chat_template() == a.chat_template());
+            CHECK(b.eos_token() == a.eos_token());
+            CHECK(b.split_pattern() == a.split_pattern());
+            for (const std::string text : {"Hello, world! It's 2026.", "  spaces\tand\nnewlines\r\n", "naïve café 東京 🙂",
+                                           "<|im_start|>user\nhi<|im_end|>", "1234567 don't"}) {
+                INFO(text);
+                CHECK(b.encode(text, true) == a.encode(text, true));
+                CHECK(b.encode(text, false) == a.encode(text, false));
+                CHECK(b.decode(a.encode(text), false) == text);
+            }
+            for (int id = 0; id < a.vocab_size(); ++id) {
+                CHECK(b.token_bytes(id) == a.token_bytes(id));
+                CHECK(b.is_special(id) == a.is_special(id));
+            }
+        }
+    }
+}
+
+TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the reference reads them alike",
+          "[engine][gguf][reference]") {
+    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
+        SECTION(arch) {
+            TempDir dir;
+            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+            engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgmlType::F32);
+            auto plain = load_model(dir / "m", WeightFormat::Stored);
+            auto gguf = load_model(dir / "m.gguf", WeightFormat::Stored);
+            // Mapped as stored, no copy.
+            CHECK(gguf.weights->layers[0].wq.type == kernels::WeightType::F32);
+            CHECK(gguf.weights->resident_bytes() == 0);
+            const int vocab = plain.config.vocab_size;
+            const auto seqs = prompts(vocab, arch == "mistral");
+            const auto expected = run_sequences(plain, seqs, 0);
+            const auto batched = run_sequences(gguf, seqs, 0);
+            const auto stepwise = run_sequences(gguf, seqs, 1);
+            for (size_t i = 0; i < seqs.size(); ++i) {
+                // The same products; only the order of attention's sums differs with the permutation.
+                CHECK(worst_relative_error(batched[i], expected[i], vocab) < 1e-5);
+                CHECK(worst_relative_error(stepwise[i], expected[i], vocab) < 1e-5);
+            }
+            if (numpy_available()) {
+                const auto reference = reference_logits(dir / "m.gguf", seqs, vocab);
+                for (size_t i = 0; i < seqs.size(); ++i) {
+                    CHECK(worst_relative_error(batched[i], reference[i], vocab) < 1e-4);
+                    const auto [clear, agree] = clear_and_agreeing(batched[i], reference[i], vocab, 0.02f);
+                    CHECK(agree == clear);
+                }
+            }
+        }
+    }
+    SECTION("f16 and bf16") {
+        TempDir dir;
+        engine::make_model({dir / "m", "tiny", "llama", "f32", 9, 1});
+        for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+            INFO(engine::ggml_type_name(uint32_t(type)));
+            const auto file = dir / (type == GgmlType::F16 ? "m.f16.gguf" : "m.bf16.gguf");
+            engine::convert_to_gguf(dir / "m", file, type);
+            auto model = load_model(file, WeightFormat::Stored);
+            CHECK(model.weights->layers[0].w_up.type == (type == GgmlType::BF16 ? kernels::WeightType::BF16 : kernels::WeightType::F32));
+            const int vocab = model.config.vocab_size;
+            const auto seqs = prompts(vocab, false);
+            const auto logits = run_sequences(model, seqs, 0);
+            if (numpy_available()) {
+                const bool bf16_inputs = type == GgmlType::BF16 && kernels::active_isa() == kernels::Isa::Avx512Bf16;
+                const auto reference =
+                    reference_logits(file, seqs, vocab, bf16_inputs ? std::vector<std::string>{"--bf16-inputs"} : std::vector<std::string>{});
+                // Rounding inputs to bf16 as the hardware product does, a value within float
+                // rounding of a midpoint may go either way (attention's sums run in another order
+                // on the permuted q and k): most positions to 1e-4, every one to 1e-2.
+                int positions = 0, close = 0;
+                double worst = 0;
+                for (size_t i = 0; i < seqs.size(); ++i)
+                    for (size_t p = 0; p < seqs[i].size(); ++p) {
+                        const std::vector<float> e(logits[i].begin() + long(p * vocab), logits[i].begin() + long((p + 1) * vocab));
+                        const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
+                        const double error = worst_relative_error(e, r, vocab);
+                        ++positions;
+                        close += error < 1e-4;
+                        worst = std::max(worst, error);
+                    }
+                INFO(close << " of " << positions << " positions within 1e-4, worst " << worst);
+                CHECK(close >= (bf16_inputs ? positions * 8 / 10 : positions));
+                CHECK(worst < 1e-2);
+            }
+        }
+    }
+}
+
+TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference rounding inputs as the kernels do",
+          "[engine][gguf][reference]") {
+    const kernels::Isa isa = kernels::active_isa();
+    for (std::string arch : {"llama", "qwen3"}) {
+        SECTION(arch) {
+            TempDir dir;
+            engine::make_model({dir / "m.gguf", "tiny", arch, "q8_0", 13, 1});
+            CHECK_FALSE(std::filesystem::exists(dir / "m.gguf.hf"));
+            auto model = load_model(dir / "m.gguf", WeightFormat::Stored);
+            CHECK(model.weights->layers[0].w_down.type ==
+                  (int(isa) >= int(kernels::Isa::Avx512Vnni) ? kernels::WeightType::Q8Packed : kernels::WeightType::Q8));
+            // The file's int8 values and f16 scales, moved apart: the embedding row reads back as
+            // the blocks say.
+            const engine::GgufModel file(dir / "m.gguf");
+            const engine::GgufTensor* embedding = file.tensor("token_embd.weight");
+            REQUIRE(embedding);
+            REQUIRE(embedding->type == uint32_t(GgmlType::Q8_0));
+            std::vector<float> row(size_t(model.config.dim));
+            kernels::dequantize_row(model.weights->embedding, 5, row.data());
+            const uint8_t* block = embedding->data + size_t(5) * size_t(model.config.dim) / 32 * 34;
+            uint16_t scale_bits;
+            std::memcpy(&scale_bits, block, 2);
+            CHECK(row[3] == kernels::f16_to_f32(scale_bits) * float(int8_t(block[2 + 3])));
+
+            if (!numpy_available()) {
+                WARN("SKIPPED the reference: /usr/bin/python3 cannot import numpy");
+                continue;
+            }
+            std::vector<std::string> rounding;
+            if (isa != kernels::Isa::Reference) rounding = {"--q8-input-steps", int(isa) >= int(kernels::Isa::Avx512Vnni) ? "127" : "32767"};
+            const int vocab = model.config.vocab_size;
+            const auto seqs = prompts(vocab, false);
+            const auto reference = reference_logits(dir / "m.gguf", seqs, vocab, rounding);
+            const auto logits = run_sequences(model, seqs, 0);
+            // As in the q8 test of test_engine_forward.cpp: an input within float rounding of a
+            // step's midpoint may round either way, so most positions to 1e-3, all to 5e-2.
+            int positions = 0, close = 0, clear = 0, agree = 0;
+            double worst = 0;
+            for (size_t i = 0; i < seqs.size(); ++i) {
+                const auto [c, a] = clear_and_agreeing(logits[i], reference[i], vocab, 0.02f);
+                clear += c;
+                agree += a;
+                for (size_t p = 0; p < seqs[i].size(); ++p) {
+                    const std::vector<float> e(logits[i].begin() + long(p * vocab), logits[i].begin() + long((p + 1) * vocab));
+                    const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
+                    const double error = worst_relative_error(e, r, vocab);
+                    ++positions;
+                    close += error < 1e-3;
+                    worst = std::max(worst, error);
+                }
+            }
+            INFO(kernels::isa_name(isa) << ": " << close << " of " << positions << " within 1e-3, worst " << worst
+                                        << "; the top token agrees at " << agree << " of " << clear << " positions where it leads by 0.02");
+            CHECK(close >= positions / 2);
+            CHECK(worst < 5e-2);
+            CHECK(agree == clear);
+            CHECK(clear >= positions * 8 / 10);
+        }
+    }
+}
+
+TEST_CASE("Q8_0 blocks are written as ggml writes them", "[engine][gguf]") {
+    std::vector<float> x(64);
+    for (int i = 0; i < 64; ++i) x[size_t(i)] = float(i - 20) * 0.37f;
+    x[40] = 0;
+    std::vector<uint8_t> out(68);
+    engine::quantize_q8_0(x.data(), 64, out.data());
+    // First block: largest magnitude 20 * 0.37 = 7.4 -> scale 7.4 / 127 in f16, and -20 * 0.37 -> -127.
+    uint16_t d;
+    std::memcpy(&d, out.data(), 2);
+    CHECK(d == kernels::f32_to_f16(7.4f / 127.0f));
+    CHECK(int8_t(out[2]) == -127);
+    CHECK(int8_t(out[2 + 20]) == 0);
+    // Halves round away from zero, as gguf-py's np_roundf: 0.5 of a step is one step.
+    std::vector<float> halves(32, 0.0f);
+    halves[0] = 127.0f;
+    halves[1] = 2.5f;
+    halves[2] = -2.5f;
+    engine::quantize_q8_0(halves.data(), 32, out.data());
+    CHECK(int8_t(out[3]) == 3);
+    CHECK(int8_t(out[4]) == -3);
+    // An all-zero block has a zero scale and zero values.
+    std::vector<float> zeros(32, 0.0f);
+    engine::quantize_q8_0(zeros.data(), 32, out.data());
+    for (int i = 0; i < 34; ++i) CHECK(out[size_t(i)] == 0);
+    // f16 rounding: nearest even, subnormals, overflow.
+    CHECK(kernels::f32_to_f16(1.0f) == 0x3c00);
+    CHECK(kernels::f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(kernels::f32_to_f16(65520.0f) == 0x7c00);
+    CHECK(kernels::f32_to_f16(-2.0f) == 0xc000);
+    CHECK(kernels::f32_to_f16(5.960464477539063e-08f) == 0x0001);
+    CHECK(kernels::f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);  // a tie: to even
+    CHECK(kernels::f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
+    for (uint32_t h = 0; h < 0x7c00; h += 7) CHECK(kernels::f32_to_f16(kernels::f16_to_f32(uint16_t(h))) == h);
+}
+
+TEST_CASE("malformed GGUF files are refused with the file, the place and what was expected", "[engine][gguf]") {
+    TempDir dir;
+    engine::make_model({dir / "m.gguf", "tiny", "qwen2", "f32", 3, 1});
+    const auto good = dir / "m.gguf";
+    REQUIRE(load_error(good).empty());
+    const std::string bytes = test::read_file(good);
+
+    auto check = [&](const std::string& name, const std::function<void(std::string&)>& edit, const std::string& expected) {
+        INFO(name);
+        const auto file = dir / (name + ".gguf");
+        edited_copy(good, file, edit);
+        const std::string error = load_error(file);
+        CHECK_THAT(error, Catch::Contains(file.string()) && Catch::Contains(expected));
+    };
+    check("magic", [](std::string& b) { b[0] = 'X'; }, "does not start with the magic GGUF");
+    check("version", [](std::string& b) { b[4] = 1; }, "version 1 (anvil-engine reads versions 2 and 3)");
+    check("truncated", [](std::string& b) { b.resize(200); }, "not a valid GGUF file");
+    check("tensor-count", [](std::string& b) { std::memset(&b[8], 0x7f, 8); }, "tensors, more than the file holds");
+    check("key-count", [](std::string& b) { std::memset(&b[16], 0x7f, 8); }, "metadata keys, more than the file holds");
+    check("short-data", [](std::string& b) { b.resize(b.size() - 100); }, "runs past the end");
+    // The first key's value type (after the 24-byte header, the key's length and text).
+    check("value-type", [](std::string& b) {
+        uint64_t n;
+        std::memcpy(&n, &b[24], 8);
+        b[32 + n] = 99;
+    }, "unknown value type 99");
+
+    // Metadata a model needs, taken away or made wrong: written whole by the writer.
+    auto rewrite = [&](const std::string& name, const std::function<void(engine::GgufWriter&)>& metadata, const std::string& expected) {
+        INFO(name);
+        engine::GgufWriter w;
+        metadata(w);
+        std::vector<uint8_t> zero(64 * 4, 0);
+        w.add_tensor("token_embd.weight", GgmlType::F32, {64, 1}, zero);
+        const auto file = dir / (name + ".gguf");
+        w.write(file);
+        CHECK_THAT(load_error(file), Catch::Contains(file.string()) && Catch::Contains(expected));
+    };
+    rewrite("no-arch", [](engine::GgufWriter&) {}, "metadata general.architecture is missing");
+    rewrite("gemma", [](engine::GgufWriter& w) { w.set_string("general.architecture", "gemma"); },
+            "is \"gemma\"; anvil-engine runs llama (Llama 2/3, Mistral), qwen2 and qwen3");
+    auto llama = [](engine::GgufWriter& w) {
+        w.set_string("general.architecture", "llama");
+        w.set_u32("llama.embedding_length", 64);
+        w.set_u32("llama.feed_forward_length", 128);
+        w.set_u32("llama.block_count", 1);
+        w.set_u32("llama.attention.head_count", 4);
+        w.set_u32("llama.context_length", 256);
+    };
+    rewrite("moe", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.expert_count", 8); }, "a mixture of experts");
+    rewrite("yarn", [&](engine::GgufWriter& w) { llama(w); w.set_string("llama.rope.scaling.type", "yarn"); },
+            "rope.scaling.type is \"yarn\"");
+    rewrite("partial-rope", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.rope.dimension_count", 8); },
+            "rotates part of each head");
+    rewrite("no-context", [](engine::GgufWriter& w) {
+        w.set_string("general.architecture", "llama");
+        w.set_u32("llama.embedding_length", 64);
+        w.set_u32("llama.feed_forward_length", 128);
+        w.set_u32("llama.block_count", 1);
+        w.set_u32("llama.attention.head_count", 4);
+    }, "metadata llama.context_length is missing");
+    rewrite("sentencepiece", [&](engine::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "llama"); },
+            "a SentencePiece vocabulary");
+    rewrite("pre", [&](engine::GgufWriter& w) {
+        llama(w);
+        w.set_string("tokenizer.ggml.model", "gpt2");
+        w.set_string("tokenizer.ggml.pre", "deepseek-llm");
+        w.set_strings("tokenizer.ggml.tokens", {"a"});
+    }, "tokenizer.ggml.pre is \"deepseek-llm\"");
+    rewrite("types", [&](engine::GgufWriter& w) {
+        llama(w);
+        w.set_string("tokenizer.ggml.model", "gpt2");
+        w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
+        w.set_i32s("tokenizer.ggml.token_type", {1});
+    }, "tokenizer.ggml.token_type must hold one integer per token");
+
+    // A tensor of a type the engine cannot multiply is named, not taken for a broken file.
+    {
+        engine::GgufWriter w;
+        llama(w);
+        w.add_tensor("token_embd.weight", GgmlType::Q4_K, {256, 2}, std::vector<uint8_t>(2 * 144));
+        const auto file = dir / "q4k.gguf";
+        w.write(file);
+        CHECK_THAT(load_error(file), Catch::Contains("token_embd.weight has rows of 256, expected llama.embedding_length 64"));
+        anvil::engine::TensorStore store(file);
+        CHECK_THROWS_WITH(store.get("model.embed_tokens.weight", {2, 256}),
+                          Catch::Contains("tensor token_embd.weight is Q4_K; anvil-engine reads F32, F16, BF16 and Q8_0"));
+        CHECK_THROWS_WITH(store.get("model.norm.weight", {64}), Catch::Contains("tensor output_norm.weight is missing from the GGUF file"));
+    }
+    // The converter refuses what it cannot write.
+    CHECK_THROWS_WITH(engine::convert_to_gguf(good, dir / "again.gguf", GgmlType::F32), Catch::Contains("already a GGUF file"));
+    CHECK_THROWS_WITH(engine::parse_gguf_type("q4_k"), Catch::Contains("expected f32, f16, bf16 or q8_0"));
+}
+
+TEST_CASE("a GGUF file is served, at the model's own context length unless told otherwise", "[engine][gguf][server]") {
+    TempDir dir;
+    engine::make_model({dir / "m.gguf", "tiny", "llama", "q8_0", 3, 1});
+    engine::EngineOptions options;
+    options.max_context = 0;
+    options.threads = 1;
+    engine::ServerOptions server;
+    server.served_model_name = "tiny-gguf";
+    test::engine::InProcessServer served(dir / "m.gguf", options, server);
+    CHECK(served.engine().options().max_context == 512);
+    CHECK(served.engine().chat_template() != nullptr);
+    auto c = served.client();
+    auto res = c.Post("/v1/chat/completions",
+                      json{{"model", "tiny-gguf"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 4}}.dump(),
+                      "application/json");
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(json::parse(res->body)["usage"]["completion_tokens"].get<int>() >= 1);
+
+    // The same model as a directory gives the same greedy tokens.
+    engine::make_model({dir / "dir", "tiny", "llama", "f32", 3, 1});
+    engine::convert_to_gguf(dir / "dir", dir / "f32.gguf", GgmlType::F32);
+    auto tokens_of = [&](const std::filesystem::path& model) {
+        engine::EngineOptions o;
+        o.threads = 1;
+        o.max_context = 0;
+        test::engine::InProcessServer s(model, o, engine::ServerOptions{});
+        auto client = s.client();
+        auto r = client.Post("/v1/completions",
+                             json{{"prompt", "The quick brown fox"}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}}.dump(),
+                             "application/json");
+        REQUIRE(r);
+        REQUIRE(r->status == 200);
+        return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    };
+    CHECK(tokens_of(dir / "f32.gguf") == tokens_of(dir / "dir"));
+}
+
+TEST_CASE("anvild reads a GGUF file's shape and digest as a directory's", "[engine][gguf][feasibility]") {
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "qwen3", "f32", 3, 1});
+    engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgmlType::Q8_0);
+    const auto a = registry::read_model_shape(dir / "m");
+    const auto b = registry::read_model_shape(dir / "m.gguf");
+    INFO(a.problem << " / " << b.problem);
+    REQUIRE(a.shape);
+    REQUIRE(b.shape);
+    CHECK(b.shape->hidden_size == a.shape->hidden_size);
+    CHECK(b.shape->intermediate_size == a.shape->intermediate_size);
+    CHECK(b.shape->layers == a.shape->layers);
+    CHECK(b.shape->heads == a.shape->heads);
+    CHECK(b.shape->kv_heads == a.shape->kv_heads);
+    CHECK(b.shape->head_dim == a.shape->head_dim);
+    CHECK(b.shape->vocab_size == a.shape->vocab_size);
+    CHECK(b.shape->max_position == a.shape->max_position);
+    CHECK(b.shape->tied_embeddings == a.shape->tied_embeddings);
+    CHECK(b.shape->qkv_bias == a.shape->qkv_bias);
+    CHECK(b.shape->qk_norm == a.shape->qk_norm);
+    // A broken file is a problem naming it, not an exception.
+    test::write_file(dir / "broken.gguf", "GGUF\x03");
+    const auto broken = registry::read_model_shape(dir / "broken.gguf");
+    CHECK_FALSE(broken.shape);
+    CHECK_THAT(broken.problem, Catch::Contains("broken.gguf"));
+    // One file's digest is the sha256 of its bytes.
+    CHECK(registry::model_digest(dir / "m.gguf") == "sha256:" + support::sha256_file_hex(dir / "m.gguf"));
+    CHECK(registry::model_digest(dir / "m") != registry::model_digest(dir / "m.gguf"));
+}
+
+TEST_CASE("anvil-engine make-model writes GGUF files and convert writes a directory as one", "[engine][gguf][server]") {
+    TempDir dir;
+    const auto made = test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "t.gguf").string(), "--dtype", "q8_0", "--arch", "qwen2"});
+    INFO(made.output);
+    REQUIRE(made.exit_code == 0);
+    CHECK(engine::is_gguf_file(dir / "t.gguf"));
+    const auto dir_made = test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "d").string()});
+    REQUIRE(dir_made.exit_code == 0);
+    const auto converted = test::run({ANVIL_ENGINE, "convert", "--model", (dir / "d").string(), "--out", (dir / "d.gguf").string(), "--type", "bf16"});
+    INFO(converted.output);
+    REQUIRE(converted.exit_code == 0);
+    CHECK_THAT(converted.output, Catch::Contains("matrices bf16"));
+    CHECK(engine::load_config(dir / "d.gguf").dim == engine::load_config(dir / "d").dim);
+    const auto wrong = test::run({ANVIL_ENGINE, "convert", "--model", (dir / "d").string(), "--out", (dir / "x.gguf").string(), "--type", "q2_k"});
+    CHECK(wrong.exit_code == 1);
+    CHECK_THAT(wrong.output, Catch::Contains("expected f32, f16, bf16 or q8_0"));
+}
