@@ -5,10 +5,11 @@
 
 namespace anvil::kernels {
 
-// In increasing order, each level adding to the one before. Avx512Vnni differs from Avx512 only
-// for q8 weights, whose products it takes with the activations rounded to int8 (see
-// matmul_avx512vnni.cpp); Avx512Bf16 adds the bf16 weights' products with the activations rounded
-// to bf16 (see matmul_avx512bf16.cpp).
+// In increasing order, each level adding to the one before. Every vector level multiplies q8
+// weights by the activations rounded to int8; Avx512Vnni differs from Avx512 only in taking those
+// products with the VNNI dot product, on weights packed for it (see matmul_avx512vnni.cpp);
+// Avx512Bf16 adds the bf16 weights' products with the activations rounded to bf16 (see
+// matmul_avx512bf16.cpp).
 enum class Isa { Reference, Avx2, Avx512, Avx512Vnni, Avx512Bf16 };
 
 struct CpuFeatures {

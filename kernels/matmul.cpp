@@ -7,20 +7,22 @@
 
 namespace anvil::kernels {
 
-void detail::quantize_input(const float* x, int n_tokens, int cols, int16_t* values, float* scales) {
+void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales) {
     const int groups = cols / kQ8Group;
     for (int t = 0; t < n_tokens; ++t)
         for (int g = 0; g < groups; ++g) {
             const float* in = x + size_t(t) * cols + size_t(g) * kQ8Group;
-            int16_t* out = values + size_t(t) * cols + size_t(g) * kQ8Group;
+            int8_t* out = values + size_t(t) * cols + size_t(g) * kQ8Group;
             float largest = 0.0f;
             for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(in[k]));
-            const float scale = largest / 32767.0f;
+            // The same float operations as matmul_avx512vnni.cpp's quantize_int8, so that every
+            // vector level rounds a token's activations to the same int8 values.
+            const float scale = largest / 127.0f;
             const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
             scales[size_t(t) * groups + g] = scale;
             for (int k = 0; k < kQ8Group; ++k) {
                 const long q = std::lrint(in[k] * inverse);
-                out[k] = int16_t(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
+                out[k] = int8_t(q > 127 ? 127 : q < -127 ? -127 : q);
             }
         }
 }
@@ -44,10 +46,10 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         return;
     }
     // Buffers kept per thread and grown only: the decode loop reuses them without allocating.
-    thread_local std::vector<int16_t> q_values;
+    thread_local std::vector<int8_t> q_values;
     thread_local std::vector<float> q_scales;
     detail::QuantizedInput qx{nullptr, nullptr};
-    // The int8 levels round the activations themselves.
+    // The VNNI levels round the activations themselves (with the sums their packed layout needs).
     if (ws[0].type == WeightType::Q8 && int(isa) < int(Isa::Avx512Vnni)) {
         const size_t n = size_t(n_tokens) * ws[0].cols;
         if (q_values.size() < n) q_values.resize(n);

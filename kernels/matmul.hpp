@@ -22,14 +22,14 @@ void matmul_with(Isa isa, const WeightMatrix& w, const float* x, int n_tokens, f
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
 
 namespace detail {
-// The vector q8 products take the activations as int16 with one scale per group (rounding them
-// costs 1/65534 of a group's largest value, far below the weights' int8 step) and multiply
-// int8 x int16 pairs exactly in integers: half the instructions of widening weights to floats.
+// The vector q8 products take the activations rounded to int8 with one scale per group, as the
+// weights are (largest magnitude / 127, to nearest even): llama.cpp's q8_0 x q8_0. Each product of
+// a group is then exact in integers; the price is half a step of the group's largest / 127.
 struct QuantizedInput {
-    const int16_t* values;  // [n_tokens][cols]
-    const float* scales;    // [n_tokens][cols / kQ8Group]
+    const int8_t* values;  // [n_tokens][cols]
+    const float* scales;   // [n_tokens][cols / kQ8Group]
 };
-void quantize_input(const float* x, int n_tokens, int cols, int16_t* values, float* scales);
+void quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales);
 
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,

@@ -74,34 +74,48 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
 
     if constexpr (T == WeightType::Q8) {
+        // int8 x int8, as llama.cpp's q8_0 x q8_0: vpmaddubsw multiplies unsigned bytes by signed
+        // ones, so the activations go in as magnitudes and their signs move onto the weights
+        // (vpsignb; exact, weights lie in [-127, 127]). A pair's sum is at most 2 x 127 x 127,
+        // inside int16; vpmaddwd by ones then adds pairs into eight int32 lanes.
         const int groups = cols / kQ8Group;
-        const int16_t* xq[TT];
+        const int8_t* xq[TT];
         const float* xscale[TT];
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xq[t] = qx->values + size_t(t0 + t) * cols;
             xscale[t] = qx->scales + size_t(t0 + t) * groups;
         }
+        const float* wscale[RT];
+        ANVIL_UNROLL
+        for (int r = 0; r < RT; ++r) wscale[r] = w.scales + size_t(r0 + r) * groups;
+        const __m256i ones = _mm256_set1_epi16(1);
         for (int g = 0; g < groups; ++g) {
             const int k = g * kQ8Group;
-            __m256i xa[TT], xb[TT];
+            __m256i xv[TT], magnitude[TT];
+            __m256 x_scale[TT];
             ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) {
-                xa[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k));
-                xb[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k + 16));
+                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + k));
+                magnitude[t] = _mm256_abs_epi8(xv[t]);
+                x_scale[t] = _mm256_broadcast_ss(xscale[t] + g);
             }
             ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const int8_t* row = static_cast<const int8_t*>(rows[r]) + k;
-                const __m256i wa = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
-                const __m256i wb = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16)));
-                const float weight_scale = w.scales[size_t(r0 + r) * groups + g];
+                const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+                // The next tile's bytes at the same offset: a tile's rows are too short for the
+                // hardware prefetcher to get ahead of (as in matmul_avx512vnni.cpp).
+                _mm_prefetch(reinterpret_cast<const char*>(row) + size_t(RT) * cols, _MM_HINT_T0);
+                // Scales broadcast straight from memory (a load, not a shuffle) and multiplied as
+                // vectors: the shuffle port is the one the byte products need.
+                const __m256 w_scale = _mm256_broadcast_ss(wscale[r] + g);
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) {
-                    // At most 4 * 127 * 32767 per lane: exact in int32 and in a float.
-                    const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(wa, xa[t]), _mm256_madd_epi16(wb, xb[t]));
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(weight_scale * xscale[t][g]),
-                                                acc[r][t]);
+                    const __m256i pairs = _mm256_maddubs_epi16(magnitude[t], _mm256_sign_epi8(wv, xv[t]));
+                    // Each lane: four products, at most 4 x 127 x 127: exact in a float.
+                    const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    acc[r][t] = _mm256_fmadd_ps(dot, _mm256_mul_ps(w_scale, x_scale[t]), acc[r][t]);
                 }
             }
         }
@@ -151,7 +165,7 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
     switch (ws[0].type) {
         case WeightType::F32: return run_tiles<Tile, WeightType::F32, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::BF16: return run_tiles<Tile, WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
-        case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 2, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
     }
 }

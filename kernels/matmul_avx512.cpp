@@ -57,32 +57,60 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
 
     if constexpr (T == WeightType::Q8) {
+        // int8 x int8 as in matmul_avx2.cpp, two groups a vector: vpmaddubsw takes the
+        // activations' magnitudes and the weights with the activations' signs (a masked negation:
+        // AVX-512 has no vpsignb), vpmaddwd by ones adds pairs. Lanes 0-7 hold the first group's
+        // sums, 8-15 the second's, each scaled by its own group's scales.
         const int groups = cols / kQ8Group;
-        const int16_t* xq[TT];
+        const int8_t* xq[TT];
         const float* xscale[TT];
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xq[t] = qx->values + size_t(t0 + t) * cols;
             xscale[t] = qx->scales + size_t(t0 + t) * groups;
         }
-        for (int g = 0; g < groups; ++g) {
-            const int k = g * kQ8Group;
-            __m512i xv[TT];
+        const float* wscale[RT];
+        ANVIL_UNROLL
+        for (int r = 0; r < RT; ++r) wscale[r] = w.scales + size_t(r0 + r) * groups;
+        const __m512i ones = _mm512_set1_epi16(1);
+        const __m512i zero = _mm512_setzero_si512();
+        // Two consecutive groups' scales over the lanes their sums land in; a lone last group
+        // repeats its own.
+        const auto spread = [](const float* scales, bool pair) {
+            const __m512i index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            const __m128 two = pair ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i_u*>(scales))) : _mm_set1_ps(scales[0]);
+            return _mm512_permutexvar_ps(index, _mm512_castps128_ps512(two));
+        };
+        const auto step = [&](int k, __mmask64 in_row, bool pair) {
+            const int g = k / kQ8Group;
+            __m512i magnitude[TT];
+            __mmask64 negative[TT];
+            __m512 x_scale[TT];
             ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_si512(xq[t] + k);
+            for (int t = 0; t < TT; ++t) {
+                const __m512i v = _mm512_maskz_loadu_epi8(in_row, xq[t] + k);
+                magnitude[t] = _mm512_abs_epi8(v);
+                negative[t] = _mm512_movepi8_mask(v);
+                x_scale[t] = spread(xscale[t] + g, pair);
+            }
             ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
-                const __m512i w16 = _mm512_cvtepi8_epi16(
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(rows[r]) + k)));
-                const float weight_scale = w.scales[size_t(r0 + r) * groups + g];
+                const int8_t* row = static_cast<const int8_t*>(rows[r]) + k;
+                const __m512i wv = _mm512_maskz_loadu_epi8(in_row, row);
+                _mm_prefetch(reinterpret_cast<const char*>(row) + size_t(RT) * cols, _MM_HINT_T0);
+                const __m512 w_scale = spread(wscale[r] + g, pair);
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) {
-                    // Pairs of int8 x int16 products summed in int32: at most 2 * 127 * 32767, exact in a float.
-                    const __m512 dot = _mm512_cvtepi32_ps(_mm512_madd_epi16(w16, xv[t]));
-                    acc[r][t] = _mm512_fmadd_ps(dot, _mm512_set1_ps(weight_scale * xscale[t][g]), acc[r][t]);
+                    const __m512i signed_w = _mm512_mask_sub_epi8(wv, negative[t], zero, wv);
+                    const __m512i pairs = _mm512_maddubs_epi16(magnitude[t], signed_w);
+                    const __m512 dot = _mm512_cvtepi32_ps(_mm512_madd_epi16(pairs, ones));
+                    acc[r][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(w_scale, x_scale[t]), acc[r][t]);
                 }
             }
-        }
+        };
+        int k = 0;
+        for (; k + 2 * kQ8Group <= cols; k += 2 * kQ8Group) step(k, ~__mmask64(0), true);
+        if (k < cols) step(k, __mmask64(0xffffffffu), false);  // one group left: rows are whole groups
     } else {
         int k = 0;
         for (; k + kLanes <= cols; k += kLanes) {

@@ -1,10 +1,10 @@
 // Products of q8 weights with the AVX-512 VNNI dot product. The activations are rounded to int8
 // with one scale per group of kQ8Group (largest magnitude / 127), as the weights are, so that each
 // vpdpbusd multiplies 64 weight/activation pairs exactly in integers and adds them, four at a
-// time, into 16 int32 lanes. Widening the weights to int16 first (matmul_avx512.cpp) takes about
-// twice the instructions per byte, which is what held q8 decode below the memory bandwidth. The
-// price is the activations' rounding: half a step of their group's largest value / 127, the same
-// order as the weights' own (the q8_0 x q8_0 product llama.cpp uses).
+// time, into 16 int32 lanes, where the levels below need vpmaddubsw and vpmaddwd for the same
+// (matmul_avx2.cpp, matmul_avx512.cpp). The activations' rounding is every vector level's (half a
+// step of their group's largest value / 127, the same order as the weights' own: the q8_0 x q8_0
+// product llama.cpp uses), and their int8 values are the same at every level.
 //
 // vpdpbusd multiplies unsigned bytes by signed ones. The activations go in as magnitudes and their
 // signs move onto the weights (a masked negation), which is exact: weights lie in [-127, 127].

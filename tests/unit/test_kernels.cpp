@@ -51,13 +51,12 @@ TEST_CASE("matrix products match the double-precision reference for every format
                     std::vector<float> y(size_t(tokens) * shape.rows, NAN);
                     matmul_with(isa, m.view, x.data(), tokens, y.data());
                     // Float rounding, plus for the vector q8 kernels the rounding of each activation
-                    // to int16 (int8 with VNNI): half a step of its group's largest value / 32767
-                    // (/ 127); and for the bf16 dot product the bf16 rounding of each activation:
-                    // 2^-8 of it.
+                    // to int8: half a step of its group's largest value / 127; and for the bf16 dot
+                    // product the bf16 rounding of each activation: 2^-8 of it.
                     // (Packed q8 takes the plain product below the VNNI level.)
                     const bool rounds_input = (type == WeightType::Q8 && isa != Isa::Reference) ||
                                               (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni));
-                    const double input_steps = int(isa) >= int(Isa::Avx512Vnni) ? 127.0 : 32767.0;
+                    const double input_steps = 127.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
                     double worst = 0;
                     for (int t = 0; t < tokens; ++t)
