@@ -42,6 +42,10 @@ size_t matrix_bytes(const WeightMatrix& m) {
             const size_t padded = size_t(kernels::q8_packed_blocks(m.rows)) * kernels::kQ8PackRows * m.cols;
             return padded + padded / kernels::kQ8Group * 4;
         }
+        case WeightType::Q8Packed8: {
+            const size_t padded = size_t(kernels::q8_packed8_blocks(m.rows)) * kernels::kQ8Pack8Rows * m.cols;
+            return padded + padded / kernels::kQ8Group * 4;
+        }
     }
     return 0;
 }
@@ -132,9 +136,13 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         }
         case WeightType::Q8: {
             const int groups = cols / kernels::kQ8Group;
-            // Where the VNNI kernels will multiply it, the matrix is packed for them (see
-            // kernels/weight_matrix.hpp); the row-major copy is then only a step on the way.
-            const bool pack = kernels::cpu_features().avx512_vnni && int(kernels::active_isa()) >= int(kernels::Isa::Avx512Vnni);
+            // Where the VNNI kernels will multiply it, the matrix is packed for them; where the AVX2
+            // byte products will, packed by 8 rows for those (see kernels/weight_matrix.hpp). The
+            // row-major copy is then only a step on the way.
+            const kernels::Isa isa = kernels::active_isa();
+            const bool vnni = kernels::cpu_features().avx512_vnni && int(isa) >= int(kernels::Isa::Avx512Vnni);
+            const bool rows8 = !vnni && isa != kernels::Isa::Reference;
+            const bool pack = vnni || rows8;
             std::vector<int8_t> staging_values;
             std::vector<float> staging_scales;
             int8_t* out;
@@ -170,12 +178,20 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
                     kernels::quantize_q8_row(row.data(), cols, out + size_t(r) * cols, scales + size_t(r) * groups);
                 }
             }
-            if (pack) {
+            if (vnni) {
                 const size_t padded = size_t(kernels::q8_packed_blocks(rows)) * kernels::kQ8PackRows * size_t(cols);
                 auto* packed = static_cast<uint8_t*>(allocate(padded));
                 auto* packed_scales = static_cast<float*>(allocate(padded / kernels::kQ8Group * 4));
                 kernels::pack_q8(out, scales, rows, cols, packed, packed_scales);
                 m.type = WeightType::Q8Packed;
+                m.data = packed;
+                m.scales = packed_scales;
+            } else if (rows8) {
+                const size_t padded = size_t(kernels::q8_packed8_blocks(rows)) * kernels::kQ8Pack8Rows * size_t(cols);
+                auto* packed = static_cast<int8_t*>(allocate(padded));
+                auto* packed_scales = static_cast<float*>(allocate(padded / kernels::kQ8Group * 4));
+                kernels::pack_q8_rows8(out, scales, rows, cols, packed, packed_scales);
+                m.type = WeightType::Q8Packed8;
                 m.data = packed;
                 m.scales = packed_scales;
             } else {
@@ -184,7 +200,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
             }
             break;
         }
-        case WeightType::Q8Packed: throw std::logic_error("packed q8 is made from q8, never asked for");
+        case WeightType::Q8Packed:
+        case WeightType::Q8Packed8: throw std::logic_error("packed q8 is made from q8, never asked for");
     }
     return m;
 }

@@ -12,6 +12,7 @@ const char* weight_type_name(WeightType type) {
         case WeightType::BF16: return "bf16";
         case WeightType::Q8: return "q8";
         case WeightType::Q8Packed: return "q8 (packed)";
+        case WeightType::Q8Packed8: return "q8 (packed by 8)";
     }
     return "?";
 }
@@ -91,6 +92,12 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
                          w.scales[q8_packed_scale_index(w.cols, row, k / kQ8Group)];
             return;
         }
+        case WeightType::Q8Packed8: {
+            const int8_t* q = static_cast<const int8_t*>(w.data);
+            for (int k = 0; k < w.cols; ++k)
+                out[k] = float(q[q8_packed8_index(w.cols, row, k)]) * w.scales[q8_packed8_scale_index(w.cols, row, k / kQ8Group)];
+            return;
+        }
     }
 }
 
@@ -138,6 +145,19 @@ void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales) {
             out[g * kQ8Group + k] = int8_t(q > 127 ? 127 : q < -127 ? -127 : q);
         }
     }
+}
+
+void pack_q8_rows8(const int8_t* q, const float* scales, int rows, int cols, int8_t* out, float* out_scales) {
+    const int blocks = q8_packed8_blocks(rows);
+    const int groups = cols / kQ8Group;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < blocks; ++b)
+        for (int i = 0; i < kQ8Pack8Rows; ++i) {
+            const int r = b * kQ8Pack8Rows + i;
+            for (int k = 0; k < cols; ++k) out[q8_packed8_index(cols, r, k)] = r < rows ? q[size_t(r) * cols + k] : int8_t(0);
+            for (int g = 0; g < groups; ++g)
+                out_scales[q8_packed8_scale_index(cols, r, g)] = r < rows ? scales[size_t(r) * groups + g] : 0.0f;
+        }
 }
 
 }  // namespace anvil::kernels

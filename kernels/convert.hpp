@@ -21,6 +21,8 @@ void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales);
 // `out` takes q8_packed_blocks(rows) * kQ8PackRows * cols bytes, `out_scales` that many / kQ8Group
 // floats; the padding rows are zeros.
 void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* out, float* out_scales);
+// The same into the Q8Packed8 layout: q8_packed8_blocks(rows) * kQ8Pack8Rows * cols bytes.
+void pack_q8_rows8(const int8_t* q, const float* scales, int rows, int cols, int8_t* out, float* out_scales);
 
 namespace detail {
 void f32_to_bf16_scalar(const float* in, uint16_t* out, size_t n);

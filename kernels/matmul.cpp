@@ -31,7 +31,8 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     if (count < 1 || count > kMaxMatmulGroup) throw std::logic_error("matmul group of " + std::to_string(count));
     bool uniform = true;
     for (int i = 0; i < count; ++i) {
-        if ((ws[i].type == WeightType::Q8 || ws[i].type == WeightType::Q8Packed) && ws[i].cols % kQ8Group != 0)
+        if ((ws[i].type == WeightType::Q8 || ws[i].type == WeightType::Q8Packed || ws[i].type == WeightType::Q8Packed8) &&
+            ws[i].cols % kQ8Group != 0)
             throw std::logic_error("q8 matrix with " + std::to_string(ws[i].cols) + " columns, not a multiple of the group");
         uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
@@ -50,12 +51,19 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     thread_local std::vector<float> q_scales;
     detail::QuantizedInput qx{nullptr, nullptr};
     // The VNNI levels round the activations themselves (with the sums their packed layout needs).
-    if (ws[0].type == WeightType::Q8 && int(isa) < int(Isa::Avx512Vnni)) {
+    const bool packed8 = ws[0].type == WeightType::Q8Packed8;
+    if ((ws[0].type == WeightType::Q8 && int(isa) < int(Isa::Avx512Vnni)) || packed8) {
         const size_t n = size_t(n_tokens) * ws[0].cols;
         if (q_values.size() < n) q_values.resize(n);
         if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
         detail::quantize_input(x, n_tokens, ws[0].cols, q_values.data(), q_scales.data());
         qx = {q_values.data(), q_scales.data()};
+    }
+    // Packed by 8 rows: the AVX2 byte products, at every vector level (the engine packs so only
+    // below VNNI).
+    if (packed8) {
+        if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
+        return detail::matmul_avx2_packed8(ws, ys, count, &qx, n_tokens);
     }
     switch (isa) {
         case Isa::Reference: break;

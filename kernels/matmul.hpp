@@ -34,6 +34,8 @@ void quantize_input(const float* x, int n_tokens, int cols, int8_t* values, floa
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                  int n_tokens);
+// Q8Packed8 weights (any vector level): the AVX2 byte products on 8 rows at a time.
+void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* x, int n_tokens);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);
 // q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512.

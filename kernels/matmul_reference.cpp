@@ -42,6 +42,15 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                     }
                     break;
                 }
+                case WeightType::Q8Packed8: {
+                    const int8_t* q = static_cast<const int8_t*>(w.data);
+                    for (int g = 0; g < groups; ++g) {
+                        float part = 0.0f;
+                        for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k) part += float(q[q8_packed8_index(w.cols, r, k)]) * xt[k];
+                        sum += part * w.scales[q8_packed8_scale_index(w.cols, r, g)];
+                    }
+                    break;
+                }
             }
             y[size_t(t) * w.rows + r] = sum;
         }

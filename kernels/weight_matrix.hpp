@@ -7,7 +7,7 @@
 
 namespace anvil::kernels {
 
-enum class WeightType { F32, BF16, Q8, Q8Packed };
+enum class WeightType { F32, BF16, Q8, Q8Packed, Q8Packed8 };
 const char* weight_type_name(WeightType type);
 
 // Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.
@@ -28,7 +28,22 @@ inline size_t q8_packed_scale_index(int cols, int row, int group) {
 }
 inline int q8_packed_blocks(int rows) { return (rows + kQ8PackRows - 1) / kQ8PackRows; }
 
-// A [rows][cols] matrix: row-major but for Q8Packed. `data` holds floats, bf16 bits or int8 by
+// Q8Packed8 holds Q8's values laid out for the AVX2 byte products (matmul_avx2_packed.cpp), which
+// then multiply 8 rows by 4 inputs per instruction and apply the scales once per group of 8 rows:
+// blocks of kQ8Pack8Rows rows (the last padded with zeros), and within a block, for each run of 4
+// columns, the 8 rows' 4 values in turn (32 bytes), signed. Its scales are
+// [blocks][cols / kQ8Group][kQ8Pack8Rows]. Made from a Q8 matrix by pack_q8_rows8 (convert.hpp).
+constexpr int kQ8Pack8Rows = 8;
+inline size_t q8_packed8_index(int cols, int row, int col) {
+    return (size_t(row / kQ8Pack8Rows) * size_t(cols / 4) + size_t(col / 4)) * (kQ8Pack8Rows * 4) +
+           size_t(row % kQ8Pack8Rows) * 4 + size_t(col % 4);
+}
+inline size_t q8_packed8_scale_index(int cols, int row, int group) {
+    return (size_t(row / kQ8Pack8Rows) * size_t(cols / kQ8Group) + size_t(group)) * kQ8Pack8Rows + size_t(row % kQ8Pack8Rows);
+}
+inline int q8_packed8_blocks(int rows) { return (rows + kQ8Pack8Rows - 1) / kQ8Pack8Rows; }
+
+// A [rows][cols] matrix: row-major but for Q8Packed and Q8Packed8. `data` holds floats, bf16 bits or int8 by
 // `type`; `scales` only for the q8 types. The memory belongs to the weights that made the view.
 struct WeightMatrix {
     WeightType type = WeightType::F32;

@@ -19,7 +19,8 @@ enum class Held { f32, bf16, q8 };
 const char* name(Held h) { return h == Held::f32 ? "f32" : h == Held::bf16 ? "bf16" : "q8"; }
 
 // anvil-engine's q8: one int8 per weight and one f32 scale per group of 32 inputs of a row; the
-// AVX-512 VNNI layout pads the rows to a multiple of 16 (kernels/weight_matrix.hpp).
+// AVX-512 VNNI layout pads the rows to a multiple of 16, the AVX2 one to 8, which lies between
+// (kernels/weight_matrix.hpp).
 constexpr std::int64_t kQ8Group = 32;
 constexpr std::int64_t kQ8PackRows = 16;
 

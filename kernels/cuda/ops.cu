@@ -182,8 +182,8 @@ void add_bias(Context& context, float* x, const float* bias, int n_tokens, int n
 
 void embedding(Context& context, const WeightMatrix& table, const int32_t* tokens, int n_tokens, float* out) {
     check_count("embedding", n_tokens);
-    if (table.type == WeightType::Q8Packed)
-        throw std::invalid_argument("cuda embedding: packed q8 is the CPU's VNNI layout; give the row-major q8 table");
+    if (table.type == WeightType::Q8Packed || table.type == WeightType::Q8Packed8)
+        throw std::invalid_argument("cuda embedding: packed q8 is a CPU layout; give the row-major q8 table");
     if (table.type == WeightType::Q8 && (table.cols % kQ8Group != 0 || !table.scales))
         throw std::invalid_argument("cuda embedding: a q8 table needs cols a multiple of 32 and scales");
     if (n_tokens == 0) return;

@@ -42,7 +42,7 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         m.bf16.resize(n);
         f32_to_bf16_array(values.data(), m.bf16.data(), n);
     }
-    const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed;
+    const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
     if (q8) {
         m.q8.resize(n);
         m.scales.resize(size_t(count) * rows * groups);
@@ -57,12 +57,21 @@ Matrices make(WeightType type, int count, int rows, int cols) {
                     m.packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
         m.scales = std::move(packed_scales);
     }
+    if (type == WeightType::Q8Packed8) {  // rows is a multiple of 8 here: no padding
+        std::vector<int8_t> packed(n);
+        std::vector<float> packed_scales(m.scales.size());
+        for (int i = 0; i < count; ++i)
+            pack_q8_rows8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
+                          packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
+        m.q8 = std::move(packed);
+        m.scales = std::move(packed_scales);
+    }
     for (int i = 0; i < count; ++i) {
         const size_t offset = size_t(i) * rows * cols;
         WeightMatrix w{type, rows, cols, nullptr, nullptr};
         if (type == WeightType::F32) w.data = m.f32.data() + offset;
         if (type == WeightType::BF16) w.data = m.bf16.data() + offset;
-        if (type == WeightType::Q8) w.data = m.q8.data() + offset;
+        if (type == WeightType::Q8 || type == WeightType::Q8Packed8) w.data = m.q8.data() + offset;
         if (type == WeightType::Q8Packed) w.data = m.packed.data() + offset;
         if (q8) w.scales = m.scales.data() + size_t(i) * rows * groups;
         m.views.push_back(w);
@@ -85,14 +94,16 @@ int main(int, char** argv) {
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
         // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
         // for bf16 weights.
-        // The packed q8 layout is only the VNNI level's.
+        // The packed q8 layout is only the VNNI level's; packed by 8 runs the same AVX2 kernel at
+        // every vector level.
         const auto skip = [type](Isa isa) {
             if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni;
+            if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
         };
         for (Isa isa : isas) {

@@ -29,6 +29,7 @@ struct TestMatrix {
     std::vector<std::int8_t> q8;
     std::vector<float> scales;
     std::vector<std::uint8_t> packed;  // Q8Packed: q8 and scales packed (scales then holds the packed ones)
+                                       // (Q8Packed8 packs into q8 and scales themselves)
     std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
 };
 
@@ -66,6 +67,19 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             m.scales.resize(padded / kQ8Group);
             pack_q8(m.q8.data(), row_scales.data(), rows, cols, m.packed.data(), m.scales.data());
             m.view.data = m.packed.data();
+            m.view.scales = m.scales.data();
+            break;
+        }
+        case WeightType::Q8Packed8: {
+            std::vector<std::int8_t> row_major(values.size());
+            std::vector<float> row_scales(values.size() / kQ8Group);
+            for (int r = 0; r < rows; ++r)
+                quantize_q8_row(&values[std::size_t(r) * cols], cols, &row_major[std::size_t(r) * cols], &row_scales[std::size_t(r) * cols / kQ8Group]);
+            const std::size_t padded = std::size_t(q8_packed8_blocks(rows)) * kQ8Pack8Rows * cols;
+            m.q8.resize(padded);
+            m.scales.resize(padded / kQ8Group);
+            pack_q8_rows8(row_major.data(), row_scales.data(), rows, cols, m.q8.data(), m.scales.data());
+            m.view.data = m.q8.data();
             m.view.scales = m.scales.data();
             break;
         }

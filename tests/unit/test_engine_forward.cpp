@@ -216,7 +216,9 @@ TEST_CASE("q8 logits match the reference rounding weights and inputs as the kern
             auto model = load_model(dir / "m", WeightFormat::Q8);
             // Packed for the VNNI kernels where they run, row-major for the others.
             CHECK(model.weights->layers[0].w_down.type ==
-                  (int(isa) >= int(kernels::Isa::Avx512Vnni) ? kernels::WeightType::Q8Packed : kernels::WeightType::Q8));
+                  (int(isa) >= int(kernels::Isa::Avx512Vnni) ? kernels::WeightType::Q8Packed
+                   : isa != kernels::Isa::Reference            ? kernels::WeightType::Q8Packed8
+                                                               : kernels::WeightType::Q8));
             const int vocab = model.config.vocab_size;
             const auto seqs = prompts(vocab, false);
             const auto reference = reference_logits(dir / "m", seqs, vocab, rounding);

@@ -38,8 +38,8 @@ TEST_CASE("matrix products match the double-precision reference for every format
     struct Shape {
         int rows, cols;
     };
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
-        const std::vector<Shape> shapes = type == WeightType::Q8 || type == WeightType::Q8Packed ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
+        const std::vector<Shape> shapes = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
                                                                  : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
         for (const Shape& shape : shapes) {
             const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
@@ -55,7 +55,8 @@ TEST_CASE("matrix products match the double-precision reference for every format
                     // product the bf16 rounding of each activation: 2^-8 of it.
                     // (Packed q8 takes the plain product below the VNNI level.)
                     const bool rounds_input = (type == WeightType::Q8 && isa != Isa::Reference) ||
-                                              (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni));
+                                              (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni)) ||
+                                              (type == WeightType::Q8Packed8 && isa != Isa::Reference);
                     const double input_steps = 127.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
                     double worst = 0;
@@ -88,7 +89,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
 
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
         const TestMatrix m = make_matrix(type, 61, 160, 7);
         const int tokens = 71;
         const auto x = random_vector(size_t(tokens) * 160, 3);
@@ -230,7 +231,7 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
 }
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed}) {
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
         const TestMatrix a = make_matrix(type, 45, 96, 21), b = make_matrix(type, 13, 96, 22), c = make_matrix(type, 64, 96, 23);
         const WeightMatrix group[] = {a.view, b.view, c.view};
         for (int tokens : {1, 9}) {
