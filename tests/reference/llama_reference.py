@@ -13,8 +13,7 @@ then round to nearest even), as an engine multiplying bf16 pairs in hardware doe
 --q8-weights rounds every matrix to int8 with one float32 scale per group of 32 inputs (largest
 magnitude / 127, round to nearest even), as the engine's --weights q8 does on load;
 --q8-input-steps N rounds the inputs of those products (and of those with a GGUF file's Q8_0
-weights) the same way with N steps (127: int8 as multiplied with AVX-512 VNNI; 32767: int16 as the
-other vector kernels do).
+weights) the same way with N steps (127: int8, as every vector level of the engine multiplies them).
 """
 import argparse
 import json
