@@ -8,21 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf_model.hpp"
+#include "engine/json_file.hpp"
 
 namespace anvil::engine {
 namespace {
 
 using nlohmann::json;
-
-json read_json(const std::filesystem::path& file) {
-    std::ifstream in(file);
-    if (!in) throw std::runtime_error(file.string() + ": cannot be read");
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        throw std::runtime_error(file.string() + ": not valid JSON: " + e.what());
-    }
-}
 
 struct Reader {
     const json& doc;
@@ -77,7 +68,7 @@ const char* architecture_name(Architecture arch) {
 ModelConfig load_config(const std::filesystem::path& model_dir) {
     if (is_gguf_file(model_dir)) return GgufModel(model_dir).config();
     const auto file = model_dir / "config.json";
-    const json doc = read_json(file);
+    const json doc = read_json_file(file);
     if (!doc.is_object()) throw std::runtime_error(file.string() + ": expected a JSON object");
     Reader r{doc, file.string()};
     ModelConfig c;
@@ -150,7 +141,7 @@ ModelConfig load_config(const std::filesystem::path& model_dir) {
 
     const auto generation = model_dir / "generation_config.json";
     if (std::filesystem::exists(generation)) {
-        const json g = read_json(generation);
+        const json g = read_json_file(generation);
         if (g.contains("eos_token_id")) {
             auto ids = token_ids(g["eos_token_id"]);
             if (!ids.empty()) c.eos_token_ids = ids;

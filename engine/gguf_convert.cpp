@@ -12,6 +12,7 @@
 
 #include "engine/config.hpp"
 #include "engine/gguf_model.hpp"
+#include "engine/json_file.hpp"
 #include "engine/safetensors.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/weights.hpp"
@@ -22,16 +23,6 @@ namespace anvil::engine {
 using nlohmann::json;
 
 namespace {
-
-json read_json(const std::filesystem::path& file) {
-    std::ifstream in(file);
-    if (!in) throw std::runtime_error(file.string() + ": cannot be read");
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        throw std::runtime_error(file.string() + ": not valid JSON: " + e.what());
-    }
-}
 
 // llama.cpp's llama_ftype for a file whose matrices are all of one type.
 uint32_t file_type(GgmlType type) {
@@ -122,7 +113,7 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
     if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
     const ModelConfig c = load_config(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
-    const json doc = read_json(model_dir / "tokenizer.json");
+    const json doc = read_json_file(model_dir / "tokenizer.json");
     const std::string arch = gguf_architecture(c.arch);
     const std::string a = arch + ".";
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/gguf_model.hpp"
+#include "engine/json_file.hpp"
 #include "engine/unicode.hpp"
 #include "engine/unicode_nfc.hpp"
 
@@ -56,16 +57,6 @@ std::string token_text(const json& value) {
     return {};
 }
 
-json read_json(const std::filesystem::path& file) {
-    std::ifstream in(file);
-    if (!in) throw std::runtime_error(file.string() + ": cannot be read");
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        throw std::runtime_error(file.string() + ": not valid JSON: " + e.what());
-    }
-}
-
 }  // namespace
 
 uint32_t byte_to_unicode(uint8_t byte) { return byte_map().to_unicode[byte]; }
@@ -79,8 +70,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
     }
     const auto file = model_dir / "tokenizer.json";
     const auto config_file = model_dir / "tokenizer_config.json";
-    const json config = std::filesystem::exists(config_file) ? read_json(config_file) : json::object();
-    return Tokenizer(read_json(file), config, file.string());
+    const json config = std::filesystem::exists(config_file) ? read_json_file(config_file) : json::object();
+    return Tokenizer(read_json_file(file), config, file.string());
 }
 
 Tokenizer::Tokenizer(const json& doc, const json& config, const std::string& label) : label_(label) {

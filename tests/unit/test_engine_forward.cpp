@@ -6,93 +6,24 @@
 
 #include "kernels/cpu_features.hpp"
 #include "test_engine_helpers.hpp"
+#include "test_engine_reference.hpp"
 #include "test_support.hpp"
 
 using namespace anvil;
 using anvil::engine::WeightFormat;
 using anvil::test::TempDir;
 using anvil::test::engine::load_model;
+using anvil::test::engine::numpy_available;
+using anvil::test::engine::reference_logits;
+using anvil::test::engine::top1_agreement;
+using anvil::test::engine::worst_relative_error;
+using anvil::test::engine::Agreement;
+using anvil::test::engine::position_errors;
+using anvil::test::engine::PositionErrors;
 using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
 
 namespace {
-
-const std::string kReference = std::string(ANVIL_EXAMPLES_DIR) + "/../tests/reference/llama_reference.py";
-
-bool numpy_available() {
-    static const bool available = test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code == 0;
-    return available;
-}
-
-// The reference's logits for each sequence, [sequence][position * vocab + v]. `rounding`: the
-// reference's options that round as the kernels do (--bf16-inputs, --q8-weights, ...).
-std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model,
-                                                 const std::vector<std::vector<int32_t>>& seqs, int vocab,
-                                                 const std::vector<std::string>& rounding = {}) {
-    TempDir scratch;
-    std::vector<std::string> argv = {"/usr/bin/python3", kReference, "--model", model.string(), "--out",
-                                      (scratch / "logits.bin").string()};
-    argv.insert(argv.end(), rounding.begin(), rounding.end());
-    for (const auto& s : seqs) {
-        std::string list;
-        for (auto t : s) list += (list.empty() ? "" : ",") + std::to_string(t);
-        argv.push_back("--tokens");
-        argv.push_back(list);
-    }
-    const auto result = test::run(argv);
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    const std::string bytes = test::read_file(scratch / "logits.bin");
-    std::vector<std::vector<float>> out;
-    size_t offset = 0;
-    for (const auto& s : seqs) {
-        std::vector<float> logits(s.size() * size_t(vocab));
-        REQUIRE(offset + logits.size() * 4 <= bytes.size());
-        std::memcpy(logits.data(), bytes.data() + offset, logits.size() * 4);
-        offset += logits.size() * 4;
-        out.push_back(std::move(logits));
-    }
-    REQUIRE(offset == bytes.size());
-    return out;
-}
-
-// max |engine - reference| over a position's logits, relative to that position's largest |logit|.
-double worst_relative_error(const std::vector<float>& engine, const std::vector<float>& reference, int vocab) {
-    double worst = 0;
-    for (size_t p = 0; p < reference.size() / size_t(vocab); ++p) {
-        double scale = 0, diff = 0;
-        for (int v = 0; v < vocab; ++v) {
-            scale = std::max(scale, double(std::fabs(reference[p * vocab + v])));
-            diff = std::max(diff, double(std::fabs(engine[p * vocab + v] - reference[p * vocab + v])));
-        }
-        worst = std::max(worst, diff / scale);
-    }
-    return worst;
-}
-
-// Positions whose reference top token leads the runner-up by at least `margin` logits, and how
-// many of those the engine's top token agrees with. Closer calls are a coin toss for any rounding.
-struct Agreement {
-    int clear = 0;
-    int agree = 0;
-    int positions = 0;
-};
-void top1_agreement(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, float margin,
-                    Agreement& a) {
-    const size_t n = reference.size() / size_t(vocab);
-    for (size_t p = 0; p < n; ++p) {
-        const float* r = reference.data() + p * vocab;
-        const float* e = engine.data() + p * vocab;
-        const int best = int(std::max_element(r, r + vocab) - r);
-        float second = -INFINITY;
-        for (int v = 0; v < vocab; ++v)
-            if (v != best) second = std::max(second, r[v]);
-        ++a.positions;
-        if (r[best] - second < margin) continue;
-        ++a.clear;
-        a.agree += int(std::max_element(e, e + vocab) - e) == best;
-    }
-}
 
 std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
     return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
@@ -230,25 +161,17 @@ TEST_CASE("q8 logits match the reference rounding weights and inputs as the kern
             // group's largest with int8), that position's logits by up to a few percent on this
             // tiny model, and the later positions' through the KV cache. So: most positions to
             // 1e-3, every one to 5e-2, and the top token wherever the reference's is clear.
-            int positions = 0, close = 0;
-            double worst = 0;
+            PositionErrors e;
             Agreement a;
             for (size_t i = 0; i < seqs.size(); ++i) {
                 CHECK(batched[i] == stepwise[i]);
                 top1_agreement(batched[i], reference[i], vocab, 0.02f, a);
-                for (size_t p = 0; p < seqs[i].size(); ++p) {
-                    const std::vector<float> e(batched[i].begin() + long(p * vocab), batched[i].begin() + long((p + 1) * vocab));
-                    const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
-                    const double error = worst_relative_error(e, r, vocab);
-                    ++positions;
-                    close += error < 1e-3;
-                    worst = std::max(worst, error);
-                }
+                position_errors(batched[i], reference[i], vocab, 1e-3, e);
             }
-            INFO(kernels::isa_name(isa) << ": " << close << " of " << positions << " positions within 1e-3, worst " << worst
+            INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " positions within 1e-3, worst " << e.worst
                                         << "; top token agrees at " << a.agree << " of " << a.clear << " clear positions");
-            CHECK(close >= positions / 2);
-            CHECK(worst < 5e-2);
+            CHECK(e.close >= e.positions / 2);
+            CHECK(e.worst < 5e-2);
             CHECK(a.agree == a.clear);
             CHECK(a.clear >= a.positions * 8 / 10);
         }
