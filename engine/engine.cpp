@@ -12,22 +12,39 @@ namespace anvil::engine {
 namespace {
 
 // The KV pool when --kv-blocks does not size it: max_seqs full contexts, within vLLM's CPU default
-// of 4 GiB (VLLM_CPU_KVCACHE_SPACE) but never less than one full context: a model's own context
-// length (the default) may be far longer than its users' prompts.
+// of 4 GiB (VLLM_CPU_KVCACHE_SPACE) but never less than one full context.
 constexpr size_t kDefaultKvBytes = size_t(4) << 30;
+
+size_t kv_block_bytes(const EngineOptions& o, const ModelConfig& c) {
+    const size_t element = o.kv_type == kernels::KvType::BF16 ? 2 : 4;
+    return std::max<size_t>(2 * size_t(c.n_layers) * size_t(o.block_size) * size_t(c.kv_dim()) * element, 1);
+}
 
 int default_kv_blocks(const EngineOptions& o, const ModelConfig& c) {
     if (o.kv_blocks > 0) return o.kv_blocks;
     const int per_sequence = (o.max_context + o.block_size - 1) / o.block_size + 1;
-    const size_t element = o.kv_type == kernels::KvType::BF16 ? 2 : 4;
-    const size_t block_bytes = 2 * size_t(c.n_layers) * size_t(o.block_size) * size_t(c.kv_dim()) * element;
-    const size_t budget = std::max<size_t>(kDefaultKvBytes / std::max<size_t>(block_bytes, 1), size_t(per_sequence));
+    const size_t budget = std::max<size_t>(kDefaultKvBytes / kv_block_bytes(o, c), size_t(per_sequence));
     return int(std::min<size_t>(size_t(o.max_seqs) * size_t(per_sequence), budget));
 }
 
-// --max-context 0 (not given) is the model's own context length, as vLLM's max_model_len.
+// --max-context 0 (not given) is the model's own context length, as vLLM's max_model_len, but no
+// longer than one sequence's share of the pool (--kv-blocks, else 4 GiB) can hold: Llama 3.1's
+// 131072 positions would otherwise ask for 32 GiB of f32 cache before the first request.
+int context_for(const EngineOptions& o, const ModelConfig& c) {
+    if (o.max_context != 0) return o.max_context;
+    const size_t pool = o.kv_blocks > 0 ? size_t(o.kv_blocks) : kDefaultKvBytes / kv_block_bytes(o, c);
+    // A sequence of n tokens takes ceil(n / block_size) + 1 blocks.
+    const size_t fits = pool > 1 ? (pool - 1) * size_t(o.block_size) : 0;
+    return size_t(c.max_position) > fits ? int(std::max<size_t>(fits, 2)) : c.max_position;
+}
+
 EngineOptions& resolve_context(EngineOptions& o, const ModelConfig& c) {
-    if (o.max_context == 0) o.max_context = c.max_position;
+    const int context = context_for(o, c);
+    if (o.max_context == 0 && context < c.max_position)
+        spdlog::warn("the model's context of {} tokens needs more KV cache than one sequence's share of the pool holds; "
+                     "serving {} tokens (--max-context and --kv-blocks choose)",
+                     c.max_position, context);
+    o.max_context = context;
     return o;
 }
 
@@ -44,6 +61,8 @@ size_t stop_prefix_tail(const std::string& text, const std::vector<std::string>&
 }
 
 }  // namespace
+
+int resolved_max_context(const EngineOptions& options, const ModelConfig& config) { return context_for(options, config); }
 
 Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options)
     : options_(options),

@@ -33,9 +33,9 @@ namespace anvil::engine {
 
 struct EngineOptions {
     int max_seqs = 4;
-    int max_context = 2048;
+    int max_context = 2048;      // 0: the model's own, within what the KV pool holds (resolved_max_context)
     int max_batch_tokens = 256;  // tokens per forward pass: the prefill chunk
-    int kv_blocks = 0;           // 0: enough for max_seqs full contexts
+    int kv_blocks = 0;           // 0: enough for max_seqs full contexts, within 4 GiB
     int block_size = 16;
     WeightFormat weights = WeightFormat::Stored;
     kernels::KvType kv_type = kernels::KvType::F32;
@@ -44,6 +44,10 @@ struct EngineOptions {
     DraftOptions draft;          // speculative decoding: what proposes tokens (none by default)
     bool prefix_caching = true;  // a prompt's leading full blocks come from the cache when they are there
 };
+
+// The context an engine with these options serves on a model of this configuration: max_context,
+// or when it is 0 the model's own, cut to what one sequence's share of the KV pool holds.
+int resolved_max_context(const EngineOptions& options, const ModelConfig& config);  // logs nothing
 
 // A request the client got wrong: the server answers 400 with the message.
 struct InvalidRequest : std::invalid_argument {

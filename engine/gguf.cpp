@@ -216,6 +216,8 @@ GgufImage parse_gguf(const uint8_t* image, size_t size, const std::string& label
         if (t.ne[0] % info->block != 0)
             r.fail("tensor " + t.name + " is " + info->name + " but its rows of " + std::to_string(t.ne[0]) +
                    " are not whole blocks of " + std::to_string(info->block));
+        if (elements / uint64_t(info->block) > kLimit / uint64_t(info->block_bytes))
+            r.fail("tensor " + t.name + " is impossibly large");
         t.bytes = size_t(elements / uint64_t(info->block) * uint64_t(info->block_bytes));
         const uint64_t offset = r.scalar<uint64_t>("a tensor offset");
         if (offset % out.alignment != 0)

@@ -28,7 +28,8 @@ commands:
          --draft-ngram N] [--draft-tokens K]
       load a Hugging Face model directory or a GGUF file and serve the OpenAI API (/v1/completions,
       /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
-      --max-context defaults to the model's own context length;
+      --max-context defaults to the model's own context length (no more than the KV cache,
+      4 GiB or --kv-blocks, holds for one sequence);
       with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
       and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413;
       prompts that start alike share the KV blocks of what they share (prefix caching, on by

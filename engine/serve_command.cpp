@@ -61,16 +61,6 @@ DraftOptions draft_options(const ServeOptions& o) {
 int serve(const ServeOptions& o) {
     if (o.max_seqs < 1 || (o.max_context != 0 && o.max_context < 2) || o.max_batch_tokens < 1)
         throw std::runtime_error("--max-seqs, --max-context and --max-batch-tokens must be positive");
-    // Without --max-context the model's own length bounds request bodies; a model that cannot be
-    // read fails in the loader below, with its error on /health.
-    int context = o.max_context;
-    if (context == 0) {
-        try {
-            context = load_config(o.model_dir).max_position;
-        } catch (const std::exception&) {
-            context = 2048;
-        }
-    }
     EngineOptions e;
     e.max_seqs = o.max_seqs;
     e.max_context = o.max_context;
@@ -82,6 +72,16 @@ int serve(const ServeOptions& o) {
     e.seed = o.seed;
     e.threads = o.threads;
     e.draft = draft_options(o);
+    // Without --max-context the context the engine will serve bounds request bodies; a model that
+    // cannot be read fails in the loader below, with its error on /health.
+    int context = o.max_context;
+    if (context == 0) {
+        try {
+            context = resolved_max_context(e, load_config(o.model_dir));
+        } catch (const std::exception&) {
+            context = 2048;
+        }
+    }
 
     ServerOptions s;
     s.host = o.host;

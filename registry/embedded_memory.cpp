@@ -133,17 +133,23 @@ I kv_bytes(const ModelShape& s, std::int64_t blocks, const std::string& kv_dtype
     return exact(2) * exact(s.layers) * exact(blocks) * exact(kEngineKvBlockTokens) * exact(s.kv_heads) * exact(s.head_dim) * exact(element);
 }
 
-// The pool anvil-engine makes when --kv-blocks does not size it (engine/engine.cpp's
-// default_kv_blocks): max_seqs whole contexts within 4 GiB, never less than one whole context.
+// The pool anvil-engine makes (engine/engine.cpp's resolve_context and default_kv_blocks): without
+// --max-context the model's own context, no longer than one sequence's share of the pool holds;
+// without --kv-blocks max_seqs whole contexts within 4 GiB, never less than one whole context.
 std::int64_t default_kv_blocks(const Settings& s, const ModelShape& shape) {
-    if (s.kv_blocks > 0) return s.kv_blocks;
-    const std::int64_t context = s.max_context > 0 ? s.max_context : shape.max_position;
     // Wide arithmetic: launch arguments and shapes are untrusted, and their products can pass 2^63.
     using Wide = __int128;
-    const Wide per_sequence = (Wide(context) + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
     const Wide element = s.kv_dtype == "bf16" ? 2 : 4;
     const Wide block_bytes = std::max<Wide>(Wide(2) * shape.layers * kEngineKvBlockTokens * shape.kv_heads * shape.head_dim * element, 1);
-    const Wide budget = std::max<Wide>((Wide(4) << 30) / block_bytes, per_sequence);
+    const Wide pool = s.kv_blocks > 0 ? Wide(s.kv_blocks) : (Wide(4) << 30) / block_bytes;
+    Wide context = s.max_context;
+    if (context == 0) {
+        const Wide fits = pool > 1 ? (pool - 1) * kEngineKvBlockTokens : 0;
+        context = std::min<Wide>(shape.max_position, std::max<Wide>(fits, 2));
+    }
+    if (s.kv_blocks > 0) return s.kv_blocks;
+    const Wide per_sequence = (context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
+    const Wide budget = std::max<Wide>(pool, per_sequence);
     const Wide blocks = std::min<Wide>(Wide(s.max_seqs) * per_sequence, budget);
     if (blocks > Wide(std::numeric_limits<std::int32_t>::max()))
         throw Unknown{"the KV pool of " + std::to_string(static_cast<long long>(std::min<Wide>(blocks, Wide(INT64_MAX)))) +

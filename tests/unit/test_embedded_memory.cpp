@@ -303,6 +303,11 @@ TEST_CASE("without --max-context the cache follows the model's own context lengt
     // blocks of this shape), more than one whole context: all four fit here.
     const EmbeddedMemory long_context = estimate_embedded_memory(recipe_of(j), shape_with(131072));
     CHECK(part(long_context, "target KV cache").how == "f32, 32772 blocks of 16 tokens");
+    // 2^30 positions would need 512 GiB a sequence: the context is what 4 GiB holds for one
+    // (524287 blocks), and the pool is those 4 GiB.
+    const EmbeddedMemory huge_context = estimate_embedded_memory(recipe_of(j), shape_with(1 << 30));
+    CHECK(part(huge_context, "target KV cache").how == "f32, 524288 blocks of 16 tokens");
+    CHECK(part(huge_context, "target KV cache").bytes == IntInterval::exact(std::int64_t(4) << 30));
     // A GGUF file's Q8_0 tensors are held as the engine's q8.
     j["launch"]["arguments"] = {"--max-context", "2048"};
     j["launch"]["model"]["dtype"] = "q8_0";

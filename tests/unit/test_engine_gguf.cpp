@@ -20,6 +20,7 @@
 #include "registry/model_shape.hpp"
 #include "registry/support/digest.hpp"
 #include "test_engine_helpers.hpp"
+#include "test_engine_reference.hpp"
 #include "test_engine_served.hpp"
 #include "test_support.hpp"
 
@@ -27,77 +28,19 @@ using namespace anvil;
 using anvil::engine::GgmlType;
 using anvil::engine::WeightFormat;
 using anvil::test::TempDir;
+using anvil::test::engine::Agreement;
 using anvil::test::engine::load_model;
+using anvil::test::engine::numpy_available;
+using anvil::test::engine::position_errors;
+using anvil::test::engine::PositionErrors;
+using anvil::test::engine::reference_logits;
+using anvil::test::engine::top1_agreement;
+using anvil::test::engine::worst_relative_error;
 using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
 using nlohmann::json;
 
 namespace {
-
-const std::string kReference = std::string(ANVIL_EXAMPLES_DIR) + "/../tests/reference/llama_reference.py";
-
-bool numpy_available() {
-    static const bool available = test::run({"/usr/bin/python3", "-c", "import numpy"}).exit_code == 0;
-    return available;
-}
-
-std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model, const std::vector<std::vector<int32_t>>& seqs,
-                                                 int vocab, const std::vector<std::string>& options = {}) {
-    TempDir scratch;
-    std::vector<std::string> argv = {"/usr/bin/python3", kReference, "--model", model.string(), "--out", (scratch / "logits.bin").string()};
-    argv.insert(argv.end(), options.begin(), options.end());
-    for (const auto& s : seqs) {
-        std::string list;
-        for (auto t : s) list += (list.empty() ? "" : ",") + std::to_string(t);
-        argv.push_back("--tokens");
-        argv.push_back(list);
-    }
-    const auto result = test::run(argv);
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    const std::string bytes = test::read_file(scratch / "logits.bin");
-    std::vector<std::vector<float>> out;
-    size_t offset = 0;
-    for (const auto& s : seqs) {
-        std::vector<float> logits(s.size() * size_t(vocab));
-        REQUIRE(offset + logits.size() * 4 <= bytes.size());
-        std::memcpy(logits.data(), bytes.data() + offset, logits.size() * 4);
-        offset += logits.size() * 4;
-        out.push_back(std::move(logits));
-    }
-    return out;
-}
-
-double worst_relative_error(const std::vector<float>& a, const std::vector<float>& b, int vocab) {
-    double worst = 0;
-    for (size_t p = 0; p < b.size() / size_t(vocab); ++p) {
-        double scale = 0, diff = 0;
-        for (int v = 0; v < vocab; ++v) {
-            scale = std::max(scale, double(std::fabs(b[p * vocab + v])));
-            diff = std::max(diff, double(std::fabs(a[p * vocab + v] - b[p * vocab + v])));
-        }
-        worst = std::max(worst, diff / scale);
-    }
-    return worst;
-}
-
-// Positions where the reference's top token leads by at least `margin`, and how many of those the
-// engine's top token agrees with: greedy decoding's choice, teacher-forced.
-std::pair<int, int> clear_and_agreeing(const std::vector<float>& engine, const std::vector<float>& reference, int vocab, float margin) {
-    int clear = 0, agree = 0;
-    for (size_t p = 0; p < reference.size() / size_t(vocab); ++p) {
-        const float* r = reference.data() + p * vocab;
-        const float* e = engine.data() + p * vocab;
-        const int best = int(std::max_element(r, r + vocab) - r);
-        float second = -INFINITY;
-        for (int v = 0; v < vocab; ++v)
-            if (v != best) second = std::max(second, r[v]);
-        if (r[best] - second < margin) continue;
-        ++clear;
-        agree += int(std::max_element(e, e + vocab) - e) == best;
-    }
-    return {clear, agree};
-}
 
 std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
     return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
@@ -202,8 +145,9 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
                 const auto reference = reference_logits(dir / "m.gguf", seqs, vocab);
                 for (size_t i = 0; i < seqs.size(); ++i) {
                     CHECK(worst_relative_error(batched[i], reference[i], vocab) < 1e-4);
-                    const auto [clear, agree] = clear_and_agreeing(batched[i], reference[i], vocab, 0.02f);
-                    CHECK(agree == clear);
+                    Agreement a;
+                    top1_agreement(batched[i], reference[i], vocab, 0.02f, a);
+                    CHECK(a.agree == a.clear);
                 }
             }
         }
@@ -227,20 +171,11 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
                 // Rounding inputs to bf16 as the hardware product does, a value within float
                 // rounding of a midpoint may go either way (attention's sums run in another order
                 // on the permuted q and k): most positions to 1e-4, every one to 1e-2.
-                int positions = 0, close = 0;
-                double worst = 0;
-                for (size_t i = 0; i < seqs.size(); ++i)
-                    for (size_t p = 0; p < seqs[i].size(); ++p) {
-                        const std::vector<float> e(logits[i].begin() + long(p * vocab), logits[i].begin() + long((p + 1) * vocab));
-                        const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
-                        const double error = worst_relative_error(e, r, vocab);
-                        ++positions;
-                        close += error < 1e-4;
-                        worst = std::max(worst, error);
-                    }
-                INFO(close << " of " << positions << " positions within 1e-4, worst " << worst);
-                CHECK(close >= (bf16_inputs ? positions * 8 / 10 : positions));
-                CHECK(worst < 1e-2);
+                PositionErrors e;
+                for (size_t i = 0; i < seqs.size(); ++i) position_errors(logits[i], reference[i], vocab, 1e-4, e);
+                INFO(e.close << " of " << e.positions << " positions within 1e-4, worst " << e.worst);
+                CHECK(e.close >= (bf16_inputs ? e.positions * 8 / 10 : e.positions));
+                CHECK(e.worst < 1e-2);
             }
         }
     }
@@ -284,27 +219,18 @@ TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference ro
             const auto logits = run_sequences(model, seqs, 0);
             // As in the q8 test of test_engine_forward.cpp: an input within float rounding of a
             // step's midpoint may round either way, so most positions to 1e-3, all to 5e-2.
-            int positions = 0, close = 0, clear = 0, agree = 0;
-            double worst = 0;
+            PositionErrors e;
+            Agreement a;
             for (size_t i = 0; i < seqs.size(); ++i) {
-                const auto [c, a] = clear_and_agreeing(logits[i], reference[i], vocab, 0.02f);
-                clear += c;
-                agree += a;
-                for (size_t p = 0; p < seqs[i].size(); ++p) {
-                    const std::vector<float> e(logits[i].begin() + long(p * vocab), logits[i].begin() + long((p + 1) * vocab));
-                    const std::vector<float> r(reference[i].begin() + long(p * vocab), reference[i].begin() + long((p + 1) * vocab));
-                    const double error = worst_relative_error(e, r, vocab);
-                    ++positions;
-                    close += error < 1e-3;
-                    worst = std::max(worst, error);
-                }
+                position_errors(logits[i], reference[i], vocab, 1e-3, e);
+                top1_agreement(logits[i], reference[i], vocab, 0.02f, a);
             }
-            INFO(kernels::isa_name(isa) << ": " << close << " of " << positions << " within 1e-3, worst " << worst
-                                        << "; the top token agrees at " << agree << " of " << clear << " positions where it leads by 0.02");
-            CHECK(close >= positions / 2);
-            CHECK(worst < 5e-2);
-            CHECK(agree == clear);
-            CHECK(clear >= positions * 8 / 10);
+            INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " within 1e-3, worst " << e.worst
+                                        << "; the top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by 0.02");
+            CHECK(e.close >= e.positions / 2);
+            CHECK(e.worst < 5e-2);
+            CHECK(a.agree == a.clear);
+            CHECK(a.clear >= e.positions * 8 / 10);
         }
     }
 }
@@ -456,6 +382,21 @@ TEST_CASE("a GGUF file is served, at the model's own context length unless told 
     REQUIRE(res);
     CHECK(res->status == 200);
     CHECK(json::parse(res->body)["usage"]["completion_tokens"].get<int>() >= 1);
+
+    // A context longer than the pool holds for one sequence is cut to what it holds (as the
+    // paper estimate assumes): 16 blocks hold 15 x 16 tokens of the model's 512.
+    {
+        engine::EngineOptions small_pool;
+        small_pool.max_context = 0;
+        small_pool.kv_blocks = 16;
+        small_pool.threads = 1;
+        engine::Engine capped(dir / "m.gguf", small_pool);
+        CHECK(capped.options().max_context == 240);
+        engine::EngineOptions told = small_pool;
+        told.max_context = 200;
+        engine::Engine chosen(dir / "m.gguf", told);
+        CHECK(chosen.options().max_context == 200);
+    }
 
     // The same model as a directory gives the same greedy tokens.
     engine::make_model({dir / "dir", "tiny", "llama", "f32", 3, 1});
