@@ -131,23 +131,9 @@ void packed8_item(const WeightMatrix& w, int item, const QuantizedInput* x, int 
 }  // namespace
 
 void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* x, int n_tokens) {
-    int first_item[kMaxMatmulGroup + 1] = {0};
-    double work = 0;
-    for (int m = 0; m < count; ++m) {
-        first_item[m + 1] = first_item[m] + (q8_packed8_blocks(ws[m].rows) + kBlocks - 1) / kBlocks;
-        work += double(ws[m].rows) * ws[m].cols * n_tokens;
-    }
-    const int items = first_item[count];
-#pragma omp parallel if (work >= kParallelWork)
-    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
-        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
-#pragma omp for schedule(dynamic, 4) nowait
-        for (int item = 0; item < items; ++item) {
-            int m = 0;
-            while (item >= first_item[m + 1]) ++m;
-            packed8_item(ws[m], item - first_item[m], x, c0, c1, ys[m]);
-        }
-    }
+    run_items(
+        ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (q8_packed8_blocks(w.rows) + kBlocks - 1) / kBlocks; },
+        [x](const WeightMatrix& w, int item, int c0, int c1, float* y) { packed8_item(w, item, x, c0, c1, y); });
 }
 
 }  // namespace anvil::kernels::detail

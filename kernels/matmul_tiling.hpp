@@ -77,5 +77,28 @@ void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const Input*
     }
 }
 
+// The same sharing for a packed layout's items (a few row blocks each): `items_of(w)` counts a
+// matrix's items, `run_item(w, item, c0, c1, y)` computes one for tokens c0..c1.
+template <typename ItemsOf, typename RunItem>
+void run_items(const WeightMatrix* ws, float* const* ys, int count, int n_tokens, ItemsOf items_of, RunItem run_item) {
+    int first_item[kMaxMatmulGroup + 1] = {0};
+    double work = 0;
+    for (int m = 0; m < count; ++m) {
+        first_item[m + 1] = first_item[m] + items_of(ws[m]);
+        work += double(ws[m].rows) * ws[m].cols * n_tokens;
+    }
+    const int items = first_item[count];
+#pragma omp parallel if (work >= kParallelWork)
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+#pragma omp for schedule(dynamic, 4) nowait
+        for (int item = 0; item < items; ++item) {
+            int m = 0;
+            while (item >= first_item[m + 1]) ++m;
+            run_item(ws[m], item - first_item[m], c0, c1, ys[m]);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace anvil::kernels::detail
