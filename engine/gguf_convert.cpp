@@ -17,6 +17,7 @@
 #include "engine/tokenizer.hpp"
 #include "engine/weights.hpp"
 #include "kernels/convert.hpp"
+#include "kernels/ggml_blocks.hpp"
 
 namespace anvil::engine {
 
@@ -24,15 +25,56 @@ using nlohmann::json;
 
 namespace {
 
-// llama.cpp's llama_ftype for a file whose matrices are all of one type.
-uint32_t file_type(GgmlType type) {
+// llama.cpp's llama_ftype.
+uint32_t file_type(GgufFileType type) {
     switch (type) {
-        case GgmlType::F32: return 0;
-        case GgmlType::F16: return 1;
-        case GgmlType::Q8_0: return 7;
-        case GgmlType::BF16: return 32;
-        default: throw std::logic_error("convert_to_gguf: unsupported type");
+        case GgufFileType::F32: return 0;
+        case GgufFileType::F16: return 1;
+        case GgufFileType::Q4_0: return 2;
+        case GgufFileType::Q8_0: return 7;
+        case GgufFileType::Q4_K_M: return 15;
+        case GgufFileType::Q6_K: return 18;
+        case GgufFileType::BF16: return 32;
     }
+    throw std::logic_error("convert_to_gguf: unsupported type");
+}
+
+// Which matrix of the model a tensor is, for the mixed file types.
+enum class Role { Embedding, Output, AttnV, FfnDown, Other };
+
+// llama-quantize's use_more_bits: the first and last eighth of the layers, and every third between.
+bool more_bits(int layer, int layers) {
+    return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+int block_values(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0: return 32;
+        case GgmlType::Q4_K:
+        case GgmlType::Q6_K: return 256;
+        default: return 1;
+    }
+}
+
+GgmlType matrix_type(GgufFileType file, Role role, int layer, int layers, int cols) {
+    GgmlType type = GgmlType::F32;
+    switch (file) {
+        case GgufFileType::F32: return GgmlType::F32;
+        case GgufFileType::F16: return GgmlType::F16;
+        case GgufFileType::BF16: return GgmlType::BF16;
+        case GgufFileType::Q8_0: type = GgmlType::Q8_0; break;
+        case GgufFileType::Q6_K: type = GgmlType::Q6_K; break;
+        case GgufFileType::Q4_0: type = role == Role::Output ? GgmlType::Q6_K : GgmlType::Q4_0; break;
+        case GgufFileType::Q4_K_M:
+            type = role == Role::Output || ((role == Role::AttnV || role == Role::FfnDown) && more_bits(layer, layers))
+                       ? GgmlType::Q6_K
+                       : GgmlType::Q4_K;
+            break;
+    }
+    if (cols % block_values(type) != 0) type = type == GgmlType::Q6_K ? GgmlType::Q8_0 : type == GgmlType::Q4_K ? GgmlType::Q4_0 : type;
+    if (cols % block_values(type) != 0) type = GgmlType::F16;
+    return type;
 }
 
 const char* gguf_architecture(Architecture arch) {
@@ -58,10 +100,14 @@ std::vector<int> permuted_rows(int rows, int heads) {
 }
 
 std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlType type, const std::vector<int>& order) {
-    const size_t row_size = type == GgmlType::Q8_0 ? size_t(cols) / 32 * 34 : size_t(cols) * (type == GgmlType::F32 ? 4 : 2);
+    const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
+    const size_t row_size = size_t(cols) / info->block * info->block_bytes;
     std::vector<uint8_t> out(size_t(rows) * row_size);
-    std::vector<float> row(static_cast<size_t>(cols));
+    // Rows apart: the K-quants' scale searches are most of a Q4_K_M conversion's time.
+#pragma omp parallel for schedule(dynamic, 16)
     for (int r = 0; r < rows; ++r) {
+        thread_local std::vector<float> row;
+        row.resize(size_t(cols));
         stored_row_to_f32(t, order.empty() ? r : order[size_t(r)], cols, row.data());
         uint8_t* dst = out.data() + size_t(r) * row_size;
         switch (type) {
@@ -79,7 +125,10 @@ std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlTy
                 }
                 break;
             case GgmlType::Q8_0: quantize_q8_0(row.data(), size_t(cols), dst); break;
-            default: throw std::logic_error("convert_to_gguf: unsupported type");
+            case GgmlType::Q4_0: kernels::quantize_q4_0(row.data(), size_t(cols), dst); break;
+            case GgmlType::Q4_K: kernels::quantize_q4_k(row.data(), size_t(cols), dst); break;
+            case GgmlType::Q6_K: kernels::quantize_q6_k(row.data(), size_t(cols), dst); break;
+            default: break;  // matrix_type chooses none other
         }
     }
     return out;
@@ -99,17 +148,27 @@ void quantize_q8_0(const float* x, size_t n, uint8_t* out) {
     }
 }
 
-GgmlType parse_gguf_type(const std::string& text) {
-    if (text == "f32") return GgmlType::F32;
-    if (text == "f16") return GgmlType::F16;
-    if (text == "bf16") return GgmlType::BF16;
-    if (text == "q8_0") return GgmlType::Q8_0;
-    throw std::runtime_error("GGUF type " + text + ": expected f32, f16, bf16 or q8_0");
+GgufFileType parse_gguf_type(const std::string& text) {
+    for (GgufFileType type : {GgufFileType::F32, GgufFileType::F16, GgufFileType::BF16, GgufFileType::Q8_0, GgufFileType::Q4_0,
+                              GgufFileType::Q4_K_M, GgufFileType::Q6_K})
+        if (text == gguf_file_type_name(type)) return type;
+    throw std::runtime_error("GGUF type " + text + ": expected f32, f16, bf16, q8_0, q4_0, q4_k_m or q6_k");
 }
 
-size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgmlType type) {
-    if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 && type != GgmlType::Q8_0)
-        throw std::runtime_error("convert: writes F32, F16, BF16 or Q8_0 GGUF files");
+const char* gguf_file_type_name(GgufFileType type) {
+    switch (type) {
+        case GgufFileType::F32: return "f32";
+        case GgufFileType::F16: return "f16";
+        case GgufFileType::BF16: return "bf16";
+        case GgufFileType::Q8_0: return "q8_0";
+        case GgufFileType::Q4_0: return "q4_0";
+        case GgufFileType::Q4_K_M: return "q4_k_m";
+        case GgufFileType::Q6_K: return "q6_k";
+    }
+    return "?";
+}
+
+size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgufFileType type) {
     if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
     const ModelConfig c = load_config(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
@@ -189,9 +248,9 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
         for (int i = 0; i < n; ++i) std::memcpy(bytes.data() + 4 * i, &values[size_t(order.empty() ? i : order[size_t(i)])], 4);
         w.add_tensor(*gguf_tensor_name(name), GgmlType::F32, {n}, std::move(bytes));
     };
-    auto matrix = [&](const std::string& name, int rows, int cols, const std::vector<int>& order = {}) {
+    auto matrix = [&](const std::string& name, int rows, int cols, Role role, int layer = 0, const std::vector<int>& order = {}) {
         const TensorInfo& t = store.get(name, {rows, cols});
-        const GgmlType as = type == GgmlType::Q8_0 && cols % 32 != 0 ? GgmlType::F16 : type;
+        const GgmlType as = matrix_type(type, role, layer, c.n_layers, cols);
         w.add_tensor(*gguf_tensor_name(name), as, {cols, rows}, encode_rows(t, rows, cols, as, order));
     };
 
@@ -211,14 +270,14 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
     const bool permute = c.arch == Architecture::Llama || c.arch == Architecture::Mistral;
     const std::vector<int> q_order = permute ? permuted_rows(c.q_dim(), c.n_heads) : std::vector<int>{};
     const std::vector<int> k_order = permute ? permuted_rows(c.kv_dim(), c.n_kv_heads) : std::vector<int>{};
-    matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
+    matrix("model.embed_tokens.weight", c.vocab_size, c.dim, c.tie_embeddings ? Role::Output : Role::Embedding);
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         vector(p + "input_layernorm.weight", c.dim);
-        matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim, q_order);
-        matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim, k_order);
-        matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
-        matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
+        matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim, Role::Other, i, q_order);
+        matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim, Role::Other, i, k_order);
+        matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim, Role::AttnV, i);
+        matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim(), Role::Other, i);
         if (c.qkv_bias) {
             vector(p + "self_attn.q_proj.bias", c.q_dim(), q_order);
             vector(p + "self_attn.k_proj.bias", c.kv_dim(), k_order);
@@ -229,12 +288,12 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
             vector(p + "self_attn.k_norm.weight", c.head_dim);
         }
         vector(p + "post_attention_layernorm.weight", c.dim);
-        matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim);
-        matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim);
-        matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+        matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, Role::Other, i);
+        matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, Role::Other, i);
+        matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, Role::FfnDown, i);
     }
     vector("model.norm.weight", c.dim);
-    if (!c.tie_embeddings) matrix("lm_head.weight", c.vocab_size, c.dim);
+    if (!c.tie_embeddings) matrix("lm_head.weight", c.vocab_size, c.dim, Role::Output);
     return w.write(out);
 }
 

@@ -12,12 +12,23 @@
 
 namespace anvil::engine {
 
-// F32, F16, BF16 or Q8_0 from text ("f32", "f16", "bf16", "q8_0"); throws with the accepted values.
-GgmlType parse_gguf_type(const std::string& text);
+// What a written file's matrices are: one type for all, or a mix as llama-quantize writes it. Norms
+// and biases stay F32 in every one.
+//   q4_0    Q4_0, the output matrix Q6_K (llama-quantize's MOSTLY_Q4_0)
+//   q4_k_m  Q4_K; the output matrix, and attn_v and ffn_down in the first and last eighth of the
+//           layers and every third layer between, Q6_K (MOSTLY_Q4_K_M). With tied embeddings the
+//           embedding is the output matrix.
+//   q6_k    Q6_K throughout (MOSTLY_Q6_K)
+// A matrix whose rows are not whole blocks falls back as llama-quantize's does where the engine
+// reads the fallback: Q6_K to Q8_0, Q4_K to Q4_0 (llama-quantize takes Q5_0, which the engine does
+// not read), and Q8_0 or Q4_0 to F16.
+enum class GgufFileType { F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q6_K };
+// From text ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k"); throws with the accepted values.
+GgufFileType parse_gguf_type(const std::string& text);
+const char* gguf_file_type_name(GgufFileType type);
 
-// Writes `out` (through a temporary file and a rename); returns its size in bytes. Matrices whose
-// rows are not whole Q8_0 blocks are written F16, as convert_hf_to_gguf.py does.
-size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgmlType type);
+// Writes `out` (through a temporary file and a rename); returns its size in bytes.
+size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgufFileType type);
 
 // Q8_0 as ggml writes it: blocks of 32 values, an f16 scale (largest magnitude / 127) followed by
 // 32 int8 values rounded half away from zero. `n` must be a multiple of 32.

@@ -37,15 +37,16 @@ commands:
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
   make-model --out DIR|FILE.gguf [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
-             [--dtype f32|bf16|f16|q8_0] [--shards N] [--early-exit N] [--layers N]
+             [--dtype f32|bf16|f16|q8_0|q4_0|q4_k_m|q6_k] [--shards N] [--early-exit N] [--layers N]
       write a deterministic model directory with random weights and a byte-level BPE tokenizer
-      (or, for FILE.gguf, that model as one GGUF file: --dtype f32, f16, bf16 or q8_0);
+      (or, for FILE.gguf, that model as one GGUF file: --dtype f32, f16, bf16, q8_0, q4_0, q4_k_m or q6_k);
       --early-exit N: the layers past the first N only make small corrections, as in a model
       trained for early exit, so that --draft-layers N predicts most of its tokens; --layers N
       overrides the preset's depth (the first N layers of the same model: a --draft-model for it)
-  convert --model DIR --out FILE.gguf [--type f32|f16|bf16|q8_0]
+  convert --model DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k_m|q6_k]
       write a Hugging Face model directory as a GGUF file, as llama.cpp's convert_hf_to_gguf.py
-      does for the architectures anvil-engine runs (norms and biases stay f32)
+      does for the architectures anvil-engine runs (norms and biases stay f32), quantized as
+      llama-quantize mixes its types for q4_0, q4_k_m and q6_k
 
 environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
   OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)

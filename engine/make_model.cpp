@@ -196,7 +196,7 @@ Family chat_family(const std::string& arch) {
 size_t make_model(const MakeModelOptions& o) {
     if (o.out.extension() == ".gguf") {
         // The Hugging Face directory first, beside the file, then the converter's GGUF of it.
-        const GgmlType type = parse_gguf_type(o.dtype);
+        const GgufFileType type = parse_gguf_type(o.dtype);
         if (fs::exists(o.out)) throw std::runtime_error(o.out.string() + ": exists; choose a new --out file");
         if (o.shards != 1) throw std::runtime_error("--shards: a GGUF file is one file");
         MakeModelOptions hf = o;
@@ -212,7 +212,7 @@ size_t make_model(const MakeModelOptions& o) {
     if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
         throw std::runtime_error("--arch " + arch + ": expected llama, qwen2, qwen3 or mistral");
     if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
-        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16 (or q8_0 for a .gguf --out)");
+        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16 (or q8_0, q4_0, q4_k_m or q6_k for a .gguf --out)");
     if (o.shards < 1 || o.shards > 99) throw std::runtime_error("--shards must be 1 to 99");
     Shape s = preset_shape(o.preset, arch);
     if (o.layers < 0 || o.layers > 64) throw std::runtime_error("--layers " + std::to_string(o.layers) + ": expected 1 to 64");

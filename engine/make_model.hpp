@@ -12,7 +12,7 @@ struct MakeModelOptions {
     std::filesystem::path out;    // a directory, or FILE.gguf for one GGUF file (gguf_convert.hpp)
     std::string preset = "tiny";  // tiny | small | bench
     std::string arch = "llama";   // llama | qwen2 | qwen3 | mistral
-    std::string dtype = "f32";    // f32 | bf16 | f16, and q8_0 in GGUF: how the weights are stored
+    std::string dtype = "f32";    // f32 | bf16 | f16, and q8_0, q4_0, q4_k_m, q6_k in GGUF
     uint64_t seed = 1;
     int shards = 1;               // >1 writes model-0000i-of-0000n.safetensors and the index
     // >0: the layers past the first `early_exit` only make small corrections (their attention and

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/ggml_blocks.hpp"
+
 namespace anvil::engine {
 
 const char* dtype_name(Dtype dtype) {
@@ -23,6 +25,9 @@ const char* dtype_name(Dtype dtype) {
         case Dtype::F16: return "F16";
         case Dtype::BF16: return "BF16";
         case Dtype::Q8_0: return "Q8_0";
+        case Dtype::Q4_0: return "Q4_0";
+        case Dtype::Q4_K: return "Q4_K";
+        case Dtype::Q6_K: return "Q6_K";
         case Dtype::Other: return "other";
     }
     return "?";
@@ -34,13 +39,22 @@ size_t dtype_size(Dtype dtype) {
         case Dtype::F16:
         case Dtype::BF16: return 2;
         case Dtype::Q8_0:
+        case Dtype::Q4_0:
+        case Dtype::Q4_K:
+        case Dtype::Q6_K:
         case Dtype::Other: return 0;
     }
     return 0;
 }
 
 size_t row_bytes(Dtype dtype, int64_t cols) {
-    if (dtype == Dtype::Q8_0) return size_t(cols / 32 * 34);
+    switch (dtype) {
+        case Dtype::Q8_0: return size_t(cols / 32 * 34);
+        case Dtype::Q4_0: return kernels::q4_0_row_bytes(int(cols));
+        case Dtype::Q4_K: return kernels::q4_k_row_bytes(int(cols));
+        case Dtype::Q6_K: return kernels::q6_k_row_bytes(int(cols));
+        default: break;
+    }
     return size_t(cols) * dtype_size(dtype);
 }
 

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/convert.hpp"
+#include "kernels/ggml_blocks.hpp"
 
 namespace anvil::engine {
 
@@ -46,6 +47,9 @@ size_t matrix_bytes(const WeightMatrix& m) {
             const size_t padded = size_t(kernels::q8_packed8_blocks(m.rows)) * kernels::kQ8Pack8Rows * m.cols;
             return padded + padded / kernels::kQ8Group * 4;
         }
+        case WeightType::Q4_0: return size_t(m.rows) * kernels::q4_0_row_bytes(m.cols);
+        case WeightType::Q4_K: return size_t(m.rows) * kernels::q4_k_row_bytes(m.cols);
+        case WeightType::Q6_K: return size_t(m.rows) * kernels::q6_k_row_bytes(m.cols);
     }
     return 0;
 }
@@ -86,6 +90,9 @@ void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
                 out[k] = kernels::f16_to_f32(bits);
             }
             break;
+        case Dtype::Q4_0: kernels::dequantize_q4_0(base, size_t(cols), out); break;
+        case Dtype::Q4_K: kernels::dequantize_q4_k(base, size_t(cols), out); break;
+        case Dtype::Q6_K: kernels::dequantize_q6_k(base, size_t(cols), out); break;
         case Dtype::Other: throw std::logic_error("unsupported dtype reached conversion");
     }
 }
@@ -95,7 +102,14 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
     WeightType type = WeightType::F32;
     switch (format) {
         case WeightFormat::Stored:
-            type = t.dtype == Dtype::BF16 ? WeightType::BF16 : t.dtype == Dtype::Q8_0 ? WeightType::Q8 : WeightType::F32;
+            switch (t.dtype) {
+                case Dtype::BF16: type = WeightType::BF16; break;
+                case Dtype::Q8_0: type = WeightType::Q8; break;
+                case Dtype::Q4_0: type = WeightType::Q4_0; break;
+                case Dtype::Q4_K: type = WeightType::Q4_K; break;
+                case Dtype::Q6_K: type = WeightType::Q6_K; break;
+                default: type = WeightType::F32; break;
+            }
             break;
         case WeightFormat::F32: type = WeightType::F32; break;
         case WeightFormat::BF16: type = WeightType::BF16; break;
@@ -105,6 +119,10 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
     const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16);
     if (same && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) {
         m.data = t.data;  // zero copy: the kernels read the mapping
+        return m;
+    }
+    if (kernels::is_ggml_block_type(type)) {
+        m.data = t.data;  // GGUF's blocks as the file holds them, at any alignment
         return m;
     }
     if (type == WeightType::Q8 && cols % kernels::kQ8Group != 0)
@@ -202,6 +220,9 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         }
         case WeightType::Q8Packed:
         case WeightType::Q8Packed8: throw std::logic_error("packed q8 is made from q8, never asked for");
+        case WeightType::Q4_0:
+        case WeightType::Q4_K:
+        case WeightType::Q6_K: throw std::logic_error("GGUF blocks are mapped, never converted to");
     }
     return m;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::kernels {
@@ -13,6 +14,9 @@ const char* weight_type_name(WeightType type) {
         case WeightType::Q8: return "q8";
         case WeightType::Q8Packed: return "q8 (packed)";
         case WeightType::Q8Packed8: return "q8 (packed by 8)";
+        case WeightType::Q4_0: return "Q4_0";
+        case WeightType::Q4_K: return "Q4_K";
+        case WeightType::Q6_K: return "Q6_K";
     }
     return "?";
 }
@@ -98,6 +102,15 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
                 out[k] = float(q[q8_packed8_index(w.cols, row, k)]) * w.scales[q8_packed8_scale_index(w.cols, row, k / kQ8Group)];
             return;
         }
+        case WeightType::Q4_0:
+            dequantize_q4_0(static_cast<const uint8_t*>(w.data) + size_t(row) * q4_0_row_bytes(w.cols), size_t(w.cols), out);
+            return;
+        case WeightType::Q4_K:
+            dequantize_q4_k(static_cast<const uint8_t*>(w.data) + size_t(row) * q4_k_row_bytes(w.cols), size_t(w.cols), out);
+            return;
+        case WeightType::Q6_K:
+            dequantize_q6_k(static_cast<const uint8_t*>(w.data) + size_t(row) * q6_k_row_bytes(w.cols), size_t(w.cols), out);
+            return;
     }
 }
 

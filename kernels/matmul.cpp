@@ -1,5 +1,7 @@
 #include "kernels/matmul.hpp"
 
+#include "kernels/ggml_blocks.hpp"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -7,24 +9,43 @@
 
 namespace anvil::kernels {
 
-void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales) {
-    const int groups = cols / kQ8Group;
+namespace {
+
+// Each `group` consecutive values of x to int8 with one scale (largest magnitude / 127).
+void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* values, float* scales) {
+    const int groups = cols / group;
     for (int t = 0; t < n_tokens; ++t)
         for (int g = 0; g < groups; ++g) {
-            const float* in = x + size_t(t) * cols + size_t(g) * kQ8Group;
-            int8_t* out = values + size_t(t) * cols + size_t(g) * kQ8Group;
+            const float* in = x + size_t(t) * cols + size_t(g) * group;
+            int8_t* out = values + size_t(t) * cols + size_t(g) * group;
             float largest = 0.0f;
-            for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(in[k]));
+            for (int k = 0; k < group; ++k) largest = std::fmax(largest, std::fabs(in[k]));
             // The same float operations as matmul_avx512vnni.cpp's quantize_int8, so that every
             // vector level rounds a token's activations to the same int8 values.
             const float scale = largest / 127.0f;
             const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
             scales[size_t(t) * groups + g] = scale;
-            for (int k = 0; k < kQ8Group; ++k) {
+            for (int k = 0; k < group; ++k) {
                 const long q = std::lrint(in[k] * inverse);
                 out[k] = int8_t(q > 127 ? 127 : q < -127 ? -127 : q);
             }
         }
+}
+
+}  // namespace
+
+void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales) {
+    round_groups(x, n_tokens, cols, kQ8Group, values, scales);
+}
+
+void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums) {
+    round_groups(x, n_tokens, cols, kSuperBlock, values, scales);
+    const size_t runs = size_t(n_tokens) * size_t(cols) / 16;
+    for (size_t s = 0; s < runs; ++s) {
+        int sum = 0;
+        for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
+        sums[s] = int16_t(sum);
+    }
 }
 
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
@@ -34,6 +55,9 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         if ((ws[i].type == WeightType::Q8 || ws[i].type == WeightType::Q8Packed || ws[i].type == WeightType::Q8Packed8) &&
             ws[i].cols % kQ8Group != 0)
             throw std::logic_error("q8 matrix with " + std::to_string(ws[i].cols) + " columns, not a multiple of the group");
+        if (is_ggml_block_type(ws[i].type) && ws[i].cols % ggml_block_values(ws[i].type) != 0)
+            throw std::logic_error(std::string(weight_type_name(ws[i].type)) + " matrix with " + std::to_string(ws[i].cols) +
+                                   " columns, not whole blocks");
         uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
     // The packed layout is for the VNNI kernels; below them only the plain product reads it.
@@ -50,6 +74,24 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     thread_local std::vector<int8_t> q_values;
     thread_local std::vector<float> q_scales;
     detail::QuantizedInput qx{nullptr, nullptr};
+    if (is_ggml_block_type(ws[0].type)) {
+        if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
+        const int cols = ws[0].cols;
+        const size_t n = size_t(n_tokens) * cols;
+        if (q_values.size() < n) q_values.resize(n);
+        if (ws[0].type == WeightType::Q4_0) {
+            if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
+            detail::quantize_input(x, n_tokens, cols, q_values.data(), q_scales.data());
+            qx = {q_values.data(), q_scales.data()};
+            return detail::matmul_avx2_blocks(ws, ys, count, &qx, nullptr, n_tokens);
+        }
+        thread_local std::vector<int16_t> q_sums;
+        if (q_scales.size() < n / kSuperBlock) q_scales.resize(n / kSuperBlock);
+        if (q_sums.size() < n / 16) q_sums.resize(n / 16);
+        detail::quantize_input_super(x, n_tokens, cols, q_values.data(), q_scales.data(), q_sums.data());
+        const detail::SuperBlockInput q256{q_values.data(), q_scales.data(), q_sums.data()};
+        return detail::matmul_avx2_blocks(ws, ys, count, nullptr, &q256, n_tokens);
+    }
     // The VNNI levels round the activations themselves (with the sums their packed layout needs).
     const bool packed8 = ws[0].type == WeightType::Q8Packed8;
     if ((ws[0].type == WeightType::Q8 && int(isa) < int(Isa::Avx512Vnni)) || packed8) {

@@ -30,12 +30,24 @@ struct QuantizedInput {
     const float* scales;   // [n_tokens][cols / kQ8Group]
 };
 void quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales);
+// The activations of the Q4_K and Q6_K products, rounded as llama.cpp's q8_K rounds them: int8 with
+// one scale per 256 values (rounded as above), and the sum of each 16 of those int8 values, which
+// takes the weights' offsets (Q4_K's mins, Q6_K's 32) out of the integer products.
+struct SuperBlockInput {
+    const int8_t* values;  // [n_tokens][cols]
+    const float* scales;   // [n_tokens][cols / 256]
+    const int16_t* sums;   // [n_tokens][cols / 16]
+};
+void quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums);
 
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                  int n_tokens);
 // Q8Packed8 weights (any vector level): the AVX2 byte products on 8 rows at a time.
 void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* x, int n_tokens);
+// GGUF blocks (Q4_0 with `q32`, Q4_K and Q6_K with `q256`) at every vector level: matmul_avx2_blocks.cpp.
+void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
+                        const SuperBlockInput* q256, int n_tokens);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);
 // q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512.

@@ -179,6 +179,9 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
         case WeightType::Q8Packed8: break;  // and this to matmul_avx2_packed8
+        case WeightType::Q4_0:
+        case WeightType::Q4_K:
+        case WeightType::Q6_K: break;  // and GGUF blocks to matmul_avx2_blocks
     }
 }
 

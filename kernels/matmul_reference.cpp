@@ -1,5 +1,6 @@
 // The plain product every vector kernel is checked against: one row, one token, in order.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/matmul.hpp"
 
@@ -9,6 +10,12 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
     const int groups = w.cols / kQ8Group;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < w.rows; ++r) {
+        // GGUF blocks: the row's exact values, then the plain product.
+        thread_local std::vector<float> values;
+        if (is_ggml_block_type(w.type)) {
+            values.resize(size_t(w.cols));
+            dequantize_row(w, r, values.data());
+        }
         for (int t = 0; t < n_tokens; ++t) {
             const float* xt = x + size_t(t) * w.cols;
             float sum = 0.0f;
@@ -42,6 +49,11 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                     }
                     break;
                 }
+                case WeightType::Q4_0:
+                case WeightType::Q4_K:
+                case WeightType::Q6_K:
+                    for (int k = 0; k < w.cols; ++k) sum += values[size_t(k)] * xt[k];
+                    break;
                 case WeightType::Q8Packed8: {
                     const int8_t* q = static_cast<const int8_t*>(w.data);
                     for (int g = 0; g < groups; ++g) {

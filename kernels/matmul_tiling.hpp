@@ -28,6 +28,9 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
         case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
         case WeightType::Q8Packed: break;  // not row-major: only matmul_avx512vnni.cpp reads it
         case WeightType::Q8Packed8: break;  // nor this: matmul_avx2_packed.cpp
+        case WeightType::Q4_0:
+        case WeightType::Q4_K:
+        case WeightType::Q6_K: break;  // GGUF blocks: matmul_avx2_blocks.cpp
     }
     return nullptr;
 }

@@ -7,7 +7,8 @@
 
 namespace anvil::kernels {
 
-enum class WeightType { F32, BF16, Q8, Q8Packed, Q8Packed8 };
+// Q4_0, Q4_K and Q6_K are GGUF's blocks as the file holds them, row after row (ggml_blocks.hpp).
+enum class WeightType { F32, BF16, Q8, Q8Packed, Q8Packed8, Q4_0, Q4_K, Q6_K };
 const char* weight_type_name(WeightType type);
 
 // Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.
@@ -43,8 +44,8 @@ inline size_t q8_packed8_scale_index(int cols, int row, int group) {
 }
 inline int q8_packed8_blocks(int rows) { return (rows + kQ8Pack8Rows - 1) / kQ8Pack8Rows; }
 
-// A [rows][cols] matrix: row-major but for Q8Packed and Q8Packed8. `data` holds floats, bf16 bits or int8 by
-// `type`; `scales` only for the q8 types. The memory belongs to the weights that made the view.
+// A [rows][cols] matrix: row-major but for Q8Packed and Q8Packed8. `data` holds floats, bf16 bits, int8 or
+// GGUF blocks by `type`; `scales` only for the q8 types (the GGUF blocks carry their own). The memory belongs to the weights that made the view.
 struct WeightMatrix {
     WeightType type = WeightType::F32;
     int rows = 0;
@@ -52,6 +53,12 @@ struct WeightMatrix {
     const void* data = nullptr;
     const float* scales = nullptr;
 };
+
+// Q4_K and Q6_K rows are whole super-blocks of 256 values, Q4_0 rows whole blocks of 32.
+inline bool is_ggml_block_type(WeightType type) {
+    return type == WeightType::Q4_0 || type == WeightType::Q4_K || type == WeightType::Q6_K;
+}
+inline int ggml_block_values(WeightType type) { return type == WeightType::Q4_0 ? 32 : 256; }
 
 inline float bf16_to_f32(uint16_t bits) {
     uint32_t wide = uint32_t(bits) << 16;

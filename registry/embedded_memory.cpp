@@ -13,10 +13,25 @@ using I = IntInterval;
 
 I exact(std::int64_t v) { return I::exact(v); }
 
-// The format a matrix is held in, after anvil-engine's --weights (engine/weights.cpp).
-enum class Held { f32, bf16, q8 };
+// The format a matrix is held in, after anvil-engine's --weights (engine/weights.cpp). The last three
+// are GGUF files' block formats, mapped as stored.
+enum class Held { f32, bf16, q8, q4_0, q4_k_m, q6_k };
 
-const char* name(Held h) { return h == Held::f32 ? "f32" : h == Held::bf16 ? "bf16" : "q8"; }
+const char* name(Held h) {
+    switch (h) {
+        case Held::f32: return "f32";
+        case Held::bf16: return "bf16";
+        case Held::q8: return "q8";
+        case Held::q4_0: return "q4_0";
+        case Held::q4_k_m: return "q4_k_m";
+        case Held::q6_k: return "q6_k";
+    }
+    return "?";
+}
+
+// A matrix's place in a mixed file: llama-quantize gives the output matrix (or a tied embedding)
+// more bits than the rest.
+enum class Role { output, other };
 
 // anvil-engine's q8: one int8 per weight and one f32 scale per group of 32 inputs of a row; the
 // AVX-512 VNNI layout pads the rows to a multiple of 16, the AVX2 one to 8, which lies between
@@ -71,7 +86,7 @@ Settings settings_of(const Launch& l) {
 }
 
 // How a model stored as `dtype` is held when served as `format` ("stored" keeps f32 and bf16,
-// widens f16 to f32 and holds a GGUF file's Q8_0 as q8).
+// widens f16 to f32, holds a GGUF file's Q8_0 as q8 and its Q4_0, Q4_K and Q6_K blocks as they are).
 Held held_as(const std::string& format, const std::string& dtype, const std::string& model) {
     if (format == "f32") return Held::f32;
     if (format == "bf16") return Held::bf16;
@@ -80,15 +95,38 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
     if (dtype == "f32" || dtype == "f16") return Held::f32;
     if (dtype == "bf16") return Held::bf16;
     if (dtype == "q8_0") return Held::q8;
-    throw Unknown{"model " + model + " is stored as '" + dtype + "', which anvil-engine does not serve as stored (f32, bf16, f16, q8_0)"};
+    if (dtype == "q4_0") return Held::q4_0;
+    if (dtype == "q4_k_m") return Held::q4_k_m;
+    if (dtype == "q6_k") return Held::q6_k;
+    throw Unknown{"model " + model + " is stored as '" + dtype +
+                  "', which anvil-engine does not serve as stored (f32, bf16, f16, q8_0, q4_0, q4_k_m, q6_k)"};
 }
 
 // The engine maps a tensor held in the format it is stored in instead of copying it.
-bool mapped(Held held, const std::string& dtype) { return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16"); }
+bool mapped(Held held, const std::string& dtype) {
+    return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16") || held == Held::q4_0 ||
+           held == Held::q4_k_m || held == Held::q6_k;
+}
 
-I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::string& model) {
+// GGUF blocks: bytes per block of values (kernels/ggml_blocks.hpp).
+I block_bytes(const I& n, std::int64_t values, std::int64_t bytes) { return floor_divide(n, exact(values)) * exact(bytes); }
+
+I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::string& model, Role role = Role::other) {
     const I n = exact(rows) * exact(cols);
+    // The paper does not say which type each matrix of a mixed file has: the range llama-quantize's
+    // choices span (engine/gguf_convert.hpp), with rows that are not whole super-blocks in Q4_0
+    // to Q8_0.
+    const bool super = cols % 256 == 0;
+    const I q4_0 = block_bytes(n, 32, 18), q8_0 = block_bytes(n, 32, 34);
+    const I q4_k = block_bytes(n, 256, 144), q6_k = block_bytes(n, 256, 210);
     switch (held) {
+        case Held::q4_0:
+            if (role == Role::output) return {q4_0.min, super ? q6_k.max : q8_0.max};
+            return q4_0;
+        case Held::q4_k_m:
+            if (!super) return {q4_0.min, q8_0.max};
+            return {q4_k.min, q6_k.max};
+        case Held::q6_k: return super ? q6_k : q8_0;
         case Held::f32: return n * exact(4);
         case Held::bf16: return n * exact(2);
         case Held::q8: {
@@ -111,8 +149,9 @@ I matrices_bytes(const ModelShape& s, Held held, const std::string& model) {
     I per_layer = matrix_bytes(q_dim, s.hidden_size, held, model) + matrix_bytes(kv_dim, s.hidden_size, held, model) * exact(2) +
                   matrix_bytes(s.hidden_size, q_dim, held, model) + matrix_bytes(s.intermediate_size, s.hidden_size, held, model) * exact(2) +
                   matrix_bytes(s.hidden_size, s.intermediate_size, held, model);
-    const I embedding = matrix_bytes(s.vocab_size, s.hidden_size, held, model);
-    return embedding * exact(s.tied_embeddings ? 1 : 2) + per_layer * exact(s.layers);
+    const I embedding = matrix_bytes(s.vocab_size, s.hidden_size, held, model, s.tied_embeddings ? Role::output : Role::other);
+    const I lm_head = s.tied_embeddings ? exact(0) : matrix_bytes(s.vocab_size, s.hidden_size, held, model, Role::output);
+    return embedding + lm_head + per_layer * exact(s.layers);
 }
 
 // Norms and biases, always f32: mapped when stored so, converted otherwise.

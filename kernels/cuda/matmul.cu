@@ -162,6 +162,8 @@ bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer
 void check_shapes(const WeightMatrix& w, const float* x, int n_tokens, const float* y) {
     if (w.type == WeightType::Q8Packed || w.type == WeightType::Q8Packed8)
         throw std::invalid_argument("cuda matmul: packed q8 is a CPU layout; give the row-major q8 matrix");
+    if (is_ggml_block_type(w.type))
+        throw std::invalid_argument(std::string("cuda matmul: ") + weight_type_name(w.type) + " blocks have no CUDA kernel yet");
     const int multiple = w.type == WeightType::F32 ? 4 : w.type == WeightType::BF16 ? 8 : kQ8Group;
     const std::string what = std::string("cuda matmul of a ") + weight_type_name(w.type) + " [" +
                              std::to_string(w.rows) + "][" + std::to_string(w.cols) + "] matrix: ";
@@ -207,7 +209,10 @@ void matmul(Context& context, const WeightMatrix& w, const float* x, int n_token
         case WeightType::BF16: return launch_own<WeightType::BF16>(context, w, x, n_tokens, y);
         case WeightType::Q8: return launch_own<WeightType::Q8>(context, w, x, n_tokens, y);
         case WeightType::Q8Packed:
-        case WeightType::Q8Packed8: break;  // refused by check_shapes
+        case WeightType::Q8Packed8:
+        case WeightType::Q4_0:
+        case WeightType::Q4_K:
+        case WeightType::Q6_K: break;  // refused by check_shapes
     }
 }
 

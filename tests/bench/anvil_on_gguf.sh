@@ -6,9 +6,10 @@
 #
 # Those scripts run `ANVIL_ENGINE serve --model DIR --weights F ...`; this runs
 # `anvil-engine serve --model DIR.<type>.gguf --weights stored ...` with F's GGUF type (f32 ->
-# f32, bf16 -> bf16, q8 -> q8_0): the very file llama.cpp is given there (st2gguf.py's, or
-# `anvil-engine convert`'s when none is there yet: their tensors are the same bytes), read as the
-# file holds it. Anything else passes through unchanged.
+# f32, bf16 -> bf16, q8 -> q8_0, and q4_0, q4_k_m, q6_k as they are): the very file llama.cpp is
+# given there (st2gguf.py's, or `anvil-engine convert`'s when none is there yet: their tensors are
+# the same bytes; the quantized mixes only anvil-engine convert writes, see
+# gguf_beside_llamacpp.sh), read as the file holds it. Anything else passes through unchanged.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 engine="${ANVIL_ENGINE_BINARY:-$here/../../build/gcc/engine/anvil-engine}"
@@ -23,7 +24,7 @@ for ((i = 1; i < ${#args[@]}; i++)); do
 done
 if [ -n "$model" ] && [ -d "$model" ] && [ -n "$weights" ]; then
     case "$weights" in
-        f32) type=f32 ;; bf16) type=bf16 ;; q8) type=q8_0 ;; *) type="" ;;
+        f32) type=f32 ;; bf16) type=bf16 ;; q8) type=q8_0 ;; q4_0 | q4_k_m | q6_k) type="$weights" ;; *) type="" ;;
     esac
     if [ -n "$type" ]; then
         file="${model%/}.$type.gguf"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """An independent reference for anvil-engine's forward pass: reads a Hugging Face model directory
-(config.json and safetensors, sharded or not) or a GGUF file (F32, F16, BF16 and Q8_0 tensors,
-dequantized exactly; the llama architecture's permuted q and k rows put back in Hugging Face's
+(config.json and safetensors, sharded or not) or a GGUF file (F32, F16, BF16, Q8_0, Q4_0, Q4_K and
+Q6_K tensors, dequantized exactly as ggml's dequantize_row_* defines them, in float32; the llama architecture's permuted q and k rows put back in Hugging Face's
 order) with nothing but NumPy, and computes the logits of every position of each token sequence in
 float64, the way Hugging Face's Llama, Qwen2, Qwen3 and Mistral modelling code does.
 
@@ -12,8 +12,9 @@ FILE receives, for each sequence in order, [len][vocab] little-endian float32 lo
 then round to nearest even), as an engine multiplying bf16 pairs in hardware does.
 --q8-weights rounds every matrix to int8 with one float32 scale per group of 32 inputs (largest
 magnitude / 127, round to nearest even), as the engine's --weights q8 does on load;
---q8-input-steps N rounds the inputs of those products (and of those with a GGUF file's Q8_0
-weights) the same way with N steps (127: int8, as every vector level of the engine multiplies them).
+--q8-input-steps N rounds the inputs of those products (and of those with a GGUF file's Q8_0 or
+Q4_0 weights) the same way with N steps (127: int8, as every vector level of the engine multiplies
+them), and those of products with Q4_K or Q6_K weights per group of 256 (llama.cpp's q8_K).
 """
 import argparse
 import json
@@ -26,6 +27,64 @@ import numpy as np
 
 BF16_STORED = set()  # names of the tensors the files hold as bf16
 Q8_PRODUCTS = set()  # names of the matrices multiplied as q8: GGUF Q8_0 ones, or all with --q8-weights
+INPUT_GROUP = {}  # per matrix in Q8_PRODUCTS: how many inputs share one rounding scale (default 32)
+
+
+def f16(raw):
+    return raw.copy().view("<f2").astype(np.float32)
+
+
+def dequantize_q4_0(raw):
+    """Q4_0 blocks (f16 d, 16 bytes: low nibbles values 0-15, high 16-31): d * (q - 8)."""
+    b = raw.reshape(-1, 18)
+    d = f16(b[:, :2])
+    q = np.concatenate([b[:, 2:] & 15, b[:, 2:] >> 4], axis=1).astype(np.float32) - 8
+    return (d * q).reshape(-1)
+
+
+def dequantize_q4_k(raw):
+    """Q4_K super-blocks: f16 d and dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles."""
+    b = raw.reshape(-1, 144)
+    d, dmin, s, qs = f16(b[:, 0:2]), f16(b[:, 2:4]), b[:, 4:16].astype(np.int32), b[:, 16:]
+    sc = np.empty((len(b), 8), np.int32)
+    m = np.empty((len(b), 8), np.int32)
+    for j in range(8):  # ggml's get_scale_min_k4
+        if j < 4:
+            sc[:, j], m[:, j] = s[:, j] & 63, s[:, j + 4] & 63
+        else:
+            sc[:, j] = (s[:, j + 4] & 15) | ((s[:, j - 4] >> 6) << 4)
+            m[:, j] = (s[:, j + 4] >> 4) | ((s[:, j] >> 6) << 4)
+    out = np.empty((len(b), 256), np.float32)
+    for c in range(4):
+        chunk = qs[:, 32 * c:32 * c + 32]
+        for half, q in ((0, chunk & 15), (1, chunk >> 4)):
+            j = 2 * c + half
+            scale = d * sc[:, j:j + 1].astype(np.float32)
+            offset = dmin * m[:, j:j + 1].astype(np.float32)
+            out[:, 32 * j:32 * j + 32] = scale * q.astype(np.float32) - offset
+    return out.reshape(-1)
+
+
+def dequantize_q6_k(raw):
+    """Q6_K super-blocks: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d."""
+    b = raw.reshape(-1, 210)
+    d = f16(b[:, 208:210])
+    scales = b[:, 192:208].copy().view(np.int8).astype(np.float32)
+    out = np.empty((len(b), 256), np.float32)
+    for h in range(2):
+        ql, qh = b[:, 64 * h:64 * h + 64].astype(np.int32), b[:, 128 + 32 * h:160 + 32 * h].astype(np.int32)
+        quarters = [(ql[:, :32] & 15) | ((qh & 3) << 4), (ql[:, 32:] & 15) | (((qh >> 2) & 3) << 4),
+                    (ql[:, :32] >> 4) | (((qh >> 4) & 3) << 4), (ql[:, 32:] >> 4) | (((qh >> 6) & 3) << 4)]
+        for k, q in enumerate(quarters):
+            start = 128 * h + 32 * k
+            for half in range(2):
+                scale = d * scales[:, start // 16 + half:start // 16 + half + 1]
+                out[:, start + 16 * half:start + 16 * half + 16] = scale * (q[:, 16 * half:16 * half + 16] - 32)
+    return out.reshape(-1)
+
+
+# ggml type: (values per block, bytes per block, dequantizer, inputs per rounding scale)
+GGUF_BLOCKS = {2: (32, 18, dequantize_q4_0, 32), 12: (256, 144, dequantize_q4_k, 256), 14: (256, 210, dequantize_q6_k, 256)}
 
 
 def read_safetensors(path):
@@ -127,7 +186,7 @@ def read_gguf(path):
     align = meta.get("general.alignment", 32)
     base = (pos + align - 1) // align * align
     raw_tensors = {}
-    q8, bf16 = set(), set()
+    q8, bf16, groups = set(), set(), {}
     for name, ne, kind, offset in infos:
         count = int(np.prod(ne))
         start = base + offset
@@ -143,6 +202,11 @@ def read_gguf(path):
             scale = blocks[:, :2].copy().view("<f2").astype(np.float64)
             array = (blocks[:, 2:].copy().view(np.int8).astype(np.float64) * scale).reshape(-1)
             q8.add(name)
+        elif kind in GGUF_BLOCKS:
+            per, size, dequantize, group = GGUF_BLOCKS[kind]
+            array = dequantize(np.frombuffer(data, np.uint8, count // per * size, start)).astype(np.float64)
+            q8.add(name)
+            groups[name] = group
         else:
             raise SystemExit(f"{path}: {name} has ggml type {kind}, which the reference does not read")
         raw_tensors[name] = array.reshape(list(reversed(ne)))
@@ -184,6 +248,7 @@ def read_gguf(path):
         weights[hf] = array
         if name in q8:
             Q8_PRODUCTS.add(hf)
+            INPUT_GROUP[hf] = groups.get(name, 32)
         if name in bf16:
             BF16_STORED.add(hf)
     return config, weights
@@ -235,11 +300,11 @@ def round_to_bf16(x):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def round_per_group(x, steps):
-    """x rounded in float32 to `steps` levels each side of zero per group of 32 consecutive values,
-    returned as the float64 values the rounding stands for."""
+def round_per_group(x, steps, group=32):
+    """x rounded in float32 to `steps` levels each side of zero per group of `group` consecutive
+    values, returned as the float64 values the rounding stands for."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    groups = x.reshape(*x.shape[:-1], -1, 32)
+    groups = x.reshape(*x.shape[:-1], -1, group)
     scale = (np.abs(groups).max(axis=-1, keepdims=True) / np.float32(steps)).astype(np.float32)
     safe = np.where(scale > 0, scale, np.float32(1))
     inverse = np.where(scale > 0, np.float32(1) / safe, np.float32(0)).astype(np.float32)
@@ -256,7 +321,7 @@ def product(x, w, name, bf16_inputs):
     if bf16_inputs and name in BF16_STORED:
         x = round_to_bf16(x)
     if Q8_INPUT_STEPS and name in Q8_PRODUCTS:
-        x = round_per_group(x, Q8_INPUT_STEPS)
+        x = round_per_group(x, Q8_INPUT_STEPS, INPUT_GROUP.get(name, 32))
     return x @ w[name].T
 
 
@@ -329,7 +394,7 @@ def main():
             config = json.load(f)
         weights = load_weights(args.model)
     if args.q8_input_steps and not (args.q8_weights or Q8_PRODUCTS):
-        parser.error("--q8-input-steps needs --q8-weights or a GGUF file with Q8_0 weights")
+        parser.error("--q8-input-steps needs --q8-weights or a GGUF file with Q8_0, Q4_0, Q4_K or Q6_K weights")
     global Q8_INPUT_STEPS
     Q8_INPUT_STEPS = args.q8_input_steps
     if args.q8_weights:

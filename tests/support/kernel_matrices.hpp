@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/convert.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/weight_matrix.hpp"
 
@@ -28,7 +29,8 @@ struct TestMatrix {
     std::vector<std::uint16_t> bf16;
     std::vector<std::int8_t> q8;
     std::vector<float> scales;
-    std::vector<std::uint8_t> packed;  // Q8Packed: q8 and scales packed (scales then holds the packed ones)
+    std::vector<std::uint8_t> packed;  // Q8Packed: q8 and scales packed (scales then holds the packed ones);
+                                       // GGUF blocks: their bytes
                                        // (Q8Packed8 packs into q8 and scales themselves)
     std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
 };
@@ -81,6 +83,24 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             pack_q8_rows8(row_major.data(), row_scales.data(), rows, cols, m.q8.data(), m.scales.data());
             m.view.data = m.q8.data();
             m.view.scales = m.scales.data();
+            break;
+        }
+        case WeightType::Q4_0:
+        case WeightType::Q4_K:
+        case WeightType::Q6_K: {
+            // The project's quantizers write the blocks a GGUF file would hold.
+            const std::size_t row_bytes = type == WeightType::Q4_0 ? q4_0_row_bytes(cols)
+                                          : type == WeightType::Q4_K ? q4_k_row_bytes(cols)
+                                                                     : q6_k_row_bytes(cols);
+            m.packed.resize(row_bytes * std::size_t(rows));
+            for (int r = 0; r < rows; ++r) {
+                const float* in = &values[std::size_t(r) * cols];
+                std::uint8_t* out = &m.packed[std::size_t(r) * row_bytes];
+                if (type == WeightType::Q4_0) quantize_q4_0(in, std::size_t(cols), out);
+                else if (type == WeightType::Q4_K) quantize_q4_k(in, std::size_t(cols), out);
+                else quantize_q6_k(in, std::size_t(cols), out);
+            }
+            m.view.data = m.packed.data();
             break;
         }
     }

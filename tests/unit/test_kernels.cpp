@@ -38,9 +38,13 @@ TEST_CASE("matrix products match the double-precision reference for every format
     struct Shape {
         int rows, cols;
     };
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
-        const std::vector<Shape> shapes = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
-                                                                 : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K}) {
+        const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
+        const bool super_blocks = type == WeightType::Q4_K || type == WeightType::Q6_K;
+        const std::vector<Shape> shapes = super_blocks ? std::vector<Shape>{{1, 256}, {7, 512}, {37, 768}, {64, 256}}
+                                          : q8 || type == WeightType::Q4_0 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
+                                                                           : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
         for (const Shape& shape : shapes) {
             const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
             for (int tokens : {1, 3, 6, 70}) {
@@ -54,9 +58,12 @@ TEST_CASE("matrix products match the double-precision reference for every format
                     // to int8: half a step of its group's largest value / 127; and for the bf16 dot
                     // product the bf16 rounding of each activation: 2^-8 of it.
                     // (Packed q8 takes the plain product below the VNNI level.)
+                    // GGUF blocks round them as llama.cpp does: per 32 for Q4_0, per 256 for the K-quants.
                     const bool rounds_input = (type == WeightType::Q8 && isa != Isa::Reference) ||
                                               (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni)) ||
-                                              (type == WeightType::Q8Packed8 && isa != Isa::Reference);
+                                              (type == WeightType::Q8Packed8 && isa != Isa::Reference) ||
+                                              (is_ggml_block_type(type) && isa != Isa::Reference);
+                    const int input_group = super_blocks ? 256 : kQ8Group;
                     const double input_steps = 127.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
                     double worst = 0;
@@ -68,9 +75,9 @@ TEST_CASE("matrix products match the double-precision reference for every format
                                 exact += p;
                                 magnitude += std::fabs(p);
                             }
-                            for (int g = 0; rounds_input && g < shape.cols / kQ8Group; ++g) {
+                            for (int g = 0; rounds_input && g < shape.cols / input_group; ++g) {
                                 double largest = 0, weights = 0;
-                                for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k) {
+                                for (int k = g * input_group; k < (g + 1) * input_group; ++k) {
                                     largest = std::max(largest, double(std::fabs(x[size_t(t) * shape.cols + k])));
                                     weights += std::fabs(m.exact[size_t(r) * shape.cols + k]);
                                 }
@@ -89,10 +96,12 @@ TEST_CASE("matrix products match the double-precision reference for every format
 
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
-        const TestMatrix m = make_matrix(type, 61, 160, 7);
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K}) {
+        const int cols = is_ggml_block_type(type) ? 512 : 160;
+        const TestMatrix m = make_matrix(type, 61, cols, 7);
         const int tokens = 71;
-        const auto x = random_vector(size_t(tokens) * 160, 3);
+        const auto x = random_vector(size_t(tokens) * cols, 3);
         for (Isa isa : available_isas()) {
             INFO(weight_type_name(type) << " " << isa_name(isa));
             omp_set_num_threads(2);
@@ -102,7 +111,7 @@ TEST_CASE("a token's product is bit-identical whatever the batch around it and t
             bool identical = true;
             for (int t = 0; t < tokens; ++t) {
                 std::vector<float> alone(61);
-                matmul_with(isa, m.view, &x[size_t(t) * 160], 1, alone.data());
+                matmul_with(isa, m.view, &x[size_t(t) * cols], 1, alone.data());
                 identical = identical && std::equal(alone.begin(), alone.end(), batched.begin() + long(t) * 61);
             }
             CHECK(identical);
@@ -231,11 +240,13 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
 }
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
-        const TestMatrix a = make_matrix(type, 45, 96, 21), b = make_matrix(type, 13, 96, 22), c = make_matrix(type, 64, 96, 23);
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K}) {
+        const int cols = is_ggml_block_type(type) ? 256 : 96;
+        const TestMatrix a = make_matrix(type, 45, cols, 21), b = make_matrix(type, 13, cols, 22), c = make_matrix(type, 64, cols, 23);
         const WeightMatrix group[] = {a.view, b.view, c.view};
         for (int tokens : {1, 9}) {
-            const auto x = random_vector(size_t(tokens) * 96, 24);
+            const auto x = random_vector(size_t(tokens) * cols, 24);
             for (Isa isa : available_isas()) {
                 INFO(weight_type_name(type) << " " << isa_name(isa) << " " << tokens << " tokens");
                 std::vector<float> ya(size_t(tokens) * 45), yb(size_t(tokens) * 13), yc(size_t(tokens) * 64);

@@ -1,0 +1,286 @@
+#include "kernels/ggml_blocks.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/weight_matrix.hpp"
+
+namespace anvil::kernels {
+
+namespace {
+
+float load_f16(const uint8_t* p) {
+    uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return f16_to_f32(bits);
+}
+
+void store_f16(uint8_t* p, float value) {
+    const uint16_t bits = f32_to_f16(value);
+    std::memcpy(p, &bits, 2);
+}
+
+int nearest(float x) { return int(std::lrint(x)); }
+
+// Weights for the scale searches: every value counts, larger ones more (the rule llama-quantize
+// uses without an importance matrix), since a large weight's error moves the product most.
+void search_weights(const float* x, int n, float* w) {
+    float sum2 = 0;
+    for (int i = 0; i < n; ++i) sum2 += x[i] * x[i];
+    const float typical = std::sqrt(sum2 / float(n));
+    for (int i = 0; i < n; ++i) w[i] = typical + std::fabs(x[i]);
+}
+
+// Q4_K's sub-block fit: x ~ scale * q - min with q in 0..15, scale > 0 and min >= 0 (the zero lies
+// in the range, as the format's unsigned mins require). Tries 21 spreads of the 16 steps over the
+// range, fits scale and min to each rounding by weighted least squares, and keeps the best.
+void fit_scale_min(const float* x, const float* w, float& scale, float& min) {
+    constexpr int n = 32;
+    float lo = std::min(0.0f, *std::min_element(x, x + n));
+    const float hi = *std::max_element(x, x + n);
+    if (hi <= lo) {
+        scale = 0;
+        min = -lo;
+        return;
+    }
+    float best_error = INFINITY;
+    scale = (hi - lo) / 15;
+    min = -lo;
+    for (int step = 0; step <= 20; ++step) {
+        const float inverse = (14.0f + 0.1f * float(step)) / (hi - lo);
+        double swqq = 0, swq = 0, sw = 0, swqx = 0, swx = 0;
+        uint8_t q[n];
+        for (int i = 0; i < n; ++i) {
+            q[i] = uint8_t(std::clamp(nearest(inverse * (x[i] - lo)), 0, 15));
+            swqq += double(w[i]) * q[i] * q[i];
+            swq += double(w[i]) * q[i];
+            sw += w[i];
+            swqx += double(w[i]) * q[i] * x[i];
+            swx += double(w[i]) * x[i];
+        }
+        const double det = sw * swqq - swq * swq;
+        if (det <= 0) continue;
+        double a = (sw * swqx - swq * swx) / det;
+        double b = (swqq * swx - swq * swqx) / det;
+        if (b > 0) {  // the offset must not be above zero: fit the scale alone
+            b = 0;
+            a = swqx / swqq;
+        }
+        if (a <= 0) continue;
+        double error = 0;
+        for (int i = 0; i < n; ++i) {
+            const double d = a * q[i] + b - x[i];
+            error += w[i] * d * d;
+        }
+        if (error < best_error) {
+            best_error = float(error);
+            scale = float(a);
+            min = float(-b);
+        }
+    }
+}
+
+// Q6_K's sub-block fit: x ~ scale * q with q in -32..31. The value of largest magnitude goes to
+// the end with 32 steps (-32), then 19 nearby step sizes are tried, the scale refitted to each.
+float fit_symmetric(const float* x, const float* w, int n) {
+    float largest = 0, extreme = 0;
+    for (int i = 0; i < n; ++i)
+        if (std::fabs(x[i]) > largest) {
+            largest = std::fabs(x[i]);
+            extreme = x[i];
+        }
+    if (largest < 1e-30f) return 0;
+    float best_error = INFINITY, best = -extreme / 32;
+    for (int step = -9; step <= 9; ++step) {
+        const float inverse = -(32.0f + 0.1f * float(step)) / extreme;
+        double swqx = 0, swqq = 0;
+        int q[32];
+        for (int i = 0; i < n; ++i) {
+            q[i] = std::clamp(nearest(inverse * x[i]), -32, 31);
+            swqx += double(w[i]) * q[i] * x[i];
+            swqq += double(w[i]) * q[i] * q[i];
+        }
+        if (swqq <= 0) continue;
+        const double a = swqx / swqq;
+        double error = 0;
+        for (int i = 0; i < n; ++i) {
+            const double d = a * q[i] - x[i];
+            error += w[i] * d * d;
+        }
+        if (error < best_error) {
+            best_error = float(error);
+            best = float(a);
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+void dequantize_q4_0(const uint8_t* blocks, size_t n, float* out) {
+    for (size_t b = 0; b < n / kQ4_0Values; ++b) {
+        const uint8_t* block = blocks + b * kQ4_0Bytes;
+        const float d = load_f16(block);
+        float* y = out + b * kQ4_0Values;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * float(int(block[2 + j] & 0x0f) - 8);
+            y[j + 16] = d * float(int(block[2 + j] >> 4) - 8);
+        }
+    }
+}
+
+void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out) {
+    for (size_t b = 0; b < n / kSuperBlock; ++b) {
+        const uint8_t* block = blocks + b * kQ4_KBytes;
+        const float d = load_f16(block), dmin = load_f16(block + 2);
+        uint8_t sm[16];
+        unpack_q4_k_scales(block + 4, sm);
+        const uint8_t* qs = block + 16;
+        float* y = out + b * kSuperBlock;
+        for (int c = 0; c < 4; ++c) {
+            const float d0 = d * sm[2 * c], m0 = dmin * sm[8 + 2 * c];
+            const float d1 = d * sm[2 * c + 1], m1 = dmin * sm[8 + 2 * c + 1];
+            for (int l = 0; l < 32; ++l) {
+                y[64 * c + l] = d0 * float(qs[32 * c + l] & 0x0f) - m0;
+                y[64 * c + 32 + l] = d1 * float(qs[32 * c + l] >> 4) - m1;
+            }
+        }
+    }
+}
+
+void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out) {
+    for (size_t b = 0; b < n / kSuperBlock; ++b) {
+        const uint8_t* block = blocks + b * kQ6_KBytes;
+        const float d = load_f16(block + 208);
+        const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+        float* y = out + b * kSuperBlock;
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* ql = block + 64 * h;
+            const uint8_t* qh = block + 128 + 32 * h;
+            const int8_t* sc = scales + 8 * h;
+            float* yh = y + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int s = l / 16;
+                const int q1 = int((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32;
+                const int q2 = int((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                yh[l] = d * float(sc[s]) * float(q1);
+                yh[l + 32] = d * float(sc[s + 2]) * float(q2);
+                yh[l + 64] = d * float(sc[s + 4]) * float(q3);
+                yh[l + 96] = d * float(sc[s + 6]) * float(q4);
+            }
+        }
+    }
+}
+
+void quantize_q4_0(const float* x, size_t n, uint8_t* out) {
+    for (size_t b = 0; b < n / kQ4_0Values; ++b) {
+        const float* v = x + b * kQ4_0Values;
+        uint8_t* block = out + b * kQ4_0Bytes;
+        float largest = 0, extreme = 0;
+        for (int j = 0; j < kQ4_0Values; ++j)
+            if (std::fabs(v[j]) > largest) {
+                largest = std::fabs(v[j]);
+                extreme = v[j];
+            }
+        const float d = extreme / -8;
+        const float inverse = d != 0 ? 1.0f / d : 0.0f;
+        store_f16(block, d);
+        for (int j = 0; j < 16; ++j) {
+            // Truncation after + 8.5 is ggml's rounding (half up); the int8 cast keeps its range.
+            const int lo = std::min(15, int(int8_t(v[j] * inverse + 8.5f)));
+            const int hi = std::min(15, int(int8_t(v[j + 16] * inverse + 8.5f)));
+            block[2 + j] = uint8_t(lo | (hi << 4));
+        }
+    }
+}
+
+void quantize_q4_k(const float* x, size_t n, uint8_t* out) {
+    for (size_t b = 0; b < n / kSuperBlock; ++b) {
+        const float* v = x + b * kSuperBlock;
+        uint8_t* block = out + b * kQ4_KBytes;
+        float scales[8], mins[8], w[32];
+        for (int j = 0; j < 8; ++j) {
+            search_weights(v + 32 * j, 32, w);
+            fit_scale_min(v + 32 * j, w, scales[j], mins[j]);
+        }
+        const float max_scale = *std::max_element(scales, scales + 8);
+        const float max_min = *std::max_element(mins, mins + 8);
+        const float to_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+        const float to_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+            sc[j] = uint8_t(std::min(63, nearest(to_scale * scales[j])));
+            m[j] = uint8_t(std::min(63, nearest(to_min * mins[j])));
+        }
+        store_f16(block, max_scale / 63);
+        store_f16(block + 2, max_min / 63);
+        uint8_t* s = block + 4;
+        std::memset(s, 0, 12);
+        for (int j = 0; j < 8; ++j) {
+            if (j < 4) {
+                s[j] = sc[j];
+                s[j + 4] = m[j];
+            } else {
+                s[j + 4] = uint8_t((sc[j] & 0x0f) | ((m[j] & 0x0f) << 4));
+                s[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+                s[j] |= uint8_t((m[j] >> 4) << 6);
+            }
+        }
+        // The values rounded again against the scales as stored (f16 times 6 bits).
+        const float d = load_f16(block), dmin = load_f16(block + 2);
+        uint8_t q[kSuperBlock];
+        for (int j = 0; j < 8; ++j) {
+            const float step = d * sc[j], offset = dmin * m[j];
+            for (int l = 0; l < 32; ++l)
+                q[32 * j + l] = step > 0 ? uint8_t(std::clamp(nearest((v[32 * j + l] + offset) / step), 0, 15)) : 0;
+        }
+        uint8_t* qs = block + 16;
+        for (int c = 0; c < 4; ++c)
+            for (int l = 0; l < 32; ++l) qs[32 * c + l] = uint8_t(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+}
+
+void quantize_q6_k(const float* x, size_t n, uint8_t* out) {
+    for (size_t b = 0; b < n / kSuperBlock; ++b) {
+        const float* v = x + b * kSuperBlock;
+        uint8_t* block = out + b * kQ6_KBytes;
+        float scales[16], w[16];
+        for (int j = 0; j < 16; ++j) {
+            search_weights(v + 16 * j, 16, w);
+            scales[j] = fit_symmetric(v + 16 * j, w, 16);
+        }
+        float largest = 0, extreme = 0;
+        for (float s : scales)
+            if (std::fabs(s) > largest) {
+                largest = std::fabs(s);
+                extreme = s;
+            }
+        // The scale of largest magnitude becomes -128, the int8 end with the most steps.
+        const float to_step = largest > 0 ? -128.0f / extreme : 0.0f;
+        auto* sc = reinterpret_cast<int8_t*>(block + 192);
+        for (int j = 0; j < 16; ++j) sc[j] = int8_t(std::clamp(nearest(to_step * scales[j]), -128, 127));
+        store_f16(block + 208, largest > 0 ? 1.0f / to_step : 0.0f);
+        const float d = load_f16(block + 208);
+        uint8_t q[kSuperBlock];
+        for (int j = 0; j < 16; ++j) {
+            const float step = d * float(sc[j]);
+            for (int l = 0; l < 16; ++l)
+                q[16 * j + l] = step != 0 ? uint8_t(std::clamp(nearest(v[16 * j + l] / step), -32, 31) + 32) : 32;
+        }
+        for (int h = 0; h < 2; ++h) {
+            uint8_t* ql = block + 64 * h;
+            uint8_t* qh = block + 128 + 32 * h;
+            const uint8_t* qv = q + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t q1 = qv[l], q2 = qv[l + 32], q3 = qv[l + 64], q4 = qv[l + 96];
+                ql[l] = uint8_t((q1 & 0x0f) | ((q3 & 0x0f) << 4));
+                ql[l + 32] = uint8_t((q2 & 0x0f) | ((q4 & 0x0f) << 4));
+                qh[l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+            }
+        }
+    }
+}
+
+}  // namespace anvil::kernels

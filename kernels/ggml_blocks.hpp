@@ -1,0 +1,68 @@
+// GGUF's block-quantized weight formats as llama.cpp lays them out, kept as the file holds them
+// (WeightType::Q4_0, Q4_K, Q6_K): what each block's bytes mean, their exact values, and the
+// quantizers the project's own GGUF writer uses.
+//
+//   Q4_0  32 values in 18 bytes: f16 d, then 16 bytes whose low nibbles are values 0-15 and high
+//         nibbles values 16-31; value = d * (q - 8).
+//   Q4_K  256 values in 144 bytes: f16 d, f16 dmin, 12 bytes holding eight 6-bit scales sc and
+//         eight 6-bit mins m (one pair per 32 values), 128 bytes of nibbles: each run of 32 bytes
+//         holds 64 values, the low nibbles the first 32 and the high nibbles the next;
+//         value = d * sc * q - dmin * m.
+//   Q6_K  256 values in 210 bytes: 128 bytes of low nibbles (ql), 64 bytes of high bit pairs (qh),
+//         16 int8 scales (one per 16 values), f16 d; value = d * scale * (q - 32), q in 0..63. Each
+//         half of 128 values takes 64 bytes of ql and 32 of qh: for l < 32, ql[l] holds values l
+//         (low nibble) and l + 64 (high), ql[l + 32] values l + 32 and l + 96, and qh[l]'s bit pairs
+//         from the bottom the high bits of l, l + 32, l + 64 and l + 96.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace anvil::kernels {
+
+constexpr int kQ4_0Values = 32;
+constexpr int kQ4_0Bytes = 18;
+constexpr int kSuperBlock = 256;  // QK_K: the values of one Q4_K or Q6_K block
+constexpr int kQ4_KBytes = 144;
+constexpr int kQ6_KBytes = 210;
+
+// Bytes of one row of `cols` values; cols must be a multiple of the block's values.
+inline size_t q4_0_row_bytes(int cols) { return size_t(cols / kQ4_0Values) * kQ4_0Bytes; }
+inline size_t q4_k_row_bytes(int cols) { return size_t(cols / kSuperBlock) * kQ4_KBytes; }
+inline size_t q6_k_row_bytes(int cols) { return size_t(cols / kSuperBlock) * kQ6_KBytes; }
+
+// Q4_K's twelve scale bytes as eight scales (bytes 0-7 of `out`) and eight mins (bytes 8-15).
+// For j < 4: sc = s[j] & 63, m = s[j + 4] & 63; for j >= 4 the low four bits come from
+// s[j + 4] (scale below, min above) and the top two from the top bits of s[j - 4] (scale) and
+// s[j] (min). Done on 32-bit words, four values at a time.
+inline void unpack_q4_k_scales(const uint8_t* s, uint8_t out[16]) {
+    uint32_t u0, u1, u2;
+    std::memcpy(&u0, s, 4);
+    std::memcpy(&u1, s + 4, 4);
+    std::memcpy(&u2, s + 8, 4);
+    const uint32_t words[4] = {
+        u0 & 0x3f3f3f3fu,
+        (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4),
+        u1 & 0x3f3f3f3fu,
+        ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4),
+    };
+    std::memcpy(out, words, 16);
+}
+
+// `n` values (a multiple of the block's) from their blocks.
+void dequantize_q4_0(const uint8_t* blocks, size_t n, float* out);
+void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out);
+void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out);
+
+// Quantizers for the writer. Q4_0 is ggml's own rule (d = the value of largest magnitude / -8,
+// q = min(15, truncate(x / d + 8.5))), so its bytes are llama-quantize's. Q4_K and Q6_K search
+// each sub-block's scale (and Q4_K's min) for the least error weighted towards larger values, as
+// llama-quantize does without an importance matrix, then round those to the super-block's 6- or
+// 8-bit steps and round the values again against them; the search is the project's, so the bytes
+// may differ from llama-quantize's while meaning the same format.
+void quantize_q4_0(const float* x, size_t n, uint8_t* out);
+void quantize_q4_k(const float* x, size_t n, uint8_t* out);
+void quantize_q6_k(const float* x, size_t n, uint8_t* out);
+
+}  // namespace anvil::kernels

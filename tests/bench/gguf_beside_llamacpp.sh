@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Batch-1 decode and prefill of anvil-engine beside llama.cpp on the same GGUF file, for the formats
+# ../shared/anchors/llamacpp/bench.sh does not know (it stops at f32, bf16 and q8): Q4_0, Q4_K_M and
+# Q6_K as `anvil-engine convert` writes them, plus Q8_0, F32 and BF16 for one table.
+#
+#   tests/bench/gguf_beside_llamacpp.sh [--preset bench] [--threads "1 2"] [--formats "q4_k_m q4_0 q6_k q8"]
+#                                       [--prompt 32] [--gen 128] [--reps 3] [--seed 1]
+#
+# It runs the anchor's own tools, unchanged: anvil_http.py times anvil-engine (through
+# anvil_on_gguf.sh, which serves MODEL.<type>.gguf with --weights stored), llama_greedy times
+# llama.cpp on the very same file with the same prompt ids, threads, greedy decode and best of REPS
+# (llama.cpp's defaults: f16 KV cache, flash attention auto; anvil keeps an f32 cache). ratio =
+# anvil / llama.cpp. With --prompt 512 --gen 16 the prefill columns are the 512-token prefill.
+# Run it on an idle machine; nothing here pins cores.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+anchor="$root/../shared/anchors/llamacpp"
+dir="${LLAMACPP_DIR:-/tmp/llamacpp}"
+engine="${ANVIL_ENGINE_BINARY:-$root/build/gcc/engine/anvil-engine}"
+py=/usr/bin/python3
+preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --preset) preset="$2"; shift 2 ;;
+        --threads) threads="$2"; shift 2 ;;
+        --formats) formats="$2"; shift 2 ;;
+        --prompt) prompt="$2"; shift 2 ;;
+        --gen) gen="$2"; shift 2 ;;
+        --reps) reps="$2"; shift 2 ;;
+        --seed) seed="$2"; shift 2 ;;
+        -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+        *) echo "gguf_beside_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[ -x "$engine" ] || { echo "gguf_beside_llamacpp.sh: build anvil-engine first ($engine)" >&2; exit 2; }
+[ -d "$anchor" ] || { echo "gguf_beside_llamacpp.sh: the llama.cpp anchor is not at $anchor" >&2; exit 2; }
+
+bin="$("$anchor/setup.sh" 2>/dev/null | tail -1)"
+model="$dir/models/$preset-s$seed"
+mkdir -p "$dir/models"
+[ -f "$model/config.json" ] || "$engine" make-model --out "$model" --preset "$preset" --seed "$seed" >&2
+file_of() { case "$1" in q8) echo "$model.q8_0.gguf" ;; *) echo "$model.$1.gguf" ;; esac; }
+for f in $formats; do
+    case "$f" in f32 | bf16 | q8 | q4_0 | q4_k_m | q6_k) ;; *) echo "gguf_beside_llamacpp.sh: format $f: expected f32, bf16, q8, q4_0, q4_k_m or q6_k" >&2; exit 2 ;; esac
+    g="$(file_of "$f")"
+    [ -f "$g" ] || "$engine" convert --model "$model" --out "$g" --type "$(basename "$g" .gguf | sed 's/.*\.//')" >&2
+done
+ids="$("$py" "$anchor/anvil_http.py" prompt "$prompt")"
+export ANVIL_ENGINE="$here/anvil_on_gguf.sh" ANVIL_ENGINE_BINARY="$engine" ANVIL_LOG_FILE="$dir/anvil-serve.log"
+
+flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, flags: $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# anvil kernels: ${ANVIL_KERNELS:-best available}; llama.cpp $("$bin/llama-bench" --version 2>&1 | grep -m1 '^version' | cut -d' ' -f2-)"
+echo "# model $preset seed $seed; prompt $prompt ids, $gen generated, best of $reps"
+echo "fmt     thr  file_MB  anvil_tok/s  llama_tok/s  ratio  anvil_prefill_ms  llama_prefill_ms"
+for t in $threads; do
+    for f in $formats; do
+        g="$(file_of "$f")"
+        a="$("$py" "$anchor/anvil_http.py" decode --model "$model" --weights "$f" --threads "$t" \
+              --prompt-len "$prompt" --gen "$gen" --reps "$reps")"
+        l="$("$bin/llama_greedy" -m "$g" -t "$t" --prompt "$ids" -n "$gen" --reps "$reps")"
+        "$py" - "$f" "$t" "$(du -m "$g" | cut -f1)" "$a" "$l" <<'EOF'
+import json, sys
+fmt, t, mb, a, l = sys.argv[1:]
+a, l = json.loads(a), json.loads(l)
+at, lt = a["decode_tok_s"], l["decode_tok_s"]
+num = lambda x: f"{x:.2f}" if x else "n/a"
+ratio = f"{at / lt:.2f}" if at and lt else "n/a"
+print(f"{fmt:7s} {t:>3s}  {mb:>7s}  {num(at):>11s}  {num(lt):>11s}  {ratio:>5s}  {a['prefill_ms']:16.2f}  {l['prefill_ms']:16.2f}")
+EOF
+    done
+done
+echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
