@@ -85,6 +85,8 @@ def dequantize_q6_k(raw):
 
 # ggml type: (values per block, bytes per block, dequantizer, inputs per rounding scale)
 GGUF_BLOCKS = {2: (32, 18, dequantize_q4_0, 32), 12: (256, 144, dequantize_q4_k, 256), 14: (256, 210, dequantize_q6_k, 256)}
+# ggml type: (values per block, bytes per block) of every type the reference reads
+GGML_SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), **{k: v[:2] for k, v in GGUF_BLOCKS.items()}}
 
 
 def read_safetensors(path):
@@ -142,8 +144,8 @@ GGUF_MODEL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_no
                     "output.weight": "lm_head.weight"}
 
 
-def read_gguf(path):
-    """(config as a Hugging Face config.json would hold it, weights by Hugging Face name)."""
+def gguf_tensors(path):
+    """(metadata, [(name, ne, ggml type, raw bytes as a uint8 array)]) of a GGUF file."""
     with open(path, "rb") as f:
         data = f.read()
     pos = 0
@@ -185,30 +187,39 @@ def read_gguf(path):
         infos.append((name, ne, take("<I", 4), take("<Q", 8)))
     align = meta.get("general.alignment", 32)
     base = (pos + align - 1) // align * align
+    tensors = []
+    for name, ne, kind, offset in infos:
+        per, size = GGML_SIZES.get(kind, (None, None))
+        if per is None:
+            raise SystemExit(f"{path}: {name} has ggml type {kind}, which the reference does not read")
+        count = int(np.prod(ne))
+        tensors.append((name, ne, kind, np.frombuffer(data, np.uint8, count // per * size, base + offset)))
+    return meta, tensors
+
+
+def read_gguf(path):
+    """(config as a Hugging Face config.json would hold it, weights by Hugging Face name)."""
+    meta, tensors = gguf_tensors(path)
     raw_tensors = {}
     q8, bf16, groups = set(), set(), {}
-    for name, ne, kind, offset in infos:
-        count = int(np.prod(ne))
-        start = base + offset
+    for name, ne, kind, raw in tensors:
         if kind == 0:
-            array = np.frombuffer(data, "<f4", count, start).astype(np.float64)
+            array = raw.view("<f4").astype(np.float64)
         elif kind == 1:
-            array = np.frombuffer(data, "<f2", count, start).astype(np.float64)
+            array = raw.view("<f2").astype(np.float64)
         elif kind == 30:
-            array = (np.frombuffer(data, "<u2", count, start).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+            array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
             bf16.add(name)
         elif kind == 8:
-            blocks = np.frombuffer(data, np.uint8, count // 32 * 34, start).reshape(-1, 34)
+            blocks = raw.reshape(-1, 34)
             scale = blocks[:, :2].copy().view("<f2").astype(np.float64)
             array = (blocks[:, 2:].copy().view(np.int8).astype(np.float64) * scale).reshape(-1)
             q8.add(name)
-        elif kind in GGUF_BLOCKS:
-            per, size, dequantize, group = GGUF_BLOCKS[kind]
-            array = dequantize(np.frombuffer(data, np.uint8, count // per * size, start)).astype(np.float64)
+        else:
+            _, _, dequantize, group = GGUF_BLOCKS[kind]
+            array = dequantize(raw).astype(np.float64)
             q8.add(name)
             groups[name] = group
-        else:
-            raise SystemExit(f"{path}: {name} has ggml type {kind}, which the reference does not read")
         raw_tensors[name] = array.reshape(list(reversed(ne)))
 
     arch = meta["general.architecture"]
