@@ -50,6 +50,7 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::Q4_0: return size_t(m.rows) * kernels::q4_0_row_bytes(m.cols);
         case WeightType::Q4_K: return size_t(m.rows) * kernels::q4_k_row_bytes(m.cols);
         case WeightType::Q6_K: return size_t(m.rows) * kernels::q6_k_row_bytes(m.cols);
+        case WeightType::Q4_KPacked8: return kernels::q4_k_packed8_bytes(m.rows, m.cols);
     }
     return 0;
 }
@@ -122,7 +123,17 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         return m;
     }
     if (kernels::is_ggml_block_type(type)) {
-        m.data = t.data;  // GGUF's blocks as the file holds them, at any alignment
+        // Where a vector level will multiply Q4_K, its blocks are interleaved by 8 rows for it
+        // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
+        // GGUF's blocks as the file holds them, at any alignment.
+        if (type == WeightType::Q4_K && kernels::active_isa() != kernels::Isa::Reference) {
+            auto* packed = static_cast<uint8_t*>(allocate(kernels::q4_k_packed8_bytes(rows, cols)));
+            kernels::pack_q4_k_rows8(t.data, rows, cols, packed);
+            m.type = WeightType::Q4_KPacked8;
+            m.data = packed;
+            return m;
+        }
+        m.data = t.data;
         return m;
     }
     if (type == WeightType::Q8 && cols % kernels::kQ8Group != 0)
@@ -222,7 +233,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightType::Q8Packed8: throw std::logic_error("packed q8 is made from q8, never asked for");
         case WeightType::Q4_0:
         case WeightType::Q4_K:
-        case WeightType::Q6_K: throw std::logic_error("GGUF blocks are mapped, never converted to");
+        case WeightType::Q6_K:
+        case WeightType::Q4_KPacked8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
     }
     return m;
 }

@@ -174,6 +174,52 @@ void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out) {
     }
 }
 
+void pack_q4_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+    const int supers = cols / kSuperBlock;
+    const size_t row_bytes = q4_k_row_bytes(cols);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < pack8_blocks(rows); ++b)
+        for (int i = 0; i < supers; ++i) {
+            uint8_t* tile = out + (size_t(b) * supers + size_t(i)) * kQ4_KPacked8Bytes;
+            std::memset(tile, 0, kQ4_KPacked8Bytes);
+            for (int r = 0; r < kPack8Rows; ++r) {
+                const int row = b * kPack8Rows + r;
+                if (row >= rows) continue;  // padding: zero scales and values
+                const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ4_KBytes;
+                std::memcpy(tile + 2 * r, block, 2);
+                std::memcpy(tile + 16 + 2 * r, block + 2, 2);
+                uint8_t sm[16];
+                unpack_q4_k_scales(block + 4, sm);
+                for (int j = 0; j < 8; ++j) {
+                    tile[32 + 8 * j + r] = sm[j];
+                    tile[96 + 16 * (j / 2) + 2 * r + j % 2] = sm[8 + j];
+                }
+                for (int c = 0; c < 4; ++c)
+                    for (int s = 0; s < 8; ++s)
+                        std::memcpy(tile + 160 + ((c * 8 + s) * kPack8Rows + r) * 4, block + 16 + 32 * c + 4 * s, 4);
+            }
+        }
+}
+
+void dequantize_q4_k_packed8(const uint8_t* packed, int cols, int row, float* out) {
+    const int supers = cols / kSuperBlock;
+    const int b = row / kPack8Rows, r = row % kPack8Rows;
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = packed + (size_t(b) * supers + size_t(i)) * kQ4_KPacked8Bytes;
+        const float d = load_f16(tile + 2 * r), dmin = load_f16(tile + 16 + 2 * r);
+        float* y = out + size_t(i) * kSuperBlock;
+        for (int c = 0; c < 4; ++c)
+            for (int half = 0; half < 2; ++half) {
+                const int j = 2 * c + half;
+                const float scale = d * tile[32 + 8 * j + r], offset = dmin * tile[96 + 16 * (j / 2) + 2 * r + j % 2];
+                for (int l = 0; l < 32; ++l) {
+                    const uint8_t byte = tile[160 + ((c * 8 + l / 4) * kPack8Rows + r) * 4 + l % 4];
+                    y[64 * c + 32 * half + l] = scale * float(half ? byte >> 4 : byte & 0x0f) - offset;
+                }
+            }
+    }
+}
+
 void quantize_q4_0(const float* x, size_t n, uint8_t* out) {
     for (size_t b = 0; b < n / kQ4_0Values; ++b) {
         const float* v = x + b * kQ4_0Values;

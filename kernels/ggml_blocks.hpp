@@ -50,6 +50,26 @@ inline void unpack_q4_k_scales(const uint8_t* s, uint8_t out[16]) {
     std::memcpy(out, words, 16);
 }
 
+// Q4_K packed by 8 rows (WeightType::Q4_KPacked8), the layout the vector levels multiply: llama.cpp
+// interleaves rows the same way for its repacked Q4_K. Rows are padded with zero rows to a multiple
+// of 8; for each 8-row block and each super-block in turn, a tile of kQ4_KPacked8Bytes:
+//   32 bytes   the 8 rows' d (f16), then their dmin
+//   64 bytes   scales [sub-block j][row r], 6-bit values in bytes
+//   64 bytes   mins [sub-block pair p][row r][2]: m[r][2p], m[r][2p + 1]
+//   1024 bytes nibbles [64-value chunk c][step s][row r][4 bytes]: row r's bytes 4s..4s + 3 of chunk
+//              c, whose low nibbles are values 64c + 4s.. and high nibbles 64c + 32 + 4s..
+// The same values as the rows' blocks, nothing rounded: 1184 bytes where 8 blocks take 1152.
+constexpr int kPack8Rows = 8;
+constexpr int kQ4_KPacked8Bytes = 32 + 64 + 64 + 1024;
+inline int pack8_blocks(int rows) { return (rows + kPack8Rows - 1) / kPack8Rows; }
+inline size_t q4_k_packed8_bytes(int rows, int cols) {
+    return size_t(pack8_blocks(rows)) * size_t(cols / kSuperBlock) * kQ4_KPacked8Bytes;
+}
+// Row-major Q4_K blocks (rows x cols) into that layout; `out` takes q4_k_packed8_bytes.
+void pack_q4_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
+// One row of a packed matrix back to its values.
+void dequantize_q4_k_packed8(const uint8_t* packed, int cols, int row, float* out);
+
 // `n` values (a multiple of the block's) from their blocks.
 void dequantize_q4_0(const uint8_t* blocks, size_t n, float* out);
 void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out);

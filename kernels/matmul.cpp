@@ -1,33 +1,52 @@
 #include "kernels/matmul.hpp"
 
-#include "kernels/ggml_blocks.hpp"
+#include <immintrin.h>
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/ggml_blocks.hpp"
+
 namespace anvil::kernels {
 
 namespace {
 
-// Each `group` consecutive values of x to int8 with one scale (largest magnitude / 127).
+// Each `group` (a multiple of 32) consecutive values of x to int8 with one scale (largest
+// magnitude / 127), with AVX2 (this file's baseline): a scalar loop called lrintf per value, which
+// cost a decode step several microseconds a product.
 void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* values, float* scales) {
     const int groups = cols / group;
+    const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
     for (int t = 0; t < n_tokens; ++t)
         for (int g = 0; g < groups; ++g) {
             const float* in = x + size_t(t) * cols + size_t(g) * group;
             int8_t* out = values + size_t(t) * cols + size_t(g) * group;
-            float largest = 0.0f;
-            for (int k = 0; k < group; ++k) largest = std::fmax(largest, std::fabs(in[k]));
+            // max(|x|, running) keeps the running value where x is NaN, as fmax does.
+            __m256 running = _mm256_setzero_ps();
+            for (int k = 0; k < group; k += 8) running = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k), magnitude_bits), running);
+            __m128 m = _mm_max_ps(_mm256_castps256_ps128(running), _mm256_extractf128_ps(running, 1));
+            m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            m = _mm_max_ss(m, _mm_movehdup_ps(m));
+            const float largest = _mm_cvtss_f32(m);
             // The same float operations as matmul_avx512vnni.cpp's quantize_int8, so that every
-            // vector level rounds a token's activations to the same int8 values.
+            // vector level rounds a token's activations to the same int8 values: the product by the
+            // inverse, rounded to nearest even (the default rounding, as lrint), kept within +-127.
             const float scale = largest / 127.0f;
             const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
             scales[size_t(t) * groups + g] = scale;
-            for (int k = 0; k < group; ++k) {
-                const long q = std::lrint(in[k] * inverse);
-                out[k] = int8_t(q > 127 ? 127 : q < -127 ? -127 : q);
+            const __m256 by = _mm256_set1_ps(inverse);
+            for (int k = 0; k < group; k += 32) {
+                __m256i q[4];
+                for (int i = 0; i < 4; ++i) {
+                    q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + k + 8 * i), by));
+                    q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], top), bottom);
+                }
+                const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
             }
         }
 }
@@ -38,7 +57,8 @@ void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* valu
     round_groups(x, n_tokens, cols, kQ8Group, values, scales);
 }
 
-void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums) {
+void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums,
+                                  int16_t* sums32) {
     round_groups(x, n_tokens, cols, kSuperBlock, values, scales);
     const size_t runs = size_t(n_tokens) * size_t(cols) / 16;
     for (size_t s = 0; s < runs; ++s) {
@@ -46,6 +66,7 @@ void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t
         for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
         sums[s] = int16_t(sum);
     }
+    for (size_t s = 0; s < runs / 2; ++s) sums32[s] = int16_t(sums[2 * s] + sums[2 * s + 1]);
 }
 
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
@@ -85,11 +106,12 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
             qx = {q_values.data(), q_scales.data()};
             return detail::matmul_avx2_blocks(ws, ys, count, &qx, nullptr, n_tokens);
         }
-        thread_local std::vector<int16_t> q_sums;
+        thread_local std::vector<int16_t> q_sums, q_sums32;
         if (q_scales.size() < n / kSuperBlock) q_scales.resize(n / kSuperBlock);
         if (q_sums.size() < n / 16) q_sums.resize(n / 16);
-        detail::quantize_input_super(x, n_tokens, cols, q_values.data(), q_scales.data(), q_sums.data());
-        const detail::SuperBlockInput q256{q_values.data(), q_scales.data(), q_sums.data()};
+        if (q_sums32.size() < n / 32) q_sums32.resize(n / 32);
+        detail::quantize_input_super(x, n_tokens, cols, q_values.data(), q_scales.data(), q_sums.data(), q_sums32.data());
+        const detail::SuperBlockInput q256{q_values.data(), q_scales.data(), q_sums.data(), q_sums32.data()};
         return detail::matmul_avx2_blocks(ws, ys, count, nullptr, &q256, n_tokens);
     }
     // The VNNI levels round the activations themselves (with the sums their packed layout needs).

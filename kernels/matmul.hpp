@@ -37,8 +37,10 @@ struct SuperBlockInput {
     const int8_t* values;  // [n_tokens][cols]
     const float* scales;   // [n_tokens][cols / 256]
     const int16_t* sums;   // [n_tokens][cols / 16]
+    const int16_t* sums32;  // [n_tokens][cols / 32]: Q4_K's sub-blocks
 };
-void quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums);
+void quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums,
+                          int16_t* sums32);
 
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,

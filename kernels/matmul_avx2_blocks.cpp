@@ -247,6 +247,139 @@ void q4_0_tile(const WeightMatrix& w, int r0, const QuantizedInput* x, int t0, f
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
 }
 
+// Q4_K packed by 8 rows (ggml_blocks.hpp): BT blocks of 8 rows from block b0 times TT tokens from
+// t0. Each 32-byte step holds 4 bytes of each of 8 rows: its low nibbles meet 4 broadcast
+// activations of one sub-block and its high nibbles 4 of the next, so the 8 lanes of a product are
+// 8 rows and no sum is horizontal. A sub-block's 8 steps add up in int16 (at most 8 x 2 x 15 x 127
+// = 30480), then take the rows' scales with one vpmaddwd; a super-block's mins meet the
+// activations' 32-value sums, two sub-blocks per vpmaddwd.
+template <int BT, int TT>
+void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const size_t block_bytes = size_t(supers) * kQ4_KPacked8Bytes;
+    const uint8_t* blocks[BT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b) blocks[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + b) * block_bytes;
+    __m256 acc[BT][TT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b)
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) acc[b][t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    // Each row's scale byte into both int16 lanes of its row.
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tiles[BT];
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b) tiles[b] = blocks[b] + size_t(i) * kQ4_KPacked8Bytes;
+        const int8_t* xs[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
+        __m256i sum[BT][TT];
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b)
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) sum[b][t] = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int c = 0; c < 4; ++c) {
+            __m256i lo_sum[BT][TT], hi_sum[BT][TT];
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b)
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) lo_sum[b][t] = hi_sum[b][t] = _mm256_setzero_si256();
+            ANVIL_UNROLL
+            for (int s = 0; s < 8; ++s) {
+                __m256i xa[TT], xb[TT];
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) {
+                    int32_t four_a, four_b;
+                    std::memcpy(&four_a, xs[t] + 64 * c + 4 * s, 4);
+                    std::memcpy(&four_b, xs[t] + 64 * c + 32 + 4 * s, 4);
+                    xa[t] = _mm256_set1_epi32(four_a);
+                    xb[t] = _mm256_set1_epi32(four_b);
+                }
+                ANVIL_UNROLL
+                for (int b = 0; b < BT; ++b) {
+                    const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
+                    if (s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(at) + BT * block_bytes, _MM_HINT_T0);
+                    const __m256i v = load256(at);
+                    const __m256i lo = _mm256_and_si256(v, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) {
+                        lo_sum[b][t] = _mm256_add_epi16(lo_sum[b][t], _mm256_maddubs_epi16(lo, xa[t]));
+                        hi_sum[b][t] = _mm256_add_epi16(hi_sum[b][t], _mm256_maddubs_epi16(hi, xb[t]));
+                    }
+                }
+            }
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b) {
+                const __m256i scale_lo = _mm256_cvtepu8_epi16(
+                    _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tiles[b] + 32 + 16 * c)), twice));
+                const __m256i scale_hi = _mm256_cvtepu8_epi16(
+                    _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tiles[b] + 40 + 16 * c)), twice));
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t)
+                    sum[b][t] = _mm256_add_epi32(sum[b][t], _mm256_add_epi32(_mm256_madd_epi16(lo_sum[b][t], scale_lo),
+                                                                             _mm256_madd_epi16(hi_sum[b][t], scale_hi)));
+            }
+        }
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b])));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 16)));
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                const int16_t* sums = x->sums32 + (size_t(t0 + t) * supers + size_t(i)) * 8;
+                __m256i offsets = _mm256_setzero_si256();
+                ANVIL_UNROLL
+                for (int p = 0; p < 4; ++p) {
+                    int32_t pair;
+                    std::memcpy(&pair, sums + 2 * p, 4);
+                    const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 96 + 16 * p)));
+                    offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)));
+                }
+                const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i]);
+                acc[b][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[b][t]), _mm256_mul_ps(d, x_scale), acc[b][t]);
+                acc[b][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc[b][t]);
+            }
+        }
+    }
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b) {
+        const int r0 = (b0 + b) * kPack8Rows;
+        const int live = std::min(kPack8Rows, w.rows - r0);
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            float* out = y + size_t(t0 + t) * w.rows + r0;
+            if (live == kPack8Rows) {
+                _mm256_storeu_ps(out, acc[b][t]);
+            } else {
+                float lanes[kPack8Rows];
+                _mm256_storeu_ps(lanes, acc[b][t]);
+                std::memcpy(out, lanes, sizeof(float) * size_t(live));
+            }
+        }
+    }
+}
+
+// Items of two 8-row blocks: one token (decode) takes both in one tile; batches take each block
+// with two tokens a tile. A sum's order is the same in either.
+void q4_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    for (int b = b0; b < b0 + blocks; ++b) {
+        int t = c0;
+        if (blocks == 2 && c1 - c0 == 1) {
+            q4_k_packed8_tile<2, 1>(w, b0, x, t, y);
+            return;
+        }
+        for (; t + 2 <= c1; t += 2) q4_k_packed8_tile<1, 2>(w, b, x, t, y);
+        if (t < c1) q4_k_packed8_tile<1, 1>(w, b, x, t, y);
+    }
+}
+
 // Items of kRows rows: a lone token (decode) takes all four in one tile, for four independent
 // sums; batches take 2 x 2 tiles, whose unpacked weights serve two tokens. The order of a sum is the
 // same in either, so a token's result does not depend on the batch.
@@ -293,6 +426,10 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
             return run_items(ws, ys, count, n_tokens, items_of, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
                 run_item<SuperBlockInput, q6_k_tile<4, 1>, q6_k_tile<2, 2>, q6_k_tile<1, 2>, q6_k_tile<1, 1>>(w, item, q256, c0, c1, y);
             });
+        case WeightType::Q4_KPacked8:
+            return run_items(
+                ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; },
+                [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) { q4_k_packed8_item(w, item, q256, c0, c1, y); });
         default: break;  // matmul_group_with sends only GGUF blocks here
     }
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/thread_policy.hpp"
 #include "bench_bandwidth.hpp"
 #include "kernels/matmul.hpp"
@@ -66,6 +67,24 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         m.q8 = std::move(packed);
         m.scales = std::move(packed_scales);
     }
+    if (is_ggml_block_type(type)) {
+        // One matrix quantized (the K-quants' scale search is slow), its blocks repeated.
+        const size_t row_bytes = type == WeightType::Q4_0 ? q4_0_row_bytes(cols) : type == WeightType::Q4_K ? q4_k_row_bytes(cols) : q6_k_row_bytes(cols);
+        const size_t matrix_bytes = row_bytes * size_t(rows);
+        m.packed.resize(matrix_bytes * size_t(count));
+#pragma omp parallel for
+        for (int r = 0; r < rows; ++r) {
+            const float* in = &values[size_t(r) * cols];
+            uint8_t* out = &m.packed[size_t(r) * row_bytes];
+            if (type == WeightType::Q4_0) quantize_q4_0(in, size_t(cols), out);
+            else if (type == WeightType::Q4_K) quantize_q4_k(in, size_t(cols), out);
+            else quantize_q6_k(in, size_t(cols), out);
+        }
+        for (int i = 1; i < count; ++i) std::memcpy(&m.packed[matrix_bytes * size_t(i)], m.packed.data(), matrix_bytes);
+        for (int i = 0; i < count; ++i) m.views.push_back({type, rows, cols, &m.packed[matrix_bytes * size_t(i)], nullptr});
+        m.bytes = m.packed.size();
+        return m;
+    }
     for (int i = 0; i < count; ++i) {
         const size_t offset = size_t(i) * rows * cols;
         WeightMatrix w{type, rows, cols, nullptr, nullptr};
@@ -94,7 +113,10 @@ int main(int, char** argv) {
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8}) {
+    const char* only = std::getenv("ANVIL_BENCH_FORMATS");  // e.g. "Q4_K Q6_K": just these formats
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K}) {
+        if (only && !std::strstr(only, weight_type_name(type))) continue;
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
         // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
@@ -103,7 +125,7 @@ int main(int, char** argv) {
         // every vector level.
         const auto skip = [type](Isa isa) {
             if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni;
-            if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
+            if (type == WeightType::Q8Packed8 || is_ggml_block_type(type)) return isa != Isa::Avx2;
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
         };
         for (Isa isa : isas) {

@@ -103,6 +103,15 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             m.view.data = m.packed.data();
             break;
         }
+        case WeightType::Q4_KPacked8: {
+            std::vector<std::uint8_t> row_major(q4_k_row_bytes(cols) * std::size_t(rows));
+            for (int r = 0; r < rows; ++r)
+                quantize_q4_k(&values[std::size_t(r) * cols], std::size_t(cols), &row_major[q4_k_row_bytes(cols) * std::size_t(r)]);
+            m.packed.resize(q4_k_packed8_bytes(rows, cols));
+            pack_q4_k_rows8(row_major.data(), rows, cols, m.packed.data());
+            m.view.data = m.packed.data();
+            break;
+        }
     }
     std::vector<float> row(static_cast<std::size_t>(cols));
     for (int r = 0; r < rows; ++r) {

@@ -161,20 +161,21 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         WARN("SKIPPED: this processor has no vector level");
         return;
     }
-    for (WeightType type : {WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K}) {
+    for (WeightType type : {WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8}) {
         const int rows = 13, cols = 768, tokens = 5;
         const auto m = anvil::test::make_matrix(type, rows, cols, 41);
         const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
         const int group = type == WeightType::Q4_0 ? 32 : 256;
         std::vector<int8_t> values(x.size());
         std::vector<float> scales(x.size() / size_t(group));
-        std::vector<int16_t> sums(x.size() / 16);
+        std::vector<int16_t> sums(x.size() / 16), sums32(x.size() / 32);
         if (type == WeightType::Q4_0) detail::quantize_input(x.data(), tokens, cols, values.data(), scales.data());
-        else detail::quantize_input_super(x.data(), tokens, cols, values.data(), scales.data(), sums.data());
+        else detail::quantize_input_super(x.data(), tokens, cols, values.data(), scales.data(), sums.data(), sums32.data());
         for (size_t s = 0; s < sums.size() && type != WeightType::Q4_0; ++s) {
             int sum = 0;
             for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
             REQUIRE(sums[s] == sum);
+            if (s % 2) REQUIRE(sums32[s / 2] == sums[s - 1] + sums[s]);
         }
         for (Isa isa : isas) {
             INFO(weight_type_name(type) << " " << isa_name(isa));
