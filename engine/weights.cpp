@@ -51,6 +51,7 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::Q4_K: return size_t(m.rows) * kernels::q4_k_row_bytes(m.cols);
         case WeightType::Q6_K: return size_t(m.rows) * kernels::q6_k_row_bytes(m.cols);
         case WeightType::Q4_KPacked8: return kernels::q4_k_packed8_bytes(m.rows, m.cols);
+        case WeightType::Q6_KPacked8: return kernels::q6_k_packed8_bytes(m.rows, m.cols);
     }
     return 0;
 }
@@ -123,13 +124,20 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         return m;
     }
     if (kernels::is_ggml_block_type(type)) {
-        // Where a vector level will multiply Q4_K, its blocks are interleaved by 8 rows for it
+        // Where a vector level will multiply Q4_K or Q6_K, its blocks are interleaved by 8 rows for it
         // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
         // GGUF's blocks as the file holds them, at any alignment.
         if (type == WeightType::Q4_K && kernels::active_isa() != kernels::Isa::Reference) {
             auto* packed = static_cast<uint8_t*>(allocate(kernels::q4_k_packed8_bytes(rows, cols)));
             kernels::pack_q4_k_rows8(t.data, rows, cols, packed);
             m.type = WeightType::Q4_KPacked8;
+            m.data = packed;
+            return m;
+        }
+        if (type == WeightType::Q6_K && kernels::active_isa() != kernels::Isa::Reference) {
+            auto* packed = static_cast<uint8_t*>(allocate(kernels::q6_k_packed8_bytes(rows, cols)));
+            kernels::pack_q6_k_rows8(t.data, rows, cols, packed);
+            m.type = WeightType::Q6_KPacked8;
             m.data = packed;
             return m;
         }
@@ -234,7 +242,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightType::Q4_0:
         case WeightType::Q4_K:
         case WeightType::Q6_K:
-        case WeightType::Q4_KPacked8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
+        case WeightType::Q4_KPacked8:
+        case WeightType::Q6_KPacked8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
     }
     return m;
 }

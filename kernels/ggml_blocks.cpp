@@ -220,6 +220,51 @@ void dequantize_q4_k_packed8(const uint8_t* packed, int cols, int row, float* ou
     }
 }
 
+void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+    const int supers = cols / kSuperBlock;
+    const size_t row_bytes = q6_k_row_bytes(cols);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < pack8_blocks(rows); ++b)
+        for (int i = 0; i < supers; ++i) {
+            uint8_t* tile = out + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
+            std::memset(tile, 0, kQ6_KPacked8Bytes);
+            for (int r = 0; r < kPack8Rows; ++r) {
+                const int row = b * kPack8Rows + r;
+                if (row >= rows) continue;  // padding: zero scales
+                const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ6_KBytes;
+                std::memcpy(tile + 2 * r, block + 208, 2);
+                for (int j = 0; j < 16; ++j) tile[16 + 16 * (j / 2) + 2 * r + j % 2] = block[192 + j];
+                for (int h = 0; h < 2; ++h)
+                    for (int s = 0; s < 8; ++s) {
+                        uint8_t* step = tile + 144 + size_t(h * 8 + s) * 96 + 4 * r;
+                        std::memcpy(step, block + 64 * h + 4 * s, 4);
+                        std::memcpy(step + 32, block + 64 * h + 32 + 4 * s, 4);
+                        std::memcpy(step + 64, block + 128 + 32 * h + 4 * s, 4);
+                    }
+            }
+        }
+}
+
+void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out) {
+    const int supers = cols / kSuperBlock;
+    const int b = row / kPack8Rows, r = row % kPack8Rows;
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = packed + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
+        // Gather the row's block back and read it as one.
+        uint8_t block[kQ6_KBytes];
+        std::memcpy(block + 208, tile + 2 * r, 2);
+        for (int j = 0; j < 16; ++j) block[192 + j] = tile[16 + 16 * (j / 2) + 2 * r + j % 2];
+        for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < 8; ++s) {
+                const uint8_t* step = tile + 144 + size_t(h * 8 + s) * 96 + 4 * r;
+                std::memcpy(block + 64 * h + 4 * s, step, 4);
+                std::memcpy(block + 64 * h + 32 + 4 * s, step + 32, 4);
+                std::memcpy(block + 128 + 32 * h + 4 * s, step + 64, 4);
+            }
+        dequantize_q6_k(block, kSuperBlock, out + size_t(i) * kSuperBlock);
+    }
+}
+
 void quantize_q4_0(const float* x, size_t n, uint8_t* out) {
     for (size_t b = 0; b < n / kQ4_0Values; ++b) {
         const float* v = x + b * kQ4_0Values;

@@ -65,6 +65,21 @@ inline int pack8_blocks(int rows) { return (rows + kPack8Rows - 1) / kPack8Rows;
 inline size_t q4_k_packed8_bytes(int rows, int cols) {
     return size_t(pack8_blocks(rows)) * size_t(cols / kSuperBlock) * kQ4_KPacked8Bytes;
 }
+// Q6_K packed by 8 rows (WeightType::Q6_KPacked8) likewise, a tile of kQ6_KPacked8Bytes per 8-row
+// block and super-block:
+//   16 bytes   the 8 rows' d (f16)
+//   128 bytes  scales [sub-block pair p][row r][2]: scale[r][2p], scale[r][2p + 1] (int8)
+//   1536 bytes [half h][step s][ql A, ql B, qh][row r][4 bytes]: row r's ql bytes 64h + 4s.. (A) and
+//              64h + 32 + 4s.. (B) and its qh bytes 32h + 4s.., which hold values 128h + 4s + 32k..
+//              for k = 0..3 as a Q6_K block does (ggml_blocks.hpp's header).
+// 8 blocks' bytes exactly.
+constexpr int kQ6_KPacked8Bytes = 16 + 128 + 1536;
+inline size_t q6_k_packed8_bytes(int rows, int cols) {
+    return size_t(pack8_blocks(rows)) * size_t(cols / kSuperBlock) * kQ6_KPacked8Bytes;
+}
+void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
+void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out);
+
 // Row-major Q4_K blocks (rows x cols) into that layout; `out` takes q4_k_packed8_bytes.
 void pack_q4_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
 // One row of a packed matrix back to its values.

@@ -51,6 +51,11 @@ inline void prefetch_block(const uint8_t* at) {
     for (int line = 0; line < Bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(at) + line, _MM_HINT_T0);
 }
 
+// How far ahead in a stream of weights the kernels ask for bytes: the rows of a tile, or a packed
+// block, are contiguous, and from memory one thread's packed Q4_K matvec went from 7-9 GB/s (the
+// next tile's bytes prefetched, two streams a tile) to 15-23 GB/s (one stream, 2 KB ahead).
+constexpr int kPrefetchAhead = 2048;
+
 // Byte masks that spread int16 lane j of a 128-bit half over all eight of its lanes (vpshufb).
 struct Spread16 {
     __m256i lane[8];
@@ -81,7 +86,7 @@ void q4_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, 
         ANVIL_UNROLL
         for (int r = 0; r < RT; ++r) {
             const uint8_t* b = rows[r] + size_t(i) * kQ4_KBytes;
-            prefetch_block<kQ4_KBytes>(b + RT * row_bytes);
+            prefetch_block<kQ4_KBytes>(b + kPrefetchAhead);
             alignas(16) uint8_t unpacked[16];
             unpack_q4_k_scales(b + 4, unpacked);
             const __m128i scales_mins = _mm_load_si128(reinterpret_cast<const __m128i*>(unpacked));
@@ -154,7 +159,7 @@ void q6_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, 
         ANVIL_UNROLL
         for (int r = 0; r < RT; ++r) {
             const uint8_t* b = rows[r] + size_t(i) * kQ6_KBytes;
-            prefetch_block<kQ6_KBytes>(b + RT * row_bytes);
+            prefetch_block<kQ6_KBytes>(b + kPrefetchAhead);
             const __m128i scale_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
             const float d = load_f16(b + 208);
             __m256i sum[TT];
@@ -227,7 +232,7 @@ void q4_0_tile(const WeightMatrix& w, int r0, const QuantizedInput* x, int t0, f
         ANVIL_UNROLL
         for (int r = 0; r < RT; ++r) {
             const uint8_t* b = rows[r] + size_t(i) * kQ4_0Bytes;
-            if (i % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(b) + RT * row_bytes, _MM_HINT_T0);
+            if (i % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(b) + kPrefetchAhead, _MM_HINT_T0);
             const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
             const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
             const __m256i q = _mm256_sub_epi8(nibbles, eight);
@@ -253,11 +258,6 @@ void q4_0_tile(const WeightMatrix& w, int r0, const QuantizedInput* x, int t0, f
 // 8 rows and no sum is horizontal. A sub-block's 8 steps add up in int16 (at most 8 x 2 x 15 x 127
 // = 30480), then take the rows' scales with one vpmaddwd; a super-block's mins meet the
 // activations' 32-value sums, two sub-blocks per vpmaddwd.
-//
-// A tile reads one block at a time, so that its bytes are one stream, and asks for the bytes 2 KB
-// ahead in that stream as it goes: from memory, one thread's matvec went from 7-9 GB/s (two blocks
-// a tile, the next tile's bytes prefetched) to 15-23 GB/s.
-constexpr int kPrefetchAhead = 2048;
 template <int BT, int TT>
 void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     const int supers = w.cols / kSuperBlock;
@@ -382,6 +382,111 @@ void q4_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x
     }
 }
 
+// Q6_K packed by 8 rows: one 8-row block from b0 times TT tokens from t0. Each step's three 32-byte
+// loads give 4 values of 8 rows in each of the block's four quarters; two steps of a sub-block add
+// up in int16 (at most 2 x 2 x 63 x 127 = 32004) before the rows' scales multiply them.
+template <int TT>
+void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ6_KPacked8Bytes;
+    __m256 acc[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    // A sub-block's scale byte of each row into both int16 lanes of its row: even or odd of a pair.
+    const __m128i even = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+    const __m128i odd = _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
+        const int8_t* xs[TT];
+        __m256i sum[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
+            // The stored values are q + 32: take 32 x each sub-block's scale x its activations' sum.
+            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
+            __m256i offset = _mm256_setzero_si256();
+            ANVIL_UNROLL
+            for (int p = 0; p < 8; ++p) {
+                int32_t pair;
+                std::memcpy(&pair, sums + 2 * p, 4);
+                const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
+                offset = _mm256_add_epi32(offset, _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)));
+            }
+            sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        }
+        ANVIL_UNROLL
+        for (int h = 0; h < 2; ++h)
+            ANVIL_UNROLL
+            for (int s2 = 0; s2 < 4; ++s2) {  // two steps at a time: half a sub-block of each quarter
+                __m256i part[4][TT];
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k)
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) part[k][t] = _mm256_setzero_si256();
+                ANVIL_UNROLL
+                for (int s = 2 * s2; s < 2 * s2 + 2; ++s) {
+                    const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
+                    const __m256i a = load256(at), b = load256(at + 32), hb = load256(at + 64);
+                    __m256i q[4];
+                    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, bits45));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 4; ++k)
+                        ANVIL_UNROLL
+                        for (int t = 0; t < TT; ++t) {
+                            int32_t four;
+                            std::memcpy(&four, xs[t] + 128 * h + 32 * k + 4 * s, 4);
+                            part[k][t] = _mm256_add_epi16(part[k][t], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(four)));
+                        }
+                }
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k) {
+                    const int j = 8 * h + 2 * k + s2 / 2;  // the sub-block of these steps in quarter k
+                    const __m128i pair = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * (j / 2)));
+                    const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(pair, j % 2 ? odd : even));
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(part[k][t], scale));
+                }
+            }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t)
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
+                                     acc[t]);
+    }
+    const int r0 = b0 * kPack8Rows;
+    const int live = std::min(kPack8Rows, w.rows - r0);
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) {
+        float* out = y + size_t(t0 + t) * w.rows + r0;
+        if (live == kPack8Rows) {
+            _mm256_storeu_ps(out, acc[t]);
+        } else {
+            float lanes[kPack8Rows];
+            _mm256_storeu_ps(lanes, acc[t]);
+            std::memcpy(out, lanes, sizeof(float) * size_t(live));
+        }
+    }
+}
+
+void q6_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    for (int b = b0; b < b0 + blocks; ++b) {
+        int t = c0;
+        for (; t + 2 <= c1; t += 2) q6_k_packed8_tile<2>(w, b, x, t, y);
+        if (t < c1) q6_k_packed8_tile<1>(w, b, x, t, y);
+    }
+}
+
 // Items of kRows rows: a lone token (decode) takes all four in one tile, for four independent
 // sums; batches take 2 x 2 tiles, whose unpacked weights serve two tokens. The order of a sum is the
 // same in either, so a token's result does not depend on the batch.
@@ -432,6 +537,10 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
             return run_items(
                 ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; },
                 [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) { q4_k_packed8_item(w, item, q256, c0, c1, y); });
+        case WeightType::Q6_KPacked8:
+            return run_items(
+                ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; },
+                [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) { q6_k_packed8_item(w, item, q256, c0, c1, y); });
         default: break;  // matmul_group_with sends only GGUF blocks here
     }
 }

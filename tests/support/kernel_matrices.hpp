@@ -103,12 +103,18 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             m.view.data = m.packed.data();
             break;
         }
-        case WeightType::Q4_KPacked8: {
-            std::vector<std::uint8_t> row_major(q4_k_row_bytes(cols) * std::size_t(rows));
-            for (int r = 0; r < rows; ++r)
-                quantize_q4_k(&values[std::size_t(r) * cols], std::size_t(cols), &row_major[q4_k_row_bytes(cols) * std::size_t(r)]);
-            m.packed.resize(q4_k_packed8_bytes(rows, cols));
-            pack_q4_k_rows8(row_major.data(), rows, cols, m.packed.data());
+        case WeightType::Q4_KPacked8:
+        case WeightType::Q6_KPacked8: {
+            const bool q4 = type == WeightType::Q4_KPacked8;
+            const std::size_t row_bytes = q4 ? q4_k_row_bytes(cols) : q6_k_row_bytes(cols);
+            std::vector<std::uint8_t> row_major(row_bytes * std::size_t(rows));
+            for (int r = 0; r < rows; ++r) {
+                if (q4) quantize_q4_k(&values[std::size_t(r) * cols], std::size_t(cols), &row_major[row_bytes * std::size_t(r)]);
+                else quantize_q6_k(&values[std::size_t(r) * cols], std::size_t(cols), &row_major[row_bytes * std::size_t(r)]);
+            }
+            m.packed.resize(q4 ? q4_k_packed8_bytes(rows, cols) : q6_k_packed8_bytes(rows, cols));
+            if (q4) pack_q4_k_rows8(row_major.data(), rows, cols, m.packed.data());
+            else pack_q6_k_rows8(row_major.data(), rows, cols, m.packed.data());
             m.view.data = m.packed.data();
             break;
         }

@@ -161,7 +161,7 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         WARN("SKIPPED: this processor has no vector level");
         return;
     }
-    for (WeightType type : {WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8}) {
+    for (WeightType type : {WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
         const int rows = 13, cols = 768, tokens = 5;
         const auto m = anvil::test::make_matrix(type, rows, cols, 41);
         const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
