@@ -37,4 +37,7 @@ if [ -n "$model" ] && [ -d "$model" ] && [ -n "$weights" ]; then
         done
     fi
 fi
+# ANVIL_SERVE_EXTRA adds flags to serve, e.g. "--prefix-caching off": anvil_http.py's prefill time is
+# its one-token request after a warm-up with the same prompt, which the prefix cache would answer.
+[ -n "${ANVIL_SERVE_EXTRA:-}" ] && read -r -a extra <<<"$ANVIL_SERVE_EXTRA" && args+=("${extra[@]}")
 exec "$engine" "${args[@]}"

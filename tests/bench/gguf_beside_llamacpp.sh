@@ -10,7 +10,8 @@
 # anvil_on_gguf.sh, which serves MODEL.<type>.gguf with --weights stored), llama_greedy times
 # llama.cpp on the very same file with the same prompt ids, threads, greedy decode and best of REPS
 # (llama.cpp's defaults: f16 KV cache, flash attention auto; anvil keeps an f32 cache). ratio =
-# anvil / llama.cpp. With --prompt 512 --gen 16 the prefill columns are the 512-token prefill.
+# anvil / llama.cpp. With --prompt 480 --gen 16 the prefill columns are a 480-token prefill (anvil's
+# prefix cache is turned off for it: the timed request repeats the warm-up's prompt).
 # Run it on an idle machine; nothing here pins cores.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -48,6 +49,7 @@ for f in $formats; do
 done
 ids="$("$py" "$anchor/anvil_http.py" prompt "$prompt")"
 export ANVIL_ENGINE="$here/anvil_on_gguf.sh" ANVIL_ENGINE_BINARY="$engine" ANVIL_LOG_FILE="$dir/anvil-serve.log"
+export ANVIL_SERVE_EXTRA="--prefix-caching off"
 
 flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, flags: $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
