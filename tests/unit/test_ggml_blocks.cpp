@@ -12,7 +12,6 @@
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/weight_matrix.hpp"
-#include "test_support.hpp"
 #include "kernel_matrices.hpp"
 
 using namespace anvil::kernels;
