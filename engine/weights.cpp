@@ -127,17 +127,11 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         // Where a vector level will multiply Q4_K or Q6_K, its blocks are interleaved by 8 rows for it
         // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
         // GGUF's blocks as the file holds them, at any alignment.
-        if (type == WeightType::Q4_K && kernels::active_isa() != kernels::Isa::Reference) {
-            auto* packed = static_cast<uint8_t*>(allocate(kernels::q4_k_packed8_bytes(rows, cols)));
-            kernels::pack_q4_k_rows8(t.data, rows, cols, packed);
-            m.type = WeightType::Q4_KPacked8;
-            m.data = packed;
-            return m;
-        }
-        if (type == WeightType::Q6_K && kernels::active_isa() != kernels::Isa::Reference) {
-            auto* packed = static_cast<uint8_t*>(allocate(kernels::q6_k_packed8_bytes(rows, cols)));
-            kernels::pack_q6_k_rows8(t.data, rows, cols, packed);
-            m.type = WeightType::Q6_KPacked8;
+        if ((type == WeightType::Q4_K || type == WeightType::Q6_K) && kernels::active_isa() != kernels::Isa::Reference) {
+            const bool q4 = type == WeightType::Q4_K;
+            auto* packed = static_cast<uint8_t*>(allocate(q4 ? kernels::q4_k_packed8_bytes(rows, cols) : kernels::q6_k_packed8_bytes(rows, cols)));
+            (q4 ? kernels::pack_q4_k_rows8 : kernels::pack_q6_k_rows8)(t.data, rows, cols, packed);
+            m.type = q4 ? WeightType::Q4_KPacked8 : WeightType::Q6_KPacked8;
             m.data = packed;
             return m;
         }

@@ -41,6 +41,28 @@ inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// Each (row, token) sum of a row-major tile into y.
+template <int RT, int TT>
+inline void store_sums(const __m256 (&acc)[RT][TT], int rows, int r0, int t0, float* y) {
+    ANVIL_UNROLL
+    for (int r = 0; r < RT; ++r)
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * rows + r0 + r] = horizontal_sum(acc[r][t]);
+}
+
+// One token's results for the 8 rows of a packed block from r0, the padding rows left out.
+inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
+    float* out = y + size_t(t) * rows + r0;
+    const int live = std::min(kPack8Rows, rows - r0);
+    if (live == kPack8Rows) {
+        _mm256_storeu_ps(out, sums);
+        return;
+    }
+    float lanes[kPack8Rows];
+    _mm256_storeu_ps(lanes, sums);
+    std::memcpy(out, lanes, sizeof(float) * size_t(live));
+}
+
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // The next tile's weights at the same offset, a cache line at a time: rows of a few hundred bytes
@@ -122,10 +144,7 @@ void q4_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, 
             }
         }
     }
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
+    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
 }
 
 // The same for Q6_K.
@@ -199,10 +218,7 @@ void q6_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, 
             }
         }
     }
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
+    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
 }
 
 // The same for Q4_0, whose activations are rounded per group of 32.
@@ -246,10 +262,7 @@ void q4_0_tile(const WeightMatrix& w, int r0, const QuantizedInput* x, int t0, f
             }
         }
     }
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
+    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
 }
 
 // Q4_K packed by 8 rows (ggml_blocks.hpp): BT blocks of 8 rows from block b0 times TT tokens from
@@ -352,21 +365,9 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         }
     }
     ANVIL_UNROLL
-    for (int b = 0; b < BT; ++b) {
-        const int r0 = (b0 + b) * kPack8Rows;
-        const int live = std::min(kPack8Rows, w.rows - r0);
+    for (int b = 0; b < BT; ++b)
         ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) {
-            float* out = y + size_t(t0 + t) * w.rows + r0;
-            if (live == kPack8Rows) {
-                _mm256_storeu_ps(out, acc[b][t]);
-            } else {
-                float lanes[kPack8Rows];
-                _mm256_storeu_ps(lanes, acc[b][t]);
-                std::memcpy(out, lanes, sizeof(float) * size_t(live));
-            }
-        }
-    }
+        for (int t = 0; t < TT; ++t) store_rows8(acc[b][t], w.rows, (b0 + b) * kPack8Rows, t0 + t, y);
 }
 
 // Items of two 8-row blocks, each taken with two tokens a tile (their unpacked nibbles serve both)
@@ -462,19 +463,8 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
                                      acc[t]);
     }
-    const int r0 = b0 * kPack8Rows;
-    const int live = std::min(kPack8Rows, w.rows - r0);
     ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) {
-        float* out = y + size_t(t0 + t) * w.rows + r0;
-        if (live == kPack8Rows) {
-            _mm256_storeu_ps(out, acc[t]);
-        } else {
-            float lanes[kPack8Rows];
-            _mm256_storeu_ps(lanes, acc[t]);
-            std::memcpy(out, lanes, sizeof(float) * size_t(live));
-        }
-    }
+    for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
 void q6_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {

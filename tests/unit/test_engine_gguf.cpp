@@ -182,6 +182,23 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
     }
 }
 
+namespace {
+
+// Each position's logits against the reference's: within 1e-3 of the largest, and whether the top
+// token agrees where the reference's leads by 0.02.
+std::pair<PositionErrors, Agreement> against_reference(const std::vector<std::vector<float>>& logits,
+                                                       const std::vector<std::vector<float>>& reference, int vocab) {
+    PositionErrors e;
+    Agreement a;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        position_errors(logits[i], reference[i], vocab, 1e-3, e);
+        top1_agreement(logits[i], reference[i], vocab, 0.02f, a);
+    }
+    return {e, a};
+}
+
+}  // namespace
+
 TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference rounding inputs as the kernels do",
           "[engine][gguf][reference]") {
     const kernels::Isa isa = kernels::active_isa();
@@ -220,12 +237,7 @@ TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference ro
             const auto logits = run_sequences(model, seqs, 0);
             // As in the q8 test of test_engine_forward.cpp: an input within float rounding of a
             // step's midpoint may round either way, so most positions to 1e-3, all to 5e-2.
-            PositionErrors e;
-            Agreement a;
-            for (size_t i = 0; i < seqs.size(); ++i) {
-                position_errors(logits[i], reference[i], vocab, 1e-3, e);
-                top1_agreement(logits[i], reference[i], vocab, 0.02f, a);
-            }
+            const auto [e, a] = against_reference(logits, reference, vocab);
             INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " within 1e-3, worst " << e.worst
                                         << "; the top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by 0.02");
             CHECK(e.close >= e.positions / 2);
@@ -288,12 +300,7 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
             const auto seqs = prompts(vocab, false);
             const auto reference = reference_logits(dir / "m.gguf", seqs, vocab, rounding);
             const auto logits = run_sequences(model, seqs, 0);
-            PositionErrors e;
-            Agreement a;
-            for (size_t i = 0; i < seqs.size(); ++i) {
-                position_errors(logits[i], reference[i], vocab, 1e-3, e);
-                top1_agreement(logits[i], reference[i], vocab, 0.02f, a);
-            }
+            const auto [e, a] = against_reference(logits, reference, vocab);
             INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " within 1e-3, worst " << e.worst
                                         << "; the top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by 0.02");
             CHECK(a.clear >= e.positions * 8 / 10);
