@@ -52,6 +52,7 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::Q6_K: return size_t(m.rows) * kernels::q6_k_row_bytes(m.cols);
         case WeightType::Q4_KPacked8: return kernels::q4_k_packed8_bytes(m.rows, m.cols);
         case WeightType::Q6_KPacked8: return kernels::q6_k_packed8_bytes(m.rows, m.cols);
+        case WeightType::Q4_0Packed8: return kernels::q4_0_packed8_bytes(m.rows, m.cols);
     }
     return 0;
 }
@@ -124,14 +125,21 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         return m;
     }
     if (kernels::is_ggml_block_type(type)) {
-        // Where a vector level will multiply Q4_K or Q6_K, its blocks are interleaved by 8 rows for it
+        // Where a vector level will multiply them, the blocks are interleaved by 8 rows for it
         // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
         // GGUF's blocks as the file holds them, at any alignment.
-        if ((type == WeightType::Q4_K || type == WeightType::Q6_K) && kernels::active_isa() != kernels::Isa::Reference) {
-            const bool q4 = type == WeightType::Q4_K;
-            auto* packed = static_cast<uint8_t*>(allocate(q4 ? kernels::q4_k_packed8_bytes(rows, cols) : kernels::q6_k_packed8_bytes(rows, cols)));
-            (q4 ? kernels::pack_q4_k_rows8 : kernels::pack_q6_k_rows8)(t.data, rows, cols, packed);
-            m.type = q4 ? WeightType::Q4_KPacked8 : WeightType::Q6_KPacked8;
+        if (kernels::active_isa() != kernels::Isa::Reference) {
+            struct Packing {
+                WeightType as;
+                size_t (*bytes)(int, int);
+                void (*pack)(const uint8_t*, int, int, uint8_t*);
+            };
+            const Packing p = type == WeightType::Q4_K   ? Packing{WeightType::Q4_KPacked8, kernels::q4_k_packed8_bytes, kernels::pack_q4_k_rows8}
+                              : type == WeightType::Q6_K ? Packing{WeightType::Q6_KPacked8, kernels::q6_k_packed8_bytes, kernels::pack_q6_k_rows8}
+                                                         : Packing{WeightType::Q4_0Packed8, kernels::q4_0_packed8_bytes, kernels::pack_q4_0_rows8};
+            auto* packed = static_cast<uint8_t*>(allocate(p.bytes(rows, cols)));
+            p.pack(t.data, rows, cols, packed);
+            m.type = p.as;
             m.data = packed;
             return m;
         }
@@ -237,7 +245,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightType::Q4_K:
         case WeightType::Q6_K:
         case WeightType::Q4_KPacked8:
-        case WeightType::Q6_KPacked8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
+        case WeightType::Q6_KPacked8:
+        case WeightType::Q4_0Packed8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
     }
     return m;
 }

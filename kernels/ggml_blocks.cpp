@@ -265,6 +265,36 @@ void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* ou
     }
 }
 
+void pack_q4_0_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+    const int per_row = cols / kQ4_0Values;
+    const size_t row_bytes = q4_0_row_bytes(cols);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < pack8_blocks(rows); ++b)
+        for (int i = 0; i < per_row; ++i) {
+            uint8_t* tile = out + (size_t(b) * per_row + size_t(i)) * kQ4_0Packed8Bytes;
+            std::memset(tile, 0, kQ4_0Packed8Bytes);
+            for (int r = 0; r < kPack8Rows; ++r) {
+                const int row = b * kPack8Rows + r;
+                if (row >= rows) continue;  // padding: d = 0
+                const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ4_0Bytes;
+                std::memcpy(tile + 2 * r, block, 2);
+                for (int s = 0; s < 4; ++s) std::memcpy(tile + 16 + (s * kPack8Rows + r) * 4, block + 2 + 4 * s, 4);
+            }
+        }
+}
+
+void dequantize_q4_0_packed8(const uint8_t* packed, int cols, int row, float* out) {
+    const int per_row = cols / kQ4_0Values;
+    const int b = row / kPack8Rows, r = row % kPack8Rows;
+    for (int i = 0; i < per_row; ++i) {
+        const uint8_t* tile = packed + (size_t(b) * per_row + size_t(i)) * kQ4_0Packed8Bytes;
+        uint8_t block[kQ4_0Bytes];
+        std::memcpy(block, tile + 2 * r, 2);
+        for (int s = 0; s < 4; ++s) std::memcpy(block + 2 + 4 * s, tile + 16 + (s * kPack8Rows + r) * 4, 4);
+        dequantize_q4_0(block, kQ4_0Values, out + size_t(i) * kQ4_0Values);
+    }
+}
+
 void quantize_q4_0(const float* x, size_t n, uint8_t* out) {
     for (size_t b = 0; b < n / kQ4_0Values; ++b) {
         const float* v = x + b * kQ4_0Values;

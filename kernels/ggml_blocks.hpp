@@ -80,6 +80,16 @@ inline size_t q6_k_packed8_bytes(int rows, int cols) {
 void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
 void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out);
 
+// Q4_0 packed by 8 rows (WeightType::Q4_0Packed8), as llama.cpp repacks it: per 8-row block and
+// block of 32 values, 16 bytes of the rows' d (f16), then [step s][row r][4 bytes]: row r's bytes
+// 4s..4s + 3, whose low nibbles are values 4s.. and high nibbles 16 + 4s... 8 blocks' bytes exactly.
+constexpr int kQ4_0Packed8Bytes = 16 + 128;
+inline size_t q4_0_packed8_bytes(int rows, int cols) {
+    return size_t(pack8_blocks(rows)) * size_t(cols / kQ4_0Values) * kQ4_0Packed8Bytes;
+}
+void pack_q4_0_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
+void dequantize_q4_0_packed8(const uint8_t* packed, int cols, int row, float* out);
+
 // Row-major Q4_K blocks (rows x cols) into that layout; `out` takes q4_k_packed8_bytes.
 void pack_q4_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
 // One row of a packed matrix back to its values.

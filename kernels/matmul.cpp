@@ -100,10 +100,17 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         const int cols = ws[0].cols;
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);
-        if (ws[0].type == WeightType::Q4_0) {
+        if (ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_0Packed8) {
+            thread_local std::vector<int16_t> q_group_sums;
             if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
+            if (q_group_sums.size() < n / kQ8Group) q_group_sums.resize(n / kQ8Group);
             detail::quantize_input(x, n_tokens, cols, q_values.data(), q_scales.data());
-            qx = {q_values.data(), q_scales.data()};
+            for (size_t g = 0; g < n / kQ8Group; ++g) {
+                int sum = 0;
+                for (size_t k = 0; k < size_t(kQ8Group); ++k) sum += q_values[g * kQ8Group + k];
+                q_group_sums[g] = int16_t(sum);
+            }
+            qx = {q_values.data(), q_scales.data(), q_group_sums.data()};
             return detail::matmul_avx2_blocks(ws, ys, count, &qx, nullptr, n_tokens);
         }
         thread_local std::vector<int16_t> q_sums, q_sums32;

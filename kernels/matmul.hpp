@@ -28,6 +28,7 @@ namespace detail {
 struct QuantizedInput {
     const int8_t* values;  // [n_tokens][cols]
     const float* scales;   // [n_tokens][cols / kQ8Group]
+    const int16_t* sums = nullptr;  // [n_tokens][cols / kQ8Group], for packed Q4_0's offset of 8
 };
 void quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales);
 // The activations of the Q4_K and Q6_K products, rounded as llama.cpp's q8_K rounds them: int8 with

@@ -370,18 +370,6 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         for (int t = 0; t < TT; ++t) store_rows8(acc[b][t], w.rows, (b0 + b) * kPack8Rows, t0 + t, y);
 }
 
-// Items of two 8-row blocks, each taken with two tokens a tile (their unpacked nibbles serve both)
-// and a lone token last. A sum's order is the same in either, so a token's result does not depend
-// on the batch.
-void q4_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    for (int b = b0; b < b0 + blocks; ++b) {
-        int t = c0;
-        for (; t + 2 <= c1; t += 2) q4_k_packed8_tile<1, 2>(w, b, x, t, y);
-        if (t < c1) q4_k_packed8_tile<1, 1>(w, b, x, t, y);
-    }
-}
 
 // Q6_K packed by 8 rows: one 8-row block from b0 times TT tokens from t0. Each step's three 32-byte
 // loads give 4 values of 8 rows in each of the block's four quarters; two steps of a sub-block add
@@ -467,15 +455,70 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
-void q6_k_packed8_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
+// Q4_0 packed by 8 rows: one 8-row block from b0 times TT tokens from t0. A block of 32 values is
+// 4 steps of 32 bytes, each 4 values of 8 rows in its low nibbles and 4 in its high ones; its 8
+// products add up in int16 (at most 8 x 2 x 15 x 127 = 30480), the stored values' offset of 8
+// comes off as 8 x the activations' sum.
+template <int TT>
+void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0, float* y) {
+    const int per_row = w.cols / kQ4_0Values;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(per_row) * kQ4_0Packed8Bytes;
+    __m256 acc[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < per_row; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ4_0Packed8Bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 128, _MM_HINT_T0);
+        __m256i sum[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) sum[t] = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int s = 0; s < 4; ++s) {
+            const __m256i v = load256(tile + 16 + 32 * s);
+            const __m256i lo = _mm256_and_si256(v, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                const int8_t* xv = x->values + size_t(t0 + t) * w.cols + size_t(i) * kQ4_0Values;
+                int32_t four_lo, four_hi;
+                std::memcpy(&four_lo, xv + 4 * s, 4);
+                std::memcpy(&four_hi, xv + 16 + 4 * s, 4);
+                sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(four_lo)));
+                sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(four_hi)));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            const size_t g = size_t(t0 + t) * per_row + size_t(i);
+            const __m256i offset = _mm256_set1_epi32(8 * int(x->sums[g]));
+            const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(sum[t], ones), offset);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[g])), acc[t]);
+        }
+    }
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
+}
+
+// Items of two 8-row blocks, each taken with two tokens a tile and a lone token last: a sum's order
+// is the same in either, so a token's result does not depend on the batch.
+template <typename Input, void (*Tile2)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
     const int b0 = item * 2;
     const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
     for (int b = b0; b < b0 + blocks; ++b) {
         int t = c0;
-        for (; t + 2 <= c1; t += 2) q6_k_packed8_tile<2>(w, b, x, t, y);
-        if (t < c1) q6_k_packed8_tile<1>(w, b, x, t, y);
+        for (; t + 2 <= c1; t += 2) Tile2(w, b, x, t, y);
+        if (t < c1) Tile1(w, b, x, t, y);
     }
 }
+
+int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
 
 // Items of kRows rows: a lone token (decode) takes all four in one tile, for four independent
 // sums; batches take 2 x 2 tiles, whose unpacked weights serve two tokens. The order of a sum is the
@@ -524,13 +567,17 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
                 run_item<SuperBlockInput, q6_k_tile<4, 1>, q6_k_tile<2, 2>, q6_k_tile<1, 2>, q6_k_tile<1, 1>>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q4_KPacked8:
-            return run_items(
-                ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; },
-                [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) { q4_k_packed8_item(w, item, q256, c0, c1, y); });
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<SuperBlockInput, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+            });
         case WeightType::Q6_KPacked8:
-            return run_items(
-                ws, ys, count, n_tokens, [](const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; },
-                [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) { q6_k_packed8_item(w, item, q256, c0, c1, y); });
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<SuperBlockInput, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+            });
+        case WeightType::Q4_0Packed8:
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<QuantizedInput, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+            });
         default: break;  // matmul_group_with sends only GGUF blocks here
     }
 }

@@ -103,6 +103,15 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             m.view.data = m.packed.data();
             break;
         }
+        case WeightType::Q4_0Packed8: {
+            std::vector<std::uint8_t> row_major(q4_0_row_bytes(cols) * std::size_t(rows));
+            for (int r = 0; r < rows; ++r)
+                quantize_q4_0(&values[std::size_t(r) * cols], std::size_t(cols), &row_major[q4_0_row_bytes(cols) * std::size_t(r)]);
+            m.packed.resize(q4_0_packed8_bytes(rows, cols));
+            pack_q4_0_rows8(row_major.data(), rows, cols, m.packed.data());
+            m.view.data = m.packed.data();
+            break;
+        }
         case WeightType::Q4_KPacked8:
         case WeightType::Q6_KPacked8: {
             const bool q4 = type == WeightType::Q4_KPacked8;

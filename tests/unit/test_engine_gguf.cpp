@@ -274,9 +274,9 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
 
             auto model = load_model(dir / "m.gguf", WeightFormat::Stored);
             const auto& layer = model.weights->layers[0];
-            // Q4_K and Q6_K interleaved by 8 rows for the vector levels, the file's blocks as they are otherwise.
+            // Q4_0, Q4_K and Q6_K interleaved by 8 rows for the vector levels, the file's blocks as they are otherwise.
             CHECK(layer.wq.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q4_K : kernels::WeightType::Q4_KPacked8));
-            CHECK(layer.w_down.type == kernels::WeightType::Q4_0);
+            CHECK(layer.w_down.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q4_0 : kernels::WeightType::Q4_0Packed8));
             CHECK(model.weights->lm_head.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q6_K : kernels::WeightType::Q6_KPacked8));
             // Either way the same values: the file's rows as ggml reads them.
             const engine::GgufTensor* wq = file.tensor("blk.0.attn_q.weight");

@@ -39,12 +39,12 @@ TEST_CASE("matrix products match the double-precision reference for every format
         int rows, cols;
     };
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
         const bool super_blocks = type == WeightType::Q4_K || type == WeightType::Q6_K || type == WeightType::Q4_KPacked8 ||
                                   type == WeightType::Q6_KPacked8;
         const std::vector<Shape> shapes = super_blocks ? std::vector<Shape>{{1, 256}, {7, 512}, {37, 768}, {64, 256}}
-                                          : q8 || type == WeightType::Q4_0 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
+                                          : q8 || type == WeightType::Q4_0 || type == WeightType::Q4_0Packed8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
                                                                            : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
         for (const Shape& shape : shapes) {
             const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows * 131 + shape.cols));
@@ -98,7 +98,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const int cols = is_ggml_block_type(type) ? 512 : 160;
         const TestMatrix m = make_matrix(type, 61, cols, 7);
         const int tokens = 71;
@@ -242,7 +242,7 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const int cols = is_ggml_block_type(type) ? 256 : 96;
         const TestMatrix a = make_matrix(type, 45, cols, 21), b = make_matrix(type, 13, cols, 22), c = make_matrix(type, 64, cols, 23);
         const WeightMatrix group[] = {a.view, b.view, c.view};
