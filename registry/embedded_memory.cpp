@@ -102,11 +102,9 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
                   "', which anvil-engine does not serve as stored (f32, bf16, f16, q8_0, q4_0, q4_k_m, q6_k)"};
 }
 
-// The engine maps a tensor held in the format it is stored in instead of copying it; Q4_K and Q6_K
-// it copies once, interleaved by 8 rows for the vector levels (kernels/ggml_blocks.hpp).
-bool mapped(Held held, const std::string& dtype) {
-    return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16") || held == Held::q4_0;
-}
+// The engine maps a tensor held in the format it is stored in instead of copying it; GGUF's Q4_0,
+// Q4_K and Q6_K it copies once, interleaved by 8 rows for the vector levels (kernels/ggml_blocks.hpp).
+bool mapped(Held held, const std::string& dtype) { return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16"); }
 
 // GGUF blocks: bytes per block of values (kernels/ggml_blocks.hpp).
 I block_bytes(const I& n, std::int64_t values, std::int64_t bytes) { return floor_divide(n, exact(values)) * exact(bytes); }
@@ -117,14 +115,14 @@ I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::strin
     // choices span (engine/gguf_convert.hpp), with rows that are not whole super-blocks in Q4_0
     // to Q8_0.
     const bool super = cols % 256 == 0;
-    const I q4_0 = block_bytes(n, 32, 18), q8_0 = block_bytes(n, 32, 34);
     // Packed by 8 rows, Q4_K takes 1184 bytes where 8 blocks take 1152, and the rows are padded to 8.
     const I padded = exact((rows + 7) / 8 * 8) * exact(cols);
+    const I q4_0 = block_bytes(n, 32, 18), q4_0_packed = block_bytes(padded, 32, 18), q8_0 = block_bytes(n, 32, 34);
     const I q4_k = block_bytes(n, 256, 144), q6_k = block_bytes(n, 256, 210), q6_k_packed = block_bytes(padded, 256, 210);
     switch (held) {
         case Held::q4_0:
-            if (role == Role::output) return {q4_0.min, super ? q6_k.max : q8_0.max};
-            return q4_0;
+            if (role == Role::output) return {q4_0.min, super ? q6_k_packed.max : q8_0.max};
+            return {q4_0.min, q4_0_packed.max};
         case Held::q4_k_m:
             if (!super) return {q4_0.min, q8_0.max};
             return {q4_k.min, q6_k_packed.max};
