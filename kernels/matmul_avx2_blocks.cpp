@@ -1,17 +1,20 @@
-// GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2, read as the file holds
-// them: the products of a Q4_K_M model. Every vector level takes these (AVX-512 adds nothing a
-// nibble product can use that AVX2 lacks short of repacking the blocks, and llama.cpp's own
-// AVX-512 builds run its AVX2 code for them too).
+// GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2: the products of a Q4_K_M
+// model. Two forms: the blocks as the file holds them, row after row (tiles of 4 rows, one
+// horizontal sum per row); and the blocks interleaved by 8 rows (WeightType::*Packed8, what the
+// engine multiplies at every vector level), whose 8 lanes are 8 rows: about half the instructions
+// per weight and no horizontal sums. Every vector level takes these kernels: AVX-512 would need yet
+// another layout to gain, and llama.cpp's AVX-512 builds run AVX2 code for most of these too.
 //
 // The activations are rounded as llama.cpp rounds them for the same weights: Q4_0 with int8 per
-// group of 32 (its q8_0), Q4_K and Q6_K with int8 per 256 and each 16 values' sum (its q8_K). With
-// one activation scale per super-block, a super-block's sub-block scales multiply the integer sums
-// in integers (vpmaddwd by the scale), and the float work is one multiply-add per super-block.
+// group of 32 (its q8_0), Q4_K and Q6_K with int8 per 256 and each 16 (and 32) values' sum (its
+// q8_K). With one activation scale per super-block, a super-block's sub-block scales multiply the
+// integer sums in integers (vpmaddwd by the scale), and the float work is one multiply-add per
+// super-block.
 //
-// vpmaddubsw multiplies unsigned bytes by signed ones. Q4_K's and Q6_K's stored values are unsigned
-// (0..15, 0..63) and go in as they are: Q4_K's mins and Q6_K's offset of 32 are applied to the
-// activations' sums instead. Q4_0's offset of 8 is taken off the values, whose signs then move onto
-// the activations' magnitudes (vpsignb).
+// vpmaddubsw multiplies unsigned bytes by signed ones. The stored values are unsigned (0..15,
+// 0..63) and go in as they are: Q4_K's mins, Q6_K's offset of 32 and packed Q4_0's offset of 8 are
+// applied to the activations' sums instead. Row-major Q4_0 takes its offset off the values, whose
+// signs then move onto the activations' magnitudes (vpsignb).
 #include <immintrin.h>
 
 #include <algorithm>
