@@ -16,7 +16,7 @@ namespace anvil::engine {
 // The ggml tensor types by their ids in the file. Only the ones the engine reads are named here;
 // the size table in gguf.cpp knows every type, so that any valid file parses and an unsupported
 // tensor is refused by name, not as a broken file.
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14, BF16 = 30 };
+enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14, BF16 = 30 };
 
 struct GgmlTypeInfo {
     const char* name;

@@ -50,6 +50,7 @@ bool more_bits(int layer, int layers) {
 int block_values(GgmlType type) {
     switch (type) {
         case GgmlType::Q8_0:
+        case GgmlType::Q5_0:
         case GgmlType::Q4_0: return 32;
         case GgmlType::Q4_K:
         case GgmlType::Q6_K: return 256;
@@ -72,7 +73,7 @@ GgmlType matrix_type(GgufFileType file, Role role, int layer, int layers, int co
                        : GgmlType::Q4_K;
             break;
     }
-    if (cols % block_values(type) != 0) type = type == GgmlType::Q6_K ? GgmlType::Q8_0 : type == GgmlType::Q4_K ? GgmlType::Q4_0 : type;
+    if (cols % block_values(type) != 0) type = type == GgmlType::Q6_K ? GgmlType::Q8_0 : type == GgmlType::Q4_K ? GgmlType::Q5_0 : type;
     if (cols % block_values(type) != 0) type = GgmlType::F16;
     return type;
 }
@@ -126,6 +127,7 @@ std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlTy
                 break;
             case GgmlType::Q8_0: quantize_q8_0(row.data(), size_t(cols), dst); break;
             case GgmlType::Q4_0: kernels::quantize_q4_0(row.data(), size_t(cols), dst); break;
+            case GgmlType::Q5_0: kernels::quantize_q5_0(row.data(), size_t(cols), dst); break;
             case GgmlType::Q4_K: kernels::quantize_q4_k(row.data(), size_t(cols), dst); break;
             case GgmlType::Q6_K: kernels::quantize_q6_k(row.data(), size_t(cols), dst); break;
             default: break;  // matrix_type chooses none other

@@ -19,9 +19,8 @@ namespace anvil::engine {
 //           layers and every third layer between, Q6_K (MOSTLY_Q4_K_M). With tied embeddings the
 //           embedding is the output matrix.
 //   q6_k    Q6_K throughout (MOSTLY_Q6_K)
-// A matrix whose rows are not whole blocks falls back as llama-quantize's does where the engine
-// reads the fallback: Q6_K to Q8_0, Q4_K to Q4_0 (llama-quantize takes Q5_0, which the engine does
-// not read), and Q8_0 or Q4_0 to F16.
+// A matrix whose rows are not whole blocks falls back as llama-quantize's does: Q6_K to Q8_0, Q4_K
+// to Q5_0, and Q8_0 or Q4_0 to F16.
 enum class GgufFileType { F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q6_K };
 // From text ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k"); throws with the accepted values.
 GgufFileType parse_gguf_type(const std::string& text);

@@ -26,6 +26,7 @@ const char* dtype_name(Dtype dtype) {
         case Dtype::BF16: return "BF16";
         case Dtype::Q8_0: return "Q8_0";
         case Dtype::Q4_0: return "Q4_0";
+        case Dtype::Q5_0: return "Q5_0";
         case Dtype::Q4_K: return "Q4_K";
         case Dtype::Q6_K: return "Q6_K";
         case Dtype::Other: return "other";
@@ -40,6 +41,7 @@ size_t dtype_size(Dtype dtype) {
         case Dtype::BF16: return 2;
         case Dtype::Q8_0:
         case Dtype::Q4_0:
+        case Dtype::Q5_0:
         case Dtype::Q4_K:
         case Dtype::Q6_K:
         case Dtype::Other: return 0;
@@ -51,6 +53,7 @@ size_t row_bytes(Dtype dtype, int64_t cols) {
     switch (dtype) {
         case Dtype::Q8_0: return size_t(cols / 32 * 34);
         case Dtype::Q4_0: return kernels::q4_0_row_bytes(int(cols));
+        case Dtype::Q5_0: return kernels::q5_0_row_bytes(int(cols));
         case Dtype::Q4_K: return kernels::q4_k_row_bytes(int(cols));
         case Dtype::Q6_K: return kernels::q6_k_row_bytes(int(cols));
         default: break;

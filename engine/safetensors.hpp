@@ -12,9 +12,9 @@
 
 namespace anvil::engine {
 
-// Q8_0, Q4_0, Q4_K and Q6_K come from GGUF files only: blocks of values (kernels/ggml_blocks.hpp;
+// Q8_0, Q4_0, Q5_0, Q4_K and Q6_K come from GGUF files only: blocks of values (kernels/ggml_blocks.hpp;
 // Q8_0 is 32 values, an f16 scale and 32 int8 each).
-enum class Dtype { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Other };
+enum class Dtype { F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, Other };
 const char* dtype_name(Dtype dtype);
 size_t dtype_size(Dtype dtype);  // bytes per element; 0 for the block formats (see row_bytes)
 // The bytes of one row of `cols` values.

@@ -87,6 +87,7 @@ void TensorStore::add_gguf(const std::filesystem::path& file) {
             case GgmlType::BF16: t.dtype = Dtype::BF16; break;
             case GgmlType::Q8_0: t.dtype = Dtype::Q8_0; break;
             case GgmlType::Q4_0: t.dtype = Dtype::Q4_0; break;
+            case GgmlType::Q5_0: t.dtype = Dtype::Q5_0; break;
             case GgmlType::Q4_K: t.dtype = Dtype::Q4_K; break;
             case GgmlType::Q6_K: t.dtype = Dtype::Q6_K; break;
             default: t.dtype = Dtype::Other; break;
@@ -114,7 +115,7 @@ const TensorInfo& TensorStore::get(const std::string& name, const std::vector<in
                                  shape_text(shape) + (gguf_ ? " from the GGUF metadata" : " from config.json"));
     if (t.dtype == Dtype::Other)
         throw std::runtime_error(t.file + ": tensor " + stored + " is " + t.dtype_text +
-                                 (gguf_ ? "; anvil-engine reads F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K GGUF tensors"
+                                 (gguf_ ? "; anvil-engine reads F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K GGUF tensors"
                                         : "; anvil-engine reads F32, F16 and BF16 weights"));
     return t;
 }

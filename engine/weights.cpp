@@ -94,6 +94,7 @@ void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
             }
             break;
         case Dtype::Q4_0: kernels::dequantize_q4_0(base, size_t(cols), out); break;
+        case Dtype::Q5_0: kernels::dequantize_q5_0(base, size_t(cols), out); break;
         case Dtype::Q4_K: kernels::dequantize_q4_k(base, size_t(cols), out); break;
         case Dtype::Q6_K: kernels::dequantize_q6_k(base, size_t(cols), out); break;
         case Dtype::Other: throw std::logic_error("unsupported dtype reached conversion");
@@ -107,7 +108,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightFormat::Stored:
             switch (t.dtype) {
                 case Dtype::BF16: type = WeightType::BF16; break;
-                case Dtype::Q8_0: type = WeightType::Q8; break;
+                case Dtype::Q8_0:
+                case Dtype::Q5_0: type = WeightType::Q8; break;
                 case Dtype::Q4_0: type = WeightType::Q4_0; break;
                 case Dtype::Q4_K: type = WeightType::Q4_K; break;
                 case Dtype::Q6_K: type = WeightType::Q6_K; break;
@@ -211,6 +213,14 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
                             scales[size_t(r) * groups + g] = kernels::f16_to_f32(bits);
                             std::memcpy(out + size_t(r) * cols + size_t(g) * 32, blocks + size_t(g) * 34 + 2, 32);
                         }
+                        continue;
+                    }
+                    if (t.dtype == Dtype::Q5_0) {
+                        // Q5_0's values are 5-bit integers with an f16 scale: exactly q8, nothing rounded.
+                        const uint8_t* blocks = t.data + size_t(r) * row_bytes(t.dtype, cols);
+                        for (int g = 0; g < groups; ++g)
+                            scales[size_t(r) * groups + g] = kernels::q5_0_block_to_int8(
+                                blocks + size_t(g) * kernels::kQ5_0Bytes, out + size_t(r) * cols + size_t(g) * 32);
                         continue;
                     }
                     stored_row_to_f32(t, r, cols, row.data());

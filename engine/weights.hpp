@@ -14,8 +14,8 @@
 
 namespace anvil::engine {
 
-// `Stored` keeps f32, bf16 and GGUF's Q8_0, Q4_0, Q4_K and Q6_K as they are (Q8_0 as q8) and widens f16
-// to f32.
+// `Stored` keeps f32, bf16 and GGUF's Q8_0, Q4_0, Q4_K and Q6_K as they are (Q8_0 as q8, and Q5_0 too:
+// its 5-bit values are int8 exactly) and widens f16 to f32.
 enum class WeightFormat { Stored, F32, BF16, Q8 };
 WeightFormat parse_weight_format(const std::string& text);  // throws with the accepted values
 const char* weight_format_name(WeightFormat format);

@@ -129,6 +129,14 @@ void dequantize_q4_0(const uint8_t* blocks, size_t n, float* out) {
     }
 }
 
+void dequantize_q5_0(const uint8_t* blocks, size_t n, float* out) {
+    for (size_t b = 0; b < n / kQ4_0Values; ++b) {
+        int8_t q[32];
+        const float d = q5_0_block_to_int8(blocks + b * kQ5_0Bytes, q);
+        for (int j = 0; j < 32; ++j) out[b * kQ4_0Values + size_t(j)] = d * float(q[j]);
+    }
+}
+
 void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out) {
     for (size_t b = 0; b < n / kSuperBlock; ++b) {
         const uint8_t* block = blocks + b * kQ4_KBytes;
@@ -314,6 +322,31 @@ void quantize_q4_0(const float* x, size_t n, uint8_t* out) {
             const int hi = std::min(15, int(int8_t(v[j + 16] * inverse + 8.5f)));
             block[2 + j] = uint8_t(lo | (hi << 4));
         }
+    }
+}
+
+void quantize_q5_0(const float* x, size_t n, uint8_t* out) {
+    for (size_t b = 0; b < n / kQ4_0Values; ++b) {
+        const float* v = x + b * kQ4_0Values;
+        uint8_t* block = out + b * kQ5_0Bytes;
+        float largest = 0, extreme = 0;
+        for (int j = 0; j < kQ4_0Values; ++j)
+            if (std::fabs(v[j]) > largest) {
+                largest = std::fabs(v[j]);
+                extreme = v[j];
+            }
+        const float d = extreme / -16;
+        const float inverse = d != 0 ? 1.0f / d : 0.0f;
+        store_f16(block, d);
+        uint32_t high = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int lo = std::min(31, int(int8_t(v[j] * inverse + 16.5f)));
+            const int hi = std::min(31, int(int8_t(v[j + 16] * inverse + 16.5f)));
+            block[6 + j] = uint8_t((lo & 0x0f) | ((hi & 0x0f) << 4));
+            high |= uint32_t(lo >> 4) << j;
+            high |= uint32_t(hi >> 4) << (j + 16);
+        }
+        std::memcpy(block + 2, &high, 4);
     }
 }
 

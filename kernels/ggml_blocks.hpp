@@ -19,16 +19,35 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/weight_matrix.hpp"
+
 namespace anvil::kernels {
 
 constexpr int kQ4_0Values = 32;
 constexpr int kQ4_0Bytes = 18;
+// Q5_0: 32 values in 22 bytes: f16 d, 4 bytes whose bit j is value j's fifth bit, then Q4_0's 16
+// bytes of nibbles; value = d * (q - 16). Its values and scale are exactly an int8 block with an f32
+// scale: the engine holds it as q8.
+constexpr int kQ5_0Bytes = 22;
 constexpr int kSuperBlock = 256;  // QK_K: the values of one Q4_K or Q6_K block
 constexpr int kQ4_KBytes = 144;
 constexpr int kQ6_KBytes = 210;
 
 // Bytes of one row of `cols` values; cols must be a multiple of the block's values.
 inline size_t q4_0_row_bytes(int cols) { return size_t(cols / kQ4_0Values) * kQ4_0Bytes; }
+inline size_t q5_0_row_bytes(int cols) { return size_t(cols / kQ4_0Values) * kQ5_0Bytes; }
+// One Q5_0 block's values as int8 (q - 16) and its scale d.
+inline float q5_0_block_to_int8(const uint8_t* block, int8_t out[32]) {
+    uint32_t high;
+    std::memcpy(&high, block + 2, 4);
+    for (int j = 0; j < 16; ++j) {
+        out[j] = int8_t(int((block[6 + j] & 0x0f) | (((high >> j) & 1) << 4)) - 16);
+        out[j + 16] = int8_t(int((block[6 + j] >> 4) | (((high >> (j + 16)) & 1) << 4)) - 16);
+    }
+    uint16_t bits;
+    std::memcpy(&bits, block, 2);
+    return f16_to_f32(bits);
+}
 inline size_t q4_k_row_bytes(int cols) { return size_t(cols / kSuperBlock) * kQ4_KBytes; }
 inline size_t q6_k_row_bytes(int cols) { return size_t(cols / kSuperBlock) * kQ6_KBytes; }
 
@@ -97,6 +116,7 @@ void dequantize_q4_k_packed8(const uint8_t* packed, int cols, int row, float* ou
 
 // `n` values (a multiple of the block's) from their blocks.
 void dequantize_q4_0(const uint8_t* blocks, size_t n, float* out);
+void dequantize_q5_0(const uint8_t* blocks, size_t n, float* out);
 void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out);
 void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out);
 
@@ -107,6 +127,8 @@ void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out);
 // 8-bit steps and round the values again against them; the search is the project's, so the bytes
 // may differ from llama-quantize's while meaning the same format.
 void quantize_q4_0(const float* x, size_t n, uint8_t* out);
+// ggml's own rule: d = the value of largest magnitude / -16, q = min(31, truncate(x / d + 16.5)).
+void quantize_q5_0(const float* x, size_t n, uint8_t* out);
 void quantize_q4_k(const float* x, size_t n, uint8_t* out);
 void quantize_q6_k(const float* x, size_t n, uint8_t* out);
 

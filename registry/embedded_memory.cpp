@@ -112,8 +112,7 @@ I block_bytes(const I& n, std::int64_t values, std::int64_t bytes) { return floo
 I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::string& model, Role role = Role::other) {
     const I n = exact(rows) * exact(cols);
     // The paper does not say which type each matrix of a mixed file has: the range llama-quantize's
-    // choices span (engine/gguf_convert.hpp), with rows that are not whole super-blocks in Q4_0
-    // to Q8_0.
+    // choices span (engine/gguf_convert.hpp).
     const bool super = cols % 256 == 0;
     // Packed by 8 rows, Q4_K takes 1184 bytes where 8 blocks take 1152, and the rows are padded to 8.
     const I padded = exact((rows + 7) / 8 * 8) * exact(cols);
@@ -123,10 +122,12 @@ I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::strin
         case Held::q4_0:
             if (role == Role::output) return {q4_0.min, super ? q6_k_packed.max : q8_0.max};
             return {q4_0.min, q4_0_packed.max};
-        case Held::q4_k_m:
-            if (!super) return {q4_0.min, q8_0.max};
+        case Held::q4_k_m:  // rows that are not whole super-blocks: Q5_0 or Q8_0, both held as q8
+            if (!super) return matrix_bytes(rows, cols, Held::q8, model);
             return {q4_k.min, q6_k_packed.max};
-        case Held::q6_k: return super ? I{q6_k.min, q6_k_packed.max} : q8_0;
+        case Held::q6_k:
+            if (!super) return matrix_bytes(rows, cols, Held::q8, model);
+            return {q6_k.min, q6_k_packed.max};
         case Held::f32: return n * exact(4);
         case Held::bf16: return n * exact(2);
         case Held::q8: {

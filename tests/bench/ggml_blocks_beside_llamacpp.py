@@ -5,7 +5,7 @@ llama-quantize's?
 
     ggml_blocks_beside_llamacpp.py QUANTIZED.gguf [--f32 SAME_MODEL.f32.gguf] [--lib libggml-base.so]
 
-For each Q4_0, Q4_K and Q6_K tensor of QUANTIZED.gguf, ggml's dequantize_row_* (called in
+For each Q4_0, Q5_0, Q4_K and Q6_K tensor of QUANTIZED.gguf, ggml's dequantize_row_* (called in
 llama.cpp's own libggml-base.so from ../shared/anchors/llamacpp/setup.sh, default
 /tmp/llamacpp/bin) is set against tests/reference/llama_reference.py's dequantizers, which the
 engine matches to float rounding (tests/unit/test_engine_gguf.cpp): the largest difference must be
@@ -26,7 +26,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import llama_reference as ref  # noqa: E402
 
-NAMES = {2: "q4_0", 12: "q4_K", 14: "q6_K"}
+NAMES = {2: "q4_0", 6: "q5_0", 12: "q4_K", 14: "q6_K"}
 
 
 def main():

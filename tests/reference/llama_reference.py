@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """An independent reference for anvil-engine's forward pass: reads a Hugging Face model directory
 (config.json and safetensors, sharded or not) or a GGUF file (F32, F16, BF16, Q8_0, Q4_0, Q4_K and
-Q6_K tensors, dequantized exactly as ggml's dequantize_row_* defines them, in float32; the llama architecture's permuted q and k rows put back in Hugging Face's
+Q6_K tensors and Q5_0, dequantized exactly as ggml's dequantize_row_* defines them, in float32; the llama architecture's permuted q and k rows put back in Hugging Face's
 order) with nothing but NumPy, and computes the logits of every position of each token sequence in
 float64, the way Hugging Face's Llama, Qwen2, Qwen3 and Mistral modelling code does.
 
@@ -40,6 +40,16 @@ def dequantize_q4_0(raw):
     d = f16(b[:, :2])
     q = np.concatenate([b[:, 2:] & 15, b[:, 2:] >> 4], axis=1).astype(np.float32) - 8
     return (d * q).reshape(-1)
+
+
+def dequantize_q5_0(raw):
+    """Q5_0 blocks (f16 d, 4 bytes of fifth bits, 16 bytes of nibbles as Q4_0's): d * (q - 16)."""
+    b = raw.reshape(-1, 22)
+    d = f16(b[:, :2])
+    high = b[:, 2:6].copy().view("<u4").astype(np.uint32)
+    bits = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32)
+    q = np.concatenate([b[:, 6:] & 15, b[:, 6:] >> 4], axis=1).astype(np.int32) | (bits << 4)
+    return (d * (q - 16).astype(np.float32)).reshape(-1)
 
 
 def dequantize_q4_k(raw):
@@ -84,7 +94,7 @@ def dequantize_q6_k(raw):
 
 
 # ggml type: (values per block, bytes per block, dequantizer, inputs per rounding scale)
-GGUF_BLOCKS = {2: (32, 18, dequantize_q4_0, 32), 12: (256, 144, dequantize_q4_k, 256), 14: (256, 210, dequantize_q6_k, 256)}
+GGUF_BLOCKS = {2: (32, 18, dequantize_q4_0, 32), 6: (32, 22, dequantize_q5_0, 32), 12: (256, 144, dequantize_q4_k, 256), 14: (256, 210, dequantize_q6_k, 256)}
 # ggml type: (values per block, bytes per block) of every type the reference reads
 GGML_SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), **{k: v[:2] for k, v in GGUF_BLOCKS.items()}}
 

@@ -314,15 +314,15 @@ TEST_CASE("without --max-context the cache follows the model's own context lengt
     const EmbeddedMemory q8_0 = estimate_embedded_memory(recipe_of(j), shapes);
     CHECK(part(q8_0, "target weights").bytes == IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});
     CHECK(part(q8_0, "target weights").how == "q8");
-    // Which type each matrix of a mixed file has is not on paper:
-    // rows of 64 and 128 values are not whole super-blocks, so llama-quantize's fallbacks (Q4_0 to
-    // Q8_0, 18 to 34 bytes per 32 values) bound a Q4_K_M file, and a Q6_K one is Q8_0 throughout.
+    // Rows of 64 and 128 values are not whole super-blocks: llama-quantize's fallbacks for them,
+    // Q5_0 and Q8_0, are both held as q8.
     j["launch"]["model"]["dtype"] = "q4_k_m";
     const EmbeddedMemory q4_k_m = estimate_embedded_memory(recipe_of(j), shapes);
-    CHECK(part(q4_k_m, "target weights").bytes == IntInterval{105728 / 32 * 18 + 1280, 105728 / 32 * 34 + 1280});
+    CHECK(part(q4_k_m, "target weights").bytes == IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});
     CHECK(part(q4_k_m, "target weights").how == "q4_k_m");  // the blocks are packed: copies, not the mapping
     j["launch"]["model"]["dtype"] = "q6_k";
-    CHECK(part(estimate_embedded_memory(recipe_of(j), shapes), "target weights").bytes == IntInterval::exact(105728 / 32 * 34 + 1280));
+    CHECK(part(estimate_embedded_memory(recipe_of(j), shapes), "target weights").bytes ==
+          IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});
     j["launch"]["model"]["dtype"] = "q5_k";
     CHECK_THAT(estimate_embedded_memory(recipe_of(j), shapes).unknowns.at(0),
                Catch::Contains("does not serve as stored (f32, bf16, f16, q8_0, q4_0, q4_k_m, q6_k)"));

@@ -255,7 +255,7 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
         SECTION(arch) {
             TempDir dir;
             // The small preset: rows of 256 (Q4_K and Q6_K) and ffn_down's rows of 704, which are
-            // not whole super-blocks and fall back to Q4_0 and Q8_0.
+            // not whole super-blocks and fall back to Q5_0 and Q8_0, as llama-quantize's do.
             engine::make_model({dir / "m.gguf", "small", arch, "q4_k_m", 17, 1});
             const engine::GgufModel file(dir / "m.gguf");
             auto type_of = [&](const std::string& name) {
@@ -268,7 +268,7 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
             CHECK(type_of("blk.0.attn_v.weight") == "Q4_K");  // 4 layers: more bits in layers 2 and 3
             CHECK(type_of("blk.2.attn_v.weight") == "Q6_K");
             CHECK(type_of("blk.3.attn_v.weight") == "Q6_K");
-            CHECK(type_of("blk.0.ffn_down.weight") == "Q4_0");
+            CHECK(type_of("blk.0.ffn_down.weight") == "Q5_0");
             CHECK(type_of("blk.3.ffn_down.weight") == "Q8_0");
             CHECK(type_of("blk.0.attn_norm.weight") == "F32");
 
@@ -276,7 +276,8 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
             const auto& layer = model.weights->layers[0];
             // Q4_0, Q4_K and Q6_K interleaved by 8 rows for the vector levels, the file's blocks as they are otherwise.
             CHECK(layer.wq.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q4_K : kernels::WeightType::Q4_KPacked8));
-            CHECK(layer.w_down.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q4_0 : kernels::WeightType::Q4_0Packed8));
+            // Q5_0 is held as q8 (packed as q8 is for the level): its values are int8 exactly.
+            CHECK(layer.w_down.type == model.weights->layers[3].w_down.type);
             CHECK(model.weights->lm_head.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q6_K : kernels::WeightType::Q6_KPacked8));
             // Either way the same values: the file's rows as ggml reads them.
             const engine::GgufTensor* wq = file.tensor("blk.0.attn_q.weight");
@@ -445,7 +446,7 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         CHECK_THAT(load_error(file), Catch::Contains("token_embd.weight has rows of 256, expected llama.embedding_length 64"));
         anvil::engine::TensorStore store(file);
         CHECK_THROWS_WITH(store.get("model.embed_tokens.weight", {2, 256}),
-                          Catch::Contains("tensor token_embd.weight is Q5_K; anvil-engine reads F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K"));
+                          Catch::Contains("tensor token_embd.weight is Q5_K; anvil-engine reads F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K"));
         CHECK_THROWS_WITH(store.get("model.norm.weight", {64}), Catch::Contains("tensor output_norm.weight is missing from the GGUF file"));
     }
     // The converter refuses what it cannot write.

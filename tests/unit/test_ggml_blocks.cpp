@@ -43,6 +43,29 @@ TEST_CASE("Q4_0 blocks read as d * (q - 8), low nibbles first", "[kernels][gguf]
     }
 }
 
+TEST_CASE("Q5_0 blocks read as d * (q - 16) with the fifth bits apart, and quantize as ggml does", "[kernels][gguf]") {
+    uint8_t block[kQ5_0Bytes];
+    put_f16(block, 0.25f);
+    uint32_t high = 0;
+    auto q_of = [](int v) { return (v * 13 + 7) % 32; };
+    for (int j = 0; j < 16; ++j) {
+        block[6 + j] = uint8_t((q_of(j) & 15) | ((q_of(j + 16) & 15) << 4));
+        high |= uint32_t(q_of(j) >> 4) << j;
+        high |= uint32_t(q_of(j + 16) >> 4) << (j + 16);
+    }
+    std::memcpy(block + 2, &high, 4);
+    float out[32];
+    dequantize_q5_0(block, 32, out);
+    for (int v = 0; v < 32; ++v) CHECK(out[v] == 0.25f * float(q_of(v) - 16));
+    // ggml's rounding: the extreme -20 gives d = 1.25 and q = 0; values within half a step.
+    std::vector<float> ramp(32);
+    for (int i = 0; i < 32; ++i) ramp[size_t(i)] = float(i) - 20.0f;
+    quantize_q5_0(ramp.data(), 32, block);
+    dequantize_q5_0(block, 32, out);
+    for (int i = 0; i < 32; ++i) CHECK(std::fabs(out[i] - ramp[size_t(i)]) <= 1.25f / 2);
+    CHECK(out[0] == -20.0f);
+}
+
 TEST_CASE("Q4_K super-blocks read as d * sc * q - dmin * m with ggml's 6-bit scale packing", "[kernels][gguf]") {
     uint8_t block[kQ4_KBytes] = {};
     put_f16(block, 0.25f);
