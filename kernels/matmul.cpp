@@ -81,12 +81,14 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
                                    " columns, not whole blocks");
         uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
-    // The packed layout is for the VNNI kernels; below them only the plain product reads it.
-    const bool packed_without_vnni =
-        ws[0].type == WeightType::Q8Packed && (int(isa) < int(Isa::Avx512Vnni) || !cpu_features().avx512_vnni);
-    if (!uniform || isa == Isa::Reference || packed_without_vnni) {
+    // The packed layout is for the VNNI kernels; below them only the plain product reads it. GGUF's
+    // blocks as the file holds them are the reference level's: the vector levels multiply them
+    // packed by 8 rows (weights.cpp packs them so), and only the plain product reads them row-major.
+    const bool plain = ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_K || ws[0].type == WeightType::Q6_K ||
+                       (ws[0].type == WeightType::Q8Packed && (int(isa) < int(Isa::Avx512Vnni) || !cpu_features().avx512_vnni));
+    if (!uniform || isa == Isa::Reference || plain) {
         for (int i = 0; i < count; ++i) {
-            if (isa == Isa::Reference || packed_without_vnni) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
+            if (isa == Isa::Reference || plain) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
             else matmul_group_with(isa, ws + i, ys + i, 1, x, n_tokens);
         }
         return;
@@ -100,7 +102,7 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         const int cols = ws[0].cols;
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);
-        if (ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_0Packed8) {
+        if (ws[0].type == WeightType::Q4_0Packed8) {
             thread_local std::vector<int16_t> q_group_sums;
             if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
             if (q_group_sums.size() < n / kQ8Group) q_group_sums.resize(n / kQ8Group);

@@ -1,20 +1,20 @@
-// GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2: the products of a Q4_K_M
-// model. Two forms: the blocks as the file holds them, row after row (tiles of 4 rows, one
-// horizontal sum per row); and the blocks interleaved by 8 rows (WeightType::*Packed8, what the
-// engine multiplies at every vector level), whose 8 lanes are 8 rows: about half the instructions
-// per weight and no horizontal sums. Every vector level takes these kernels: AVX-512 would need yet
-// another layout to gain, and llama.cpp's AVX-512 builds run AVX2 code for most of these too.
+// GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2, on the blocks
+// interleaved by 8 rows at load (WeightType::*Packed8, ggml_blocks.hpp): the products of a Q4_K_M
+// model at every vector level. The 8 lanes of a product are 8 rows, so no sum is horizontal. Kernels
+// that read the row-major blocks as the file holds them were written first and took about twice the
+// instructions per weight (docs/PERFORMANCE.md); row-major blocks now take the plain product
+// (matmul_reference.cpp), which the reference level multiplies. AVX-512 would need yet another
+// layout to gain, and llama.cpp's AVX-512 builds run AVX2 code for most of these too.
 //
 // The activations are rounded as llama.cpp rounds them for the same weights: Q4_0 with int8 per
-// group of 32 (its q8_0), Q4_K and Q6_K with int8 per 256 and each 16 (and 32) values' sum (its
+// group of 32 (its q8_0), Q4_K and Q6_K with int8 per 256 and each 16 and 32 values' sum (its
 // q8_K). With one activation scale per super-block, a super-block's sub-block scales multiply the
-// integer sums in integers (vpmaddwd by the scale), and the float work is one multiply-add per
+// integer sums in integers (vpmaddwd by the rows' scales), and the float work is one multiply-add per
 // super-block.
 //
 // vpmaddubsw multiplies unsigned bytes by signed ones. The stored values are unsigned (0..15,
-// 0..63) and go in as they are: Q4_K's mins, Q6_K's offset of 32 and packed Q4_0's offset of 8 are
-// applied to the activations' sums instead. Row-major Q4_0 takes its offset off the values, whose
-// signs then move onto the activations' magnitudes (vpsignb).
+// 0..63) and go in as they are: Q4_K's mins, Q6_K's offset of 32 and Q4_0's offset of 8 are applied
+// to the activations' sums instead.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -37,22 +37,6 @@ inline float load_f16(const uint8_t* p) {
     return _cvtsh_ss(bits);
 }
 
-inline float horizontal_sum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-// Each (row, token) sum of a row-major tile into y.
-template <int RT, int TT>
-inline void store_sums(const __m256 (&acc)[RT][TT], int rows, int r0, int t0, float* y) {
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * rows + r0 + r] = horizontal_sum(acc[r][t]);
-}
-
 // One token's results for the 8 rows of a packed block from r0, the padding rows left out.
 inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
     float* out = y + size_t(t) * rows + r0;
@@ -68,205 +52,10 @@ inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// The next tile's weights at the same offset, a cache line at a time: rows of a few hundred bytes
-// are too short for the hardware prefetcher to get ahead of (as in matmul_avx2_packed.cpp).
-template <int Bytes>
-inline void prefetch_block(const uint8_t* at) {
-    ANVIL_UNROLL
-    for (int line = 0; line < Bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(at) + line, _MM_HINT_T0);
-}
-
-// How far ahead in a stream of weights the kernels ask for bytes: the rows of a tile, or a packed
-// block, are contiguous, and from memory one thread's packed Q4_K matvec went from 7-9 GB/s (the
-// next tile's bytes prefetched, two streams a tile) to 15-23 GB/s (one stream, 2 KB ahead).
+// How far ahead in a packed block's stream of weights the kernels ask for bytes: from memory one
+// thread's packed Q4_K matvec went from 7-9 GB/s (the next tile's bytes prefetched, two streams a
+// tile) to 15-23 GB/s (one stream, 2 KB ahead).
 constexpr int kPrefetchAhead = 2048;
-
-// Byte masks that spread int16 lane j of a 128-bit half over all eight of its lanes (vpshufb).
-struct Spread16 {
-    __m256i lane[8];
-    Spread16() {
-        for (int j = 0; j < 8; ++j) lane[j] = _mm256_set1_epi16(int16_t((2 * j + 1) << 8 | (2 * j)));
-    }
-};
-
-// RT rows starting at r0 times TT tokens starting at t0, for Q4_K.
-template <int RT, int TT>
-void q4_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, float* y) {
-    static const Spread16 spread;
-    const int blocks = w.cols / kSuperBlock;
-    const size_t row_bytes = q4_k_row_bytes(w.cols);
-    const uint8_t* rows[RT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + size_t(r0 + r) * row_bytes;
-    __m256 acc[RT][TT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    // Each min stands for a sub-block of 32 values, each activation sum for 16: the min twice.
-    const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-
-    for (int i = 0; i < blocks; ++i) {
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const uint8_t* b = rows[r] + size_t(i) * kQ4_KBytes;
-            prefetch_block<kQ4_KBytes>(b + kPrefetchAhead);
-            alignas(16) uint8_t unpacked[16];
-            unpack_q4_k_scales(b + 4, unpacked);
-            const __m128i scales_mins = _mm_load_si128(reinterpret_cast<const __m128i*>(unpacked));
-            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));
-            const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales_mins, twice));
-            const float d = load_f16(b), dmin = load_f16(b + 2);
-            __m256i sum[TT];
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) sum[t] = _mm256_setzero_si256();
-            ANVIL_UNROLL
-            for (int c = 0; c < 4; ++c) {
-                const __m256i q = load256(b + 16 + 32 * c);
-                const __m256i lo = _mm256_and_si256(q, low4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-                const __m256i scale_lo = _mm256_shuffle_epi8(scales, spread.lane[2 * c]);
-                const __m256i scale_hi = _mm256_shuffle_epi8(scales, spread.lane[2 * c + 1]);
-                ANVIL_UNROLL
-                for (int t = 0; t < TT; ++t) {
-                    const int8_t* xv = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock + 64 * c;
-                    // Per int16 lane two products of at most 15 x 127; by a 6-bit scale, int32.
-                    const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xv)), scale_lo);
-                    const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xv + 32)), scale_hi);
-                    sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(p_lo, p_hi));
-                }
-            }
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                const float x_scale = x->scales[size_t(t0 + t) * blocks + i];
-                const __m256i sums = load256(x->sums + (size_t(t0 + t) * blocks + i) * 16);
-                const __m256i offsets = _mm256_madd_epi16(mins, sums);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(d * x_scale), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_set1_ps(dmin * x_scale), acc[r][t]);
-            }
-        }
-    }
-    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
-}
-
-// The same for Q6_K.
-template <int RT, int TT>
-void q6_k_tile(const WeightMatrix& w, int r0, const SuperBlockInput* x, int t0, float* y) {
-    const int blocks = w.cols / kSuperBlock;
-    const size_t row_bytes = q6_k_row_bytes(w.cols);
-    const uint8_t* rows[RT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + size_t(r0 + r) * row_bytes;
-    __m256 acc[RT][TT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
-    // Run p of 32 values spans sub-blocks 2p and 2p + 1: their scales, eight bytes each.
-    static const __m128i pairs[8] = {
-        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-        _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
-        _mm_setr_epi8(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
-        _mm_setr_epi8(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7),
-        _mm_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9),
-        _mm_setr_epi8(10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11),
-        _mm_setr_epi8(12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13),
-        _mm_setr_epi8(14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15),
-    };
-
-    for (int i = 0; i < blocks; ++i) {
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const uint8_t* b = rows[r] + size_t(i) * kQ6_KBytes;
-            prefetch_block<kQ6_KBytes>(b + kPrefetchAhead);
-            const __m128i scale_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-            const float d = load_f16(b + 208);
-            __m256i sum[TT];
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                // The stored values are q + 32: take 32 x each sub-block's scale x its activations' sum.
-                const __m256i sums = load256(x->sums + (size_t(t0 + t) * blocks + i) * 16);
-                const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scale_bytes), sums);
-                sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
-            }
-            ANVIL_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                const __m256i ql0 = load256(b + 64 * h);
-                const __m256i ql1 = load256(b + 64 * h + 32);
-                const __m256i qh = load256(b + 128 + 32 * h);
-                __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-                ANVIL_UNROLL
-                for (int k = 0; k < 4; ++k) {
-                    const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scale_bytes, pairs[4 * h + k]));
-                    ANVIL_UNROLL
-                    for (int t = 0; t < TT; ++t) {
-                        const int8_t* xv = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock + 128 * h + 32 * k;
-                        // Two products of at most 63 x 127 per int16 lane; by an int8 scale, int32.
-                        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(xv)), scale));
-                    }
-                }
-            }
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                const float x_scale = x->scales[size_t(t0 + t) * blocks + i];
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(d * x_scale), acc[r][t]);
-            }
-        }
-    }
-    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
-}
-
-// The same for Q4_0, whose activations are rounded per group of 32.
-template <int RT, int TT>
-void q4_0_tile(const WeightMatrix& w, int r0, const QuantizedInput* x, int t0, float* y) {
-    const int blocks = w.cols / kQ4_0Values;
-    const size_t row_bytes = q4_0_row_bytes(w.cols);
-    const uint8_t* rows[RT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r) rows[r] = static_cast<const uint8_t*>(w.data) + size_t(r0 + r) * row_bytes;
-    __m256 acc[RT][TT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m256i eight = _mm256_set1_epi8(8);
-    const __m256i ones = _mm256_set1_epi16(1);
-
-    for (int i = 0; i < blocks; ++i) {
-        __m256i xv[TT], magnitude[TT];
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) {
-            xv[t] = load256(x->values + size_t(t0 + t) * w.cols + size_t(i) * kQ4_0Values);
-            magnitude[t] = _mm256_abs_epi8(xv[t]);
-        }
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const uint8_t* b = rows[r] + size_t(i) * kQ4_0Bytes;
-            if (i % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(b) + kPrefetchAhead, _MM_HINT_T0);
-            const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-            const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
-            const __m256i q = _mm256_sub_epi8(nibbles, eight);
-            const float d = load_f16(b);
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                const __m256i pairs = _mm256_maddubs_epi16(magnitude[t], _mm256_sign_epi8(q, xv[t]));
-                const __m256i dot = _mm256_madd_epi16(pairs, ones);
-                const float x_scale = x->scales[size_t(t0 + t) * blocks + i];
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * x_scale), acc[r][t]);
-            }
-        }
-    }
-    store_sums<RT, TT>(acc, w.rows, r0, t0, y);
-}
 
 // Q4_K packed by 8 rows (ggml_blocks.hpp): BT blocks of 8 rows from block b0 times TT tokens from
 // t0. Each 32-byte step holds 4 bytes of each of 8 rows: its low nibbles meet 4 broadcast
@@ -523,52 +312,11 @@ void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c
 
 int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
 
-// Items of kRows rows: a lone token (decode) takes all four in one tile, for four independent
-// sums; batches take 2 x 2 tiles, whose unpacked weights serve two tokens. The order of a sum is the
-// same in either, so a token's result does not depend on the batch.
-constexpr int kRows = 4;
-
-template <typename Input, void (*Tile41)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile22)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile12)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile11)(const WeightMatrix&, int, const Input*, int, float*)>
-void run_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
-    const int r0 = item * kRows;
-    int t = c0;
-    if (r0 + kRows <= w.rows) {
-        for (; t + 2 <= c1; t += 2) {
-            Tile22(w, r0, x, t, y);
-            Tile22(w, r0 + 2, x, t, y);
-        }
-        if (t < c1) Tile41(w, r0, x, t, y);
-        return;
-    }
-    for (int r = r0; r < w.rows; ++r) {
-        int u = c0;
-        for (; u + 2 <= c1; u += 2) Tile12(w, r, x, u, y);
-        if (u < c1) Tile11(w, r, x, u, y);
-    }
-}
-
-int items_of(const WeightMatrix& w) { return (w.rows + kRows - 1) / kRows; }
-
 }  // namespace
 
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens) {
     switch (ws[0].type) {
-        case WeightType::Q4_0:
-            return run_items(ws, ys, count, n_tokens, items_of, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                run_item<QuantizedInput, q4_0_tile<4, 1>, q4_0_tile<2, 2>, q4_0_tile<1, 2>, q4_0_tile<1, 1>>(w, item, q32, c0, c1, y);
-            });
-        case WeightType::Q4_K:
-            return run_items(ws, ys, count, n_tokens, items_of, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                run_item<SuperBlockInput, q4_k_tile<4, 1>, q4_k_tile<2, 2>, q4_k_tile<1, 2>, q4_k_tile<1, 1>>(w, item, q256, c0, c1, y);
-            });
-        case WeightType::Q6_K:
-            return run_items(ws, ys, count, n_tokens, items_of, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                run_item<SuperBlockInput, q6_k_tile<4, 1>, q6_k_tile<2, 2>, q6_k_tile<1, 2>, q6_k_tile<1, 1>>(w, item, q256, c0, c1, y);
-            });
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
                 packed8_item<SuperBlockInput, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
@@ -581,7 +329,7 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
                 packed8_item<QuantizedInput, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
             });
-        default: break;  // matmul_group_with sends only GGUF blocks here
+        default: break;  // matmul_group_with sends only packed GGUF blocks here
     }
 }
 

@@ -69,11 +69,13 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         m.scales = std::move(packed_scales);
     }
     if (is_ggml_block_type(type)) {
-        // One matrix quantized (the K-quants' scale search is slow), its blocks repeated.
-        const bool packed8 = type == WeightType::Q4_KPacked8;
-        const WeightType stored = packed8 ? WeightType::Q4_K : type;
+        // One matrix quantized (the K-quants' scale search is slow), packed by 8 rows as the engine
+        // holds it, its bytes repeated.
+        const WeightType stored = type == WeightType::Q4_0Packed8 ? WeightType::Q4_0 : type == WeightType::Q4_KPacked8 ? WeightType::Q4_K : WeightType::Q6_K;
         const size_t row_bytes = stored == WeightType::Q4_0 ? q4_0_row_bytes(cols) : stored == WeightType::Q4_K ? q4_k_row_bytes(cols) : q6_k_row_bytes(cols);
-        const size_t matrix_bytes = packed8 ? q4_k_packed8_bytes(rows, cols) : row_bytes * size_t(rows);
+        const size_t matrix_bytes = stored == WeightType::Q4_0 ? q4_0_packed8_bytes(rows, cols)
+                                    : stored == WeightType::Q4_K ? q4_k_packed8_bytes(rows, cols)
+                                                                 : q6_k_packed8_bytes(rows, cols);
         m.packed.resize(std::max(matrix_bytes, row_bytes * size_t(rows)) * size_t(count));
 #pragma omp parallel for
         for (int r = 0; r < rows; ++r) {
@@ -83,11 +85,10 @@ Matrices make(WeightType type, int count, int rows, int cols) {
             else if (stored == WeightType::Q4_K) quantize_q4_k(in, size_t(cols), out);
             else quantize_q6_k(in, size_t(cols), out);
         }
-        if (packed8) {
-            std::vector<uint8_t> packed(matrix_bytes);
-            pack_q4_k_rows8(m.packed.data(), rows, cols, packed.data());
-            std::memcpy(m.packed.data(), packed.data(), matrix_bytes);
-        }
+        std::vector<uint8_t> packed(matrix_bytes);
+        (stored == WeightType::Q4_0 ? pack_q4_0_rows8 : stored == WeightType::Q4_K ? pack_q4_k_rows8 : pack_q6_k_rows8)(
+            m.packed.data(), rows, cols, packed.data());
+        std::memcpy(m.packed.data(), packed.data(), matrix_bytes);
         m.packed.resize(matrix_bytes * size_t(count));
         for (int i = 1; i < count; ++i) std::memcpy(&m.packed[matrix_bytes * size_t(i)], m.packed.data(), matrix_bytes);
         for (int i = 0; i < count; ++i) m.views.push_back({type, rows, cols, &m.packed[matrix_bytes * size_t(i)], nullptr});
@@ -124,7 +125,7 @@ int main(int, char** argv) {
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
     const char* only = std::getenv("ANVIL_BENCH_FORMATS");  // e.g. "Q4_K Q6_K": just these formats
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8}) {
+                            WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
         if (only && !std::strstr(only, weight_type_name(type))) continue;
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);

@@ -184,10 +184,17 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
 
 namespace {
 
-// Each position's logits against the reference's: within 1e-3 of the largest, and whether the top
-// token agrees where the reference's leads by 0.02.
-std::pair<PositionErrors, Agreement> against_reference(const std::vector<std::vector<float>>& logits,
-                                                       const std::vector<std::vector<float>>& reference, int vocab) {
+// The engine's logits for the test prompts against the NumPy reference's on the same file, which
+// rounds the products' inputs as the vector levels do: per position within 1e-3 of the largest,
+// and whether the top token agrees where the reference's leads by 0.02.
+template <typename Model>
+std::pair<PositionErrors, Agreement> against_reference(const std::filesystem::path& file, Model& model, kernels::Isa isa) {
+    std::vector<std::string> rounding;
+    if (isa != kernels::Isa::Reference) rounding = {"--q8-input-steps", "127"};
+    const int vocab = model.config.vocab_size;
+    const auto seqs = prompts(vocab, false);
+    const auto reference = reference_logits(file, seqs, vocab, rounding);
+    const auto logits = run_sequences(model, seqs, 0);
     PositionErrors e;
     Agreement a;
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -229,15 +236,9 @@ TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference ro
                 WARN("SKIPPED the reference: /usr/bin/python3 cannot import numpy");
                 continue;
             }
-            std::vector<std::string> rounding;
-            if (isa != kernels::Isa::Reference) rounding = {"--q8-input-steps", "127"};
-            const int vocab = model.config.vocab_size;
-            const auto seqs = prompts(vocab, false);
-            const auto reference = reference_logits(dir / "m.gguf", seqs, vocab, rounding);
-            const auto logits = run_sequences(model, seqs, 0);
             // As in the q8 test of test_engine_forward.cpp: an input within float rounding of a
             // step's midpoint may round either way, so most positions to 1e-3, all to 5e-2.
-            const auto [e, a] = against_reference(logits, reference, vocab);
+            const auto [e, a] = against_reference(dir / "m.gguf", model, isa);
             INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " within 1e-3, worst " << e.worst
                                         << "; the top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by 0.02");
             CHECK(e.close >= e.positions / 2);
@@ -295,13 +296,7 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
                 WARN("SKIPPED the reference: /usr/bin/python3 cannot import numpy");
                 continue;
             }
-            std::vector<std::string> rounding;
-            if (isa != kernels::Isa::Reference) rounding = {"--q8-input-steps", "127"};
-            const int vocab = model.config.vocab_size;
-            const auto seqs = prompts(vocab, false);
-            const auto reference = reference_logits(dir / "m.gguf", seqs, vocab, rounding);
-            const auto logits = run_sequences(model, seqs, 0);
-            const auto [e, a] = against_reference(logits, reference, vocab);
+            const auto [e, a] = against_reference(dir / "m.gguf", model, isa);
             INFO(kernels::isa_name(isa) << ": " << e.close << " of " << e.positions << " within 1e-3, worst " << e.worst
                                         << "; the top token agrees at " << a.agree << " of " << a.clear << " positions where it leads by 0.02");
             CHECK(a.clear >= e.positions * 8 / 10);
