@@ -1,13 +1,14 @@
 // Fuzzes the GGUF reader and what the engine reads from its metadata: model files are untrusted
 // input (downloaded, or named by a registry recipe). Any bytes must give a header whose tensors lie
-// inside the image, and a configuration and tokenizer documents or std::runtime_error; another
-// exception, a crash or undefined behaviour is a bug.
+// inside the image, and a configuration and a tokenizer that encodes into its vocabulary, or
+// std::runtime_error; another exception, a crash or undefined behaviour is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 
 #include "engine/gguf.hpp"
 #include "engine/gguf_model.hpp"
+#include "engine/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace anvil::engine;
@@ -29,7 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const std::runtime_error&) {
     }
     try {
-        (void)gguf_tokenizer_documents(image, "fuzz.gguf");
+        const auto [doc, config] = gguf_tokenizer_documents(image, "fuzz.gguf");
+        const Tokenizer tok(doc, config, "fuzz.gguf");
+        for (int32_t id : tok.encode("Hello world  <s>x\n\t\xC3\xA9\xF0\x9F\x98\x80", true))
+            if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
     } catch (const std::runtime_error&) {
     }
     return 0;

@@ -304,6 +304,15 @@ void GgufWriter::set_i32s(const std::string& key, const std::vector<int32_t>& va
     ++kv_count_;
 }
 
+void GgufWriter::set_f32s(const std::string& key, const std::vector<float>& values) {
+    put_string(kv_, key);
+    put<uint32_t>(kv_, kArray);
+    put<uint32_t>(kv_, kF32);
+    put<uint64_t>(kv_, values.size());
+    for (auto v : values) put(kv_, v);
+    ++kv_count_;
+}
+
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, std::vector<uint8_t> bytes) {
     const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
     int64_t elements = 1;

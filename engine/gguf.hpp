@@ -68,6 +68,7 @@ public:
     void set_string(const std::string& key, const std::string& value);
     void set_strings(const std::string& key, const std::vector<std::string>& values);
     void set_i32s(const std::string& key, const std::vector<int32_t>& values);
+    void set_f32s(const std::string& key, const std::vector<float>& values);
     // `ne` innermost first; `bytes` exactly what the type and shape need.
     void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, std::vector<uint8_t> bytes);
 

@@ -12,6 +12,7 @@
 
 #include "engine/config.hpp"
 #include "engine/gguf_model.hpp"
+#include "engine/gguf_sentencepiece.hpp"
 #include "engine/json_file.hpp"
 #include "engine/safetensors.hpp"
 #include "engine/tokenizer.hpp"
@@ -170,6 +171,78 @@ const char* gguf_file_type_name(GgufFileType type) {
     return "?";
 }
 
+namespace {
+
+// The tokenizer as GGUF metadata: the `gpt2` vocabulary for a byte-level one, `llama` for a
+// SentencePiece-style one, as convert_hf_to_gguf.py writes them.
+void write_vocabulary(GgufWriter& w, const std::filesystem::path& model_dir, const Tokenizer& tokenizer, int vocab_size,
+                      int bos_id, const std::vector<int>& eos_ids) {
+    const json doc = read_json_file(model_dir / "tokenizer.json");
+    if (tokenizer.form() == VocabForm::SentencePiece) {
+        // As convert_hf_to_gguf.py writes a SentencePiece model: the `llama` vocabulary.
+        const SentencePieceVocab v = sentencepiece_vocab_from_json(doc, vocab_size, tokenizer.adds_space_prefix(),
+                                                                   (model_dir / "tokenizer.json").string());
+        w.set_string("tokenizer.ggml.model", "llama");
+        w.set_strings("tokenizer.ggml.tokens", v.tokens);
+        w.set_f32s("tokenizer.ggml.scores", v.scores);
+        w.set_i32s("tokenizer.ggml.token_type", v.types);
+        w.set_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+        if (v.unknown) w.set_u32("tokenizer.ggml.unknown_token_id", uint32_t(*v.unknown));
+    } else {
+        // The vocabulary by id, in its byte-level form; ids nothing names are padding, as the converter pads.
+        std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+        std::vector<int32_t> types(static_cast<size_t>(vocab_size), kTokenUnused);
+        for (const auto& [text, id] : doc["model"]["vocab"].items()) {
+            const int64_t i = id.get<int64_t>();
+            if (i < 0 || i >= vocab_size) throw std::runtime_error(model_dir.string() + ": tokenizer.json's vocab holds id " + std::to_string(i) + " outside vocab_size");
+            tokens[size_t(i)] = text;
+            types[size_t(i)] = kTokenNormal;
+        }
+        for (const auto& added : doc.value("added_tokens", json::array())) {
+            const int64_t i = added["id"].get<int64_t>();
+            if (i < 0 || i >= vocab_size) throw std::runtime_error(model_dir.string() + ": an added token's id is outside vocab_size");
+            tokens[size_t(i)] = added["content"].get<std::string>();
+            types[size_t(i)] = added.value("special", false) ? kTokenControl : kTokenUserDefined;
+        }
+        for (size_t i = 0; i < tokens.size(); ++i)
+            if (types[i] == kTokenUnused) tokens[i] = "[PAD" + std::to_string(i) + "]";
+        std::vector<std::string> merges;
+        for (const auto& m : doc["model"].value("merges", json::array()))
+            merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+        w.set_string("tokenizer.ggml.model", "gpt2");
+        w.set_string("tokenizer.ggml.pre", gguf_pre_tokenizer_name(tokenizer.split_pattern()));
+        w.set_strings("tokenizer.ggml.tokens", tokens);
+        w.set_i32s("tokenizer.ggml.token_type", types);
+        w.set_strings("tokenizer.ggml.merges", merges);
+    }
+    const auto bos = tokenizer.token_id(tokenizer.bos_token());
+    if (bos_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos_id));
+    else if (bos && !tokenizer.bos_token().empty()) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(*bos));
+    if (!eos_ids.empty()) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos_ids[0]));
+    if (eos_ids.size() > 1) w.set_u32("tokenizer.ggml.eot_token_id", uint32_t(eos_ids[1]));
+    // BOS is added as the engine adds it: when the tokenizer's post-processor (or add_bos_token) does.
+    const auto prefix = tokenizer.encode("", true);
+    w.set_bool("tokenizer.ggml.add_bos_token", !prefix.empty());
+    w.set_bool("tokenizer.ggml.add_eos_token", false);
+    if (!tokenizer.chat_template().empty()) w.set_string("tokenizer.chat_template", tokenizer.chat_template());
+
+}
+
+}  // namespace
+
+size_t convert_vocabulary_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out) {
+    if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    std::vector<int> eos_ids;
+    if (auto eos = tokenizer.token_id(tokenizer.eos_token()); eos && !tokenizer.eos_token().empty()) eos_ids.push_back(*eos);
+    GgufWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("general.name", std::filesystem::absolute(model_dir).lexically_normal().filename().string());
+    w.set_u32("llama.vocab_size", uint32_t(tokenizer.vocab_size()));
+    write_vocabulary(w, model_dir, tokenizer, tokenizer.vocab_size(), -1, eos_ids);
+    return w.write(out);
+}
+
 size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgufFileType type) {
     if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
     const ModelConfig c = load_config(model_dir);
@@ -205,41 +278,7 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
         w.set_f32(a + "rope.scaling.factor", float(c.rope_scaling.factor));
     }
 
-    // The vocabulary by id, in its byte-level form; ids nothing names are padding, as the converter pads.
-    std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
-    std::vector<int32_t> types(static_cast<size_t>(c.vocab_size), 5);  // unused
-    for (const auto& [text, id] : doc["model"]["vocab"].items()) {
-        const int64_t i = id.get<int64_t>();
-        if (i < 0 || i >= c.vocab_size) throw std::runtime_error(model_dir.string() + ": tokenizer.json's vocab holds id " + std::to_string(i) + " outside vocab_size");
-        tokens[size_t(i)] = text;
-        types[size_t(i)] = 1;
-    }
-    for (const auto& added : doc.value("added_tokens", json::array())) {
-        const int64_t i = added["id"].get<int64_t>();
-        if (i < 0 || i >= c.vocab_size) throw std::runtime_error(model_dir.string() + ": an added token's id is outside vocab_size");
-        tokens[size_t(i)] = added["content"].get<std::string>();
-        types[size_t(i)] = added.value("special", false) ? 3 : 4;
-    }
-    for (size_t i = 0; i < tokens.size(); ++i)
-        if (types[i] == 5) tokens[i] = "[PAD" + std::to_string(i) + "]";
-    std::vector<std::string> merges;
-    for (const auto& m : doc["model"].value("merges", json::array()))
-        merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
-    w.set_string("tokenizer.ggml.model", "gpt2");
-    w.set_string("tokenizer.ggml.pre", gguf_pre_tokenizer_name(tokenizer.split_pattern()));
-    w.set_strings("tokenizer.ggml.tokens", tokens);
-    w.set_i32s("tokenizer.ggml.token_type", types);
-    w.set_strings("tokenizer.ggml.merges", merges);
-    const auto bos = tokenizer.token_id(tokenizer.bos_token());
-    if (c.bos_token_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(c.bos_token_id));
-    else if (bos && !tokenizer.bos_token().empty()) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(*bos));
-    if (!c.eos_token_ids.empty()) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(c.eos_token_ids[0]));
-    if (c.eos_token_ids.size() > 1) w.set_u32("tokenizer.ggml.eot_token_id", uint32_t(c.eos_token_ids[1]));
-    // BOS is added as the engine adds it: when the tokenizer's post-processor (or add_bos_token) does.
-    const auto prefix = tokenizer.encode("", true);
-    w.set_bool("tokenizer.ggml.add_bos_token", !prefix.empty());
-    w.set_bool("tokenizer.ggml.add_eos_token", false);
-    if (!tokenizer.chat_template().empty()) w.set_string("tokenizer.chat_template", tokenizer.chat_template());
+    write_vocabulary(w, model_dir, tokenizer, c.vocab_size, c.bos_token_id, c.eos_token_ids);
 
     const TensorStore store(model_dir);
     auto vector = [&](const std::string& name, int n, const std::vector<int>& order = {}) {

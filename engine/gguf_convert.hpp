@@ -28,6 +28,9 @@ const char* gguf_file_type_name(GgufFileType type);
 
 // Writes `out` (through a temporary file and a rename); returns its size in bytes.
 size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgufFileType type);
+// The tokenizer alone (tokenizer.json and tokenizer_config.json; no weights), as llama.cpp's
+// vocab-only files are: for checking a vocabulary's GGUF form without the model.
+size_t convert_vocabulary_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out);
 
 // Q8_0 as ggml writes it: blocks of 32 values, an f16 scale (largest magnitude / 127) followed by
 // 32 int8 values rounded half away from zero. `n` must be a multiple of 32.

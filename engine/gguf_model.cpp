@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/gguf_sentencepiece.hpp"
+
 namespace anvil::engine {
 
 using nlohmann::json;
@@ -91,8 +93,6 @@ SplitPattern pattern_of_pre(const Meta& meta) {
     meta.fail("tokenizer.ggml.pre", "is \"" + pre + "\": anvil-engine splits text as gpt-2, llama-bpe (Llama 3) and qwen2 do");
 }
 
-// GGUF token types (llama.cpp's llama_token_type).
-enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 }  // namespace
 
@@ -229,14 +229,43 @@ ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
     return c;
 }
 
+namespace {
+
+// The `llama` (SentencePiece) vocabulary: tokens, scores and types as tokenizer.json's BPE.
+json sentencepiece_document(const Meta& meta, const json& tokens, const json& types) {
+    SentencePieceVocab v;
+    v.tokens.reserve(tokens.size());
+    for (const auto& t : tokens) v.tokens.push_back(t.get<std::string>());
+    v.types.assign(tokens.size(), kTokenNormal);
+    for (size_t id = 0; id < types.size(); ++id) v.types[id] = types[id].get<int32_t>();
+    if (!meta.has("tokenizer.ggml.scores") || !meta.m["tokenizer.ggml.scores"].is_array() ||
+        meta.m["tokenizer.ggml.scores"].size() != tokens.size())
+        meta.fail("tokenizer.ggml.scores", "must hold one number per token (a SentencePiece vocabulary ranks its merges by them)");
+    for (const auto& score : meta.m["tokenizer.ggml.scores"]) {
+        if (!score.is_number()) meta.fail("tokenizer.ggml.scores", "holds an entry that is not a number");
+        v.scores.push_back(score.get<float>());
+    }
+    if (meta.has("tokenizer.ggml.unknown_token_id")) {
+        const uint64_t id = meta.whole("tokenizer.ggml.unknown_token_id");
+        if (id >= tokens.size()) meta.fail("tokenizer.ggml.unknown_token_id", std::to_string(id) + " is outside the vocabulary");
+        v.unknown = int32_t(id);
+    } else {
+        for (size_t id = 0; id < v.types.size() && !v.unknown; ++id)
+            if (v.types[id] == kTokenUnknown) v.unknown = int32_t(id);
+    }
+    v.add_space_prefix = meta.flag_or("tokenizer.ggml.add_space_prefix", true);
+    return sentencepiece_tokenizer_json(v);
+}
+
+}  // namespace
+
 std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std::string& label) {
     const Meta meta{image.metadata, label};
     const std::string model = meta.text_or("tokenizer.ggml.model", "");
     if (model.empty()) meta.fail("tokenizer.ggml.model", "is missing: the file carries no tokenizer");
-    if (model == "llama")
-        meta.fail("tokenizer.ggml.model", "is \"llama\" (a SentencePiece vocabulary); anvil-engine reads the gpt2 (byte-level BPE) one");
-    if (model != "gpt2") meta.fail("tokenizer.ggml.model", "is \"" + model + "\"; anvil-engine reads gpt2 (byte-level BPE)");
-    const SplitPattern pattern = pattern_of_pre(meta);
+    if (model != "gpt2" && model != "llama")
+        meta.fail("tokenizer.ggml.model", "is \"" + model + "\"; anvil-engine reads gpt2 (byte-level BPE) and llama (SentencePiece)");
+    const bool sentencepiece = model == "llama";
 
     if (!meta.has("tokenizer.ggml.tokens") || !image.metadata["tokenizer.ggml.tokens"].is_array())
         meta.fail("tokenizer.ggml.tokens", "is missing: expected an array of strings");
@@ -244,36 +273,53 @@ std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std
     const json types = image.metadata.value("tokenizer.ggml.token_type", json::array());
     if (!types.is_array() || (!types.empty() && types.size() != tokens.size()))
         meta.fail("tokenizer.ggml.token_type", "must hold one integer per token");
-
-    json vocab = json::object();
-    json added = json::array();
     for (size_t id = 0; id < tokens.size(); ++id) {
         if (!tokens[id].is_string()) meta.fail("tokenizer.ggml.tokens", "[" + std::to_string(id) + "] is not a string");
-        const std::string& text = tokens[id].get_ref<const std::string&>();
-        const int type = types.empty() ? kNormal : types[id].is_number_integer() ? types[id].get<int>() : -1;
-        if (type < kNormal || type > kByte)
+        const int type = types.empty() ? kTokenNormal : types[id].is_number_integer() ? types[id].get<int>() : -1;
+        if (type < kTokenNormal || type > kTokenByte)
             meta.fail("tokenizer.ggml.token_type", "[" + std::to_string(id) + "] is not a token type (1 to 6)");
-        if (type == kControl || type == kUserDefined) {
-            if (text.empty()) meta.fail("tokenizer.ggml.tokens", "[" + std::to_string(id) + "] is an empty special token");
-            added.push_back({{"id", id}, {"content", text}, {"special", type == kControl}});
-        } else if (!vocab.contains(text)) {
-            vocab[text] = id;
-        }
+        if ((type == kTokenControl || type == kTokenUserDefined || type == kTokenUnknown) && tokens[id].get_ref<const std::string&>().empty())
+            meta.fail("tokenizer.ggml.tokens", "[" + std::to_string(id) + "] is an empty special token");
     }
-    json merges = image.metadata.value("tokenizer.ggml.merges", json::array());
-    if (!merges.is_array()) meta.fail("tokenizer.ggml.merges", "is not an array of strings");
 
-    json pre;
-    if (pattern == SplitPattern::Gpt2) {
-        pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+    SplitPattern pattern = SplitPattern::Gpt2;
+    json doc;
+    if (sentencepiece) {
+        doc = sentencepiece_document(meta, tokens, types);
     } else {
-        pre = {{"type", "Sequence"},
-               {"pretokenizers",
-                json::array({{{"type", "Split"},
-                              {"pattern", {{"Regex", split_pattern_regex(pattern)}}},
-                              {"behavior", "Isolated"},
-                              {"invert", false}},
-                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+        pattern = pattern_of_pre(meta);
+        json vocab = json::object();
+        json added = json::array();
+        for (size_t id = 0; id < tokens.size(); ++id) {
+            const std::string& text = tokens[id].get_ref<const std::string&>();
+            const int type = types.empty() ? kTokenNormal : types[id].get<int>();
+            if (type == kTokenControl || type == kTokenUserDefined || type == kTokenUnknown) {
+                added.push_back({{"id", id}, {"content", text}, {"special", type != kTokenUserDefined}});
+            } else if (!vocab.contains(text)) {
+                vocab[text] = id;
+            }
+        }
+        json merges = image.metadata.value("tokenizer.ggml.merges", json::array());
+        if (!merges.is_array()) meta.fail("tokenizer.ggml.merges", "is not an array of strings");
+        json pre;
+        if (pattern == SplitPattern::Gpt2) {
+            pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+        } else {
+            pre = {{"type", "Sequence"},
+                   {"pretokenizers",
+                    json::array({{{"type", "Split"},
+                                  {"pattern", {{"Regex", split_pattern_regex(pattern)}}},
+                                  {"behavior", "Isolated"},
+                                  {"invert", false}},
+                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+        }
+        doc = {{"model",
+                {{"type", "BPE"},
+                 {"vocab", std::move(vocab)},
+                 {"merges", std::move(merges)},
+                 {"ignore_merges", pattern == SplitPattern::Llama3}}},
+               {"added_tokens", std::move(added)},
+               {"pre_tokenizer", std::move(pre)}};
     }
 
     auto special_text = [&](const char* key) -> std::string {
@@ -284,9 +330,9 @@ std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std
     };
     const std::string bos = special_text("tokenizer.ggml.bos_token_id");
     const std::string eos = special_text("tokenizer.ggml.eos_token_id");
-    // llama.cpp adds BOS to Llama 3's vocabulary unless the file says otherwise, and to no other
-    // byte-level one.
-    const bool add_bos = meta.flag_or("tokenizer.ggml.add_bos_token", pattern == SplitPattern::Llama3);
+    // llama.cpp adds BOS to SentencePiece and Llama 3 vocabularies unless the file says otherwise,
+    // and to no other byte-level one.
+    const bool add_bos = meta.flag_or("tokenizer.ggml.add_bos_token", sentencepiece || pattern == SplitPattern::Llama3);
     const bool add_eos = meta.flag_or("tokenizer.ggml.add_eos_token", false);
     json single = json::array();
     json specials = json::object();
@@ -302,14 +348,7 @@ std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std
         specials[eos] = {{"id", eos}, {"ids", json::array({meta.whole("tokenizer.ggml.eos_token_id")})}, {"tokens", json::array({eos})}};
     }
 
-    json doc = {{"model",
-                 {{"type", "BPE"},
-                  {"vocab", std::move(vocab)},
-                  {"merges", std::move(merges)},
-                  {"ignore_merges", pattern == SplitPattern::Llama3}}},
-                {"added_tokens", std::move(added)},
-                {"pre_tokenizer", std::move(pre)},
-                {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}}};
+    doc["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
     json config = {{"bos_token", bos}, {"eos_token", eos}};
     if (meta.has("tokenizer.chat_template")) config["chat_template"] = meta.text_or("tokenizer.chat_template", "");
     return {std::move(doc), std::move(config)};

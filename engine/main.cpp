@@ -13,6 +13,7 @@
 #include "engine/gguf_convert.hpp"
 #include "engine/make_model.hpp"
 #include "engine/serve_command.hpp"
+#include "engine/tokenizer.hpp"
 #include "kernels/thread_policy.hpp"
 
 namespace {
@@ -37,16 +38,23 @@ commands:
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
   make-model --out DIR|FILE.gguf [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
-             [--dtype f32|bf16|f16|q8_0|q4_0|q4_k_m|q6_k] [--shards N] [--early-exit N] [--layers N]
-      write a deterministic model directory with random weights and a byte-level BPE tokenizer
+             [--dtype f32|bf16|f16|q8_0|q4_0|q4_k_m|q6_k] [--vocab byte-level|sentencepiece]
+             [--shards N] [--early-exit N] [--layers N]
+      write a deterministic model directory with random weights and a BPE tokenizer, byte-level
+      or (--vocab sentencepiece, with --arch mistral) Mistral 7B's SentencePiece kind
       (or, for FILE.gguf, that model as one GGUF file: --dtype f32, f16, bf16, q8_0, q4_0, q4_k_m or q6_k);
       --early-exit N: the layers past the first N only make small corrections, as in a model
       trained for early exit, so that --draft-layers N predicts most of its tokens; --layers N
       overrides the preset's depth (the first N layers of the same model: a --draft-model for it)
-  convert --model DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k_m|q6_k]
+  convert --model DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k_m|q6_k | --vocab-only on]
       write a Hugging Face model directory as a GGUF file, as llama.cpp's convert_hf_to_gguf.py
       does for the architectures anvil-engine runs (norms and biases stay f32), quantized as
-      llama-quantize mixes its types for q4_0, q4_k_m and q6_k
+      llama-quantize mixes its types for q4_0, q4_k_m and q6_k; --vocab-only on writes the
+      tokenizer alone (DIR needs only tokenizer.json), as llama.cpp's vocab-only files
+  tokenize --model DIR|FILE.gguf [--special on|off] [--text TEXT]
+      print TEXT's token ids as a JSON array, or, without --text, those of each standard input
+      line (one JSON string each) one array per line; --special on adds the begin and end tokens
+      the tokenizer asks for (added tokens written in the text are always matched, as /tokenize does)
 
 environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
   OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)
@@ -89,22 +97,51 @@ std::string text(const std::map<std::string, std::string>& flags, const std::str
 }
 
 int convert_command(const std::vector<std::string>& words) {
-    const auto flags = parse_flags(words, {"--model", "--out", "--type"});
+    const auto flags = parse_flags(words, {"--model", "--out", "--type", "--vocab-only"});
     if (!flags.count("--model") || !flags.count("--out")) throw UsageError("convert needs --model DIR and --out FILE.gguf");
+    const std::string vocab_only = text(flags, "--vocab-only", "off");
+    if (vocab_only != "on" && vocab_only != "off") throw UsageError("--vocab-only " + vocab_only + ": expected on or off");
+    if (vocab_only == "on") {
+        if (flags.count("--type")) throw UsageError("--type: a --vocab-only file holds no matrices");
+        const size_t bytes = anvil::engine::convert_vocabulary_to_gguf(flags.at("--model"), flags.at("--out"));
+        std::cout << "wrote " << flags.at("--out") << ": " << bytes << " bytes, the vocabulary alone\n";
+        return 0;
+    }
     const std::string type = text(flags, "--type", "f32");
     const size_t bytes = anvil::engine::convert_to_gguf(flags.at("--model"), flags.at("--out"), anvil::engine::parse_gguf_type(type));
     std::cout << "wrote " << flags.at("--out") << ": " << bytes << " bytes, matrices " << type << "\n";
     return 0;
 }
 
+int tokenize_command(const std::vector<std::string>& words) {
+    const auto flags = parse_flags(words, {"--model", "--special", "--text"});
+    if (!flags.count("--model")) throw UsageError("tokenize needs --model DIR|FILE.gguf");
+    const std::string special = text(flags, "--special", "off");
+    if (special != "on" && special != "off") throw UsageError("--special " + special + ": expected on or off");
+    const auto tokenizer = anvil::engine::Tokenizer::load(flags.at("--model"));
+    auto ids = [&](const std::string& line) { return nlohmann::json(tokenizer.encode(line, special == "on")).dump(); };
+    if (flags.count("--text")) {
+        std::cout << ids(flags.at("--text")) << "\n";
+        return 0;
+    }
+    std::string line;
+    for (size_t number = 1; std::getline(std::cin, line); ++number) {
+        const auto value = nlohmann::json::parse(line, nullptr, false);
+        if (!value.is_string()) throw std::runtime_error("standard input line " + std::to_string(number) + " is not a JSON string");
+        std::cout << ids(value.get<std::string>()) << "\n";
+    }
+    return 0;
+}
+
 int make_model_command(const std::vector<std::string>& words) {
-    const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--shards", "--early-exit", "--layers"});
+    const auto flags = parse_flags(words, {"--out", "--preset", "--seed", "--arch", "--dtype", "--vocab", "--shards", "--early-exit", "--layers"});
     anvil::engine::MakeModelOptions o;
     if (!flags.count("--out")) throw UsageError("make-model needs --out DIR");
     o.out = flags.at("--out");
     o.preset = text(flags, "--preset", "tiny");
     o.arch = text(flags, "--arch", "llama");
     o.dtype = text(flags, "--dtype", "f32");
+    o.vocab = text(flags, "--vocab", o.vocab);
     o.seed = uint64_t(number(flags, "--seed", 1));
     o.shards = int(number(flags, "--shards", 1));
     o.early_exit = int(number(flags, "--early-exit", 0));
@@ -177,6 +214,7 @@ int main(int argc, char** argv) {
         if (command == "make-model") return make_model_command(rest);
         if (command == "convert") return convert_command(rest);
         if (command == "serve") return serve_command(rest);
+        if (command == "tokenize") return tokenize_command(rest);
         std::cerr << "anvil-engine: unknown command '" << command << "'\n" << kUsage;
         return 2;
     } catch (const UsageError& e) {

@@ -11,6 +11,7 @@
 
 #include "engine/bpe_trainer.hpp"
 #include "engine/gguf_convert.hpp"
+#include "engine/tokenizer.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::engine {
@@ -191,38 +192,9 @@ Family chat_family(const std::string& arch) {
             false};
 }
 
-}  // namespace
-
-size_t make_model(const MakeModelOptions& o) {
-    if (o.out.extension() == ".gguf") {
-        // The Hugging Face directory first, beside the file, then the converter's GGUF of it.
-        const GgufFileType type = parse_gguf_type(o.dtype);
-        if (fs::exists(o.out)) throw std::runtime_error(o.out.string() + ": exists; choose a new --out file");
-        if (o.shards != 1) throw std::runtime_error("--shards: a GGUF file is one file");
-        MakeModelOptions hf = o;
-        hf.out = o.out.string() + ".hf";
-        hf.dtype = "f32";
-        fs::remove_all(hf.out);
-        make_model(hf);
-        const size_t bytes = convert_to_gguf(hf.out, o.out, type);
-        fs::remove_all(hf.out);
-        return bytes;
-    }
-    const std::string& arch = o.arch;
-    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
-        throw std::runtime_error("--arch " + arch + ": expected llama, qwen2, qwen3 or mistral");
-    if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
-        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16 (or q8_0, q4_0, q4_k_m or q6_k for a .gguf --out)");
-    if (o.shards < 1 || o.shards > 99) throw std::runtime_error("--shards must be 1 to 99");
-    Shape s = preset_shape(o.preset, arch);
-    if (o.layers < 0 || o.layers > 64) throw std::runtime_error("--layers " + std::to_string(o.layers) + ": expected 1 to 64");
-    if (o.layers > 0) s.layers = o.layers;
-    std::error_code ec;
-    if (fs::exists(o.out) && !fs::is_empty(o.out, ec))
-        throw std::runtime_error(o.out.string() + ": exists and is not empty; choose a new --out directory");
-    fs::create_directories(o.out);
-
-    // Tokenizer: learned merges, then the chat family's special tokens.
+// The byte-level tokenizer: learned merges, then the chat family's special tokens. Returns the
+// vocabulary's size.
+int write_byte_level_tokenizer(const fs::path& out, const Shape& s, const std::string& arch) {
     const SplitPattern pattern = arch == "llama"     ? SplitPattern::Llama3
                                  : arch == "mistral" ? SplitPattern::Gpt2
                                                      : SplitPattern::Qwen2;
@@ -290,18 +262,126 @@ size_t make_model(const MakeModelOptions& o) {
                         {"ignore_merges", arch == "llama"},
                         {"vocab", vocab},
                         {"merges", merges}}}};
-    write_json(o.out / "tokenizer.json", tokenizer);
+    write_json(out / "tokenizer.json", tokenizer);
     json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                              {"bos_token", family.bos.empty() ? json() : json(family.bos)},
                              {"eos_token", family.eos},
                              {"add_bos_token", family.add_bos},
                              {"model_max_length", s.max_position},
                              {"chat_template", family.chat_template}};
-    write_json(o.out / "tokenizer_config.json", tokenizer_config);
+    write_json(out / "tokenizer_config.json", tokenizer_config);
 
-    std::vector<int> eos_ids = {special_ids.at(family.eos)};
-    if (family.end_of_turn != family.eos) eos_ids.push_back(special_ids.at(family.end_of_turn));
-    const json bos_id = family.bos.empty() ? json() : json(special_ids.at(family.bos));
+    return vocab_size;
+}
+
+// Mistral 7B's kind of tokenizer.json: <unk> <s> </s>, the byte tokens, the corpus's characters
+// and the learned merges; Llama 2's Prepend/Replace normalizer, no pre-tokenizer, and the decoder
+// that undoes them.
+int write_sentencepiece_tokenizer(const fs::path& out, const Shape& s) {
+    const BpeVocabulary bpe = train_sentencepiece_bpe(kCorpus, s.merges);
+    const Family family = chat_family("mistral");
+    const std::vector<std::string> specials = {"<unk>", "<s>", "</s>"};
+    json vocab = json::object();
+    json added = json::array();
+    for (size_t i = 0; i < specials.size(); ++i) {
+        vocab[specials[i]] = i;
+        added.push_back({{"id", i}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}});
+    }
+    for (size_t i = 0; i < bpe.tokens.size(); ++i) vocab[bpe.tokens[i]] = specials.size() + i;
+    json merges = json::array();
+    for (const auto& [a, b] : bpe.merges) merges.push_back(a + " " + b);
+    const std::string meta(kMetaspace);
+    json single = json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}});
+    json pair = single;
+    pair.push_back({{"SpecialToken", {{"id", "<s>"}, {"type_id", 1}}}});
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    json special_tokens = json::object();
+    special_tokens["<s>"] = {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}};
+    json tokenizer = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers",
+           {{{"type", "Prepend"}, {"prepend", meta}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}}}}}},
+        {"pre_tokenizer", nullptr},
+        {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", special_tokens}}},
+        {"decoder",
+         {{"type", "Sequence"},
+          {"decoders",
+           {{{"type", "Replace"}, {"pattern", {{"String", meta}}}, {"content", " "}},
+            {{"type", "ByteFallback"}},
+            {{"type", "Fuse"}},
+            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", "<unk>"},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", true},
+          {"byte_fallback", true},
+          {"vocab", vocab},
+          {"merges", merges}}}};
+    write_json(out / "tokenizer.json", tokenizer);
+    write_json(out / "tokenizer_config.json", {{"tokenizer_class", "LlamaTokenizer"},
+                                               {"bos_token", "<s>"},
+                                               {"eos_token", "</s>"},
+                                               {"unk_token", "<unk>"},
+                                               {"add_bos_token", true},
+                                               {"add_eos_token", false},
+                                               {"legacy", true},
+                                               {"model_max_length", s.max_position},
+                                               {"chat_template", family.chat_template}});
+    return int(specials.size() + bpe.tokens.size());
+}
+
+}  // namespace
+
+size_t make_model(const MakeModelOptions& o) {
+    if (o.out.extension() == ".gguf") {
+        // The Hugging Face directory first, beside the file, then the converter's GGUF of it.
+        const GgufFileType type = parse_gguf_type(o.dtype);
+        if (fs::exists(o.out)) throw std::runtime_error(o.out.string() + ": exists; choose a new --out file");
+        if (o.shards != 1) throw std::runtime_error("--shards: a GGUF file is one file");
+        MakeModelOptions hf = o;
+        hf.out = o.out.string() + ".hf";
+        hf.dtype = "f32";
+        fs::remove_all(hf.out);
+        make_model(hf);
+        const size_t bytes = convert_to_gguf(hf.out, o.out, type);
+        fs::remove_all(hf.out);
+        return bytes;
+    }
+    const std::string& arch = o.arch;
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
+        throw std::runtime_error("--arch " + arch + ": expected llama, qwen2, qwen3 or mistral");
+    if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
+        throw std::runtime_error("--dtype " + o.dtype + ": expected f32, bf16 or f16 (or q8_0, q4_0, q4_k_m or q6_k for a .gguf --out)");
+    if (o.shards < 1 || o.shards > 99) throw std::runtime_error("--shards must be 1 to 99");
+    Shape s = preset_shape(o.preset, arch);
+    if (o.layers < 0 || o.layers > 64) throw std::runtime_error("--layers " + std::to_string(o.layers) + ": expected 1 to 64");
+    if (o.layers > 0) s.layers = o.layers;
+    std::error_code ec;
+    if (fs::exists(o.out) && !fs::is_empty(o.out, ec))
+        throw std::runtime_error(o.out.string() + ": exists and is not empty; choose a new --out directory");
+    fs::create_directories(o.out);
+
+    if (o.vocab != "byte-level" && o.vocab != "sentencepiece")
+        throw std::runtime_error("--vocab " + o.vocab + ": expected byte-level or sentencepiece");
+    if (o.vocab == "sentencepiece" && arch != "mistral")
+        throw std::runtime_error("--vocab sentencepiece: Mistral's kind of vocabulary; use it with --arch mistral");
+    const int vocab_size = o.vocab == "sentencepiece" ? write_sentencepiece_tokenizer(o.out, s)
+                                                      : write_byte_level_tokenizer(o.out, s, arch);
+    const Family family = chat_family(arch);
+    const Tokenizer tokenizer = Tokenizer::load(o.out);
+    std::vector<int> eos_ids = {*tokenizer.token_id(family.eos)};
+    if (family.end_of_turn != family.eos) eos_ids.push_back(*tokenizer.token_id(family.end_of_turn));
+    const json bos_id = family.bos.empty() ? json() : json(*tokenizer.token_id(family.bos));
+
     write_json(o.out / "generation_config.json",
                {{"bos_token_id", bos_id}, {"eos_token_id", eos_ids}, {"do_sample", false}});
 

@@ -1,5 +1,5 @@
 // make-model: writes a complete Hugging Face model directory with random weights and a small
-// byte-level BPE tokenizer, the same bytes for the same options. The engine's tests and
+// BPE tokenizer (byte-level, or SentencePiece-style), the same bytes for the same options. The engine's tests and
 // benchmarks run on these, and the example registry's embedded recipes name the `small` one.
 #pragma once
 
@@ -25,6 +25,10 @@ struct MakeModelOptions {
     // preset and seed: with --layers N it is the --early-exit N model's own early exit as a second
     // model, a draft for `serve --draft-model`.
     int layers = 0;
+    // byte-level | sentencepiece: the tokenizer's kind. sentencepiece (mistral only) writes Mistral
+    // 7B's: <unk> <s> </s>, <0xXX> byte fallback, text with the metaspace, Llama 2's normalizer and
+    // decoder; a GGUF of it carries the `llama` vocabulary.
+    std::string vocab = "byte-level";
 };
 
 // Creates `out` (which must not exist or be empty). Returns the bytes of weights written.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anvil builds and tests with, and the npm packages of the web console
-# (Chart.js, built into anvild). Idempotent: quiet and fast when everything is already there, so
-# every entry point may call it.
+# Installs the Debian packages anvil builds and tests with, the npm packages of the web console
+# (Chart.js, built into anvild) and of the tokenizer agreement test (tests/tokenizers).
+# Idempotent: quiet and fast when everything is already there, so every entry point may call it.
 #   --browser  also what the console's browser test needs: Debian's chromium, and playwright-core
 #              (npm) to drive it
 set -euo pipefail
@@ -49,5 +49,7 @@ npm_ci() {
   fi
 }
 npm_ci "$root/daemon/console"
+# Hugging Face's tokenizers.js and a real SentencePiece tokenizer.json for the tokenizer agreement test.
+npm_ci "$root/tests/tokenizers"
 $browser && npm_ci "$root/tests/browser"
 exit 0

@@ -3,8 +3,8 @@
 # the web console's browser test), builds with gcc, runs anvild.service
 # under systemd in a container (tests/systemd/run.sh) and runs the suite,
 # builds with clang + AddressSanitizer + UBSan (+ libFuzzer targets) and runs the suite again,
-# then short, reproducible fuzz runs (registry documents, safetensors headers, NFC, HTTP requests to
-# both servers, structured output's schemas and answers). Exit status is non-zero if anything fails.
+# then short, reproducible fuzz runs (registry documents, safetensors and GGUF headers, tokenizer.json,
+# NFC, HTTP requests to both servers, structured output's schemas and answers). Exit status is non-zero if anything fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -52,12 +52,13 @@ fuzz() {
     { tail -50 "build/asan/fuzz-$name.log"; echo "fuzzing $name found a crash: see build/asan/fuzz-$name.log"; exit 1; }
   echo "   $name: $(grep -Ec '^#[0-9]+.*NEW' "build/asan/fuzz-$name.log") new inputs kept, no crash"
 }
-echo "== fuzz ($fuzz_how): documents, safetensors headers, GGUF headers, NFC, HTTP requests, JSON schemas and answers"
+echo "== fuzz ($fuzz_how): documents, safetensors headers, GGUF headers, tokenizer.json, NFC, HTTP requests, JSON schemas and answers"
 mapfile -t document_seeds < <(find ../shared/seeds ../shared/corpus examples tests/fuzz/regressions -type f \
   \( -path '../shared/seeds/*' -o -name '*.json' \) ! -name '*.schema.json' 2>/dev/null)
 fuzz documents build/asan/tests/fuzz/fuzz_documents "${document_seeds[@]}"
 fuzz safetensors build/asan/engine/fuzz_safetensors tests/fuzz/seeds/*.safetensors $(compgen -G 'tests/fuzz/regressions/*.safetensors' || true)
 fuzz gguf build/asan/engine/fuzz_gguf tests/fuzz/seeds/*.gguf $(compgen -G 'tests/fuzz/regressions/*.gguf' || true)
+fuzz tokenizer build/asan/engine/fuzz_tokenizer tests/fuzz/seeds/*.tokenizer.json $(compgen -G 'tests/fuzz/regressions/*.tokenizer.json' || true)
 fuzz nfc build/asan/tests/fuzz/fuzz_nfc tests/fuzz/seeds/*.nfc.txt $(compgen -G 'tests/fuzz/regressions/*.nfc.txt' || true)
 fuzz http build/asan/tests/fuzz/fuzz_http tests/fuzz/seeds/*.http $(compgen -G 'tests/fuzz/regressions/*.http' || true)
 fuzz json-schema build/asan/tests/fuzz/fuzz_json_schema tests/fuzz/seeds/*.schema $(compgen -G 'tests/fuzz/regressions/*.schema' || true)

@@ -68,10 +68,12 @@ std::string load_error(const std::filesystem::path& file) {
 }  // namespace
 
 TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer", "[engine][gguf]") {
-    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
-        SECTION(arch) {
+    for (std::string kind : {"llama", "qwen2", "qwen3", "mistral", "mistral sentencepiece"}) {
+        SECTION(kind) {
+            const std::string arch = kind.substr(0, kind.find(' '));
+            const bool sentencepiece = kind.ends_with("sentencepiece");
             TempDir dir;
-            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1, 0, 0, sentencepiece ? "sentencepiece" : "byte-level"});
             const size_t bytes = engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgufFileType::F32);
             CHECK(bytes == std::filesystem::file_size(dir / "m.gguf"));
             CHECK(engine::is_gguf_file(dir / "m.gguf"));
@@ -105,12 +107,20 @@ TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer"
             CHECK(b.chat_template() == a.chat_template());
             CHECK(b.eos_token() == a.eos_token());
             CHECK(b.split_pattern() == a.split_pattern());
+            CHECK(b.form() == a.form());
+            CHECK(a.form() == (sentencepiece ? engine::VocabForm::SentencePiece : engine::VocabForm::ByteLevel));
+            const engine::GgufModel file(dir / "m.gguf");
+            CHECK(file.image().metadata["tokenizer.ggml.model"] == (sentencepiece ? "llama" : "gpt2"));
+            CHECK(file.image().metadata.contains("tokenizer.ggml.scores") == sentencepiece);
             for (const std::string text : {"Hello, world! It's 2026.", "  spaces\tand\nnewlines\r\n", "naïve café 東京 🙂",
-                                           "<|im_start|>user\nhi<|im_end|>", "1234567 don't"}) {
+                                           "<|im_start|>user\nhi<|im_end|>", "1234567 don't", "<s>[INST] hi [/INST]"}) {
                 INFO(text);
                 CHECK(b.encode(text, true) == a.encode(text, true));
                 CHECK(b.encode(text, false) == a.encode(text, false));
-                CHECK(b.decode(a.encode(text), false) == text);
+                CHECK(b.decode(a.encode(text), false) == a.decode(a.encode(text), false));
+                // A SentencePiece-style decoder drops the space its normalizer put in front of the
+                // text, but not the one in front of text after an added token (Hugging Face's too).
+                if (!sentencepiece || !text.starts_with("<s>")) CHECK(b.decode(a.encode(text), false) == text);
             }
             for (int id = 0; id < a.vocab_size(); ++id) {
                 CHECK(b.token_bytes(id) == a.token_bytes(id));
@@ -122,10 +132,12 @@ TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer"
 
 TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the reference reads them alike",
           "[engine][gguf][reference]") {
-    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
-        SECTION(arch) {
+    for (std::string kind : {"llama", "qwen2", "qwen3", "mistral", "mistral sentencepiece"}) {
+        SECTION(kind) {
+            const std::string arch = kind.substr(0, kind.find(' '));
+            const bool sentencepiece = kind.ends_with("sentencepiece");
             TempDir dir;
-            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1, 0, 0, sentencepiece ? "sentencepiece" : "byte-level"});
             engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgufFileType::F32);
             auto plain = load_model(dir / "m", WeightFormat::Stored);
             auto gguf = load_model(dir / "m.gguf", WeightFormat::Stored);
@@ -416,8 +428,13 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         w.set_u32("llama.block_count", 1);
         w.set_u32("llama.attention.head_count", 4);
     }, "metadata llama.context_length is missing");
-    rewrite("sentencepiece", [&](engine::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "llama"); },
-            "a SentencePiece vocabulary");
+    rewrite("sentencepiece", [&](engine::GgufWriter& w) {
+        llama(w);
+        w.set_string("tokenizer.ggml.model", "llama");
+        w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
+    }, "tokenizer.ggml.scores must hold one number per token");
+    rewrite("bert", [&](engine::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "bert"); },
+            "tokenizer.ggml.model is \"bert\"; anvil-engine reads gpt2 (byte-level BPE) and llama (SentencePiece)");
     rewrite("pre", [&](engine::GgufWriter& w) {
         llama(w);
         w.set_string("tokenizer.ggml.model", "gpt2");

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/chat_template.hpp"
+#include "engine/gguf_sentencepiece.hpp"
 #include "engine/make_model.hpp"
 #include "engine/pretokenizer.hpp"
 #include "engine/tokenizer.hpp"
@@ -144,7 +145,8 @@ TEST_CASE("tokenizer.json problems are refused with the reason", "[tokenizer]") 
     CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("missing from the vocabulary"));
     doc = hand_tokenizer(kLlama3Pattern, false, kMerges);
     doc["model"]["byte_fallback"] = true;
-    CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("SentencePiece"));
+    CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"),
+                      Catch::Contains("t.json: model.byte_fallback is set with a ByteLevel pre_tokenizer"));
 }
 
 TEST_CASE("make-model's tokenizers round-trip text and add their begin-of-text token", "[tokenizer]") {
@@ -211,4 +213,176 @@ TEST_CASE("a chat template of no known family is refused with what to do instead
     CHECK_THROWS_WITH(ChatTemplate::detect(tok), Catch::Contains("/v1/completions"));
     Tokenizer none(hand_tokenizer(kLlama3Pattern, false, kMerges), json::object(), "hand");
     CHECK_THROWS_WITH(ChatTemplate::detect(none), Catch::Contains("no chat_template"));
+}
+
+namespace {
+
+const std::string kMeta = "\xE2\x96\x81";  // U+2581, the metaspace
+
+// A SentencePiece-style vocabulary as Mistral 7B's tokenizer.json writes one: <unk> <s> </s>, the
+// 256 <0xXX> byte tokens (ids 3..258), then "▁" 259, "a" 260, "b" 261, "c" 262 and the merges'
+// tokens: "ab" 263, "▁ab" 264, "bc" 265. "a b" outranks "▁ ab", which outranks "b c".
+json sentencepiece_tokenizer(const json& normalizer, const json& pre, const json& decoder, bool byte_fallback = true) {
+    json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+    for (int b = 0; b < 256; ++b) vocab[byte_token_name(uint8_t(b))] = 3 + b;
+    vocab[kMeta] = 259;
+    vocab["a"] = 260;
+    vocab["b"] = 261;
+    vocab["c"] = 262;
+    vocab["ab"] = 263;
+    vocab[kMeta + "ab"] = 264;
+    vocab["bc"] = 265;
+    json added = json::array();
+    for (int id : {0, 1, 2}) added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"}, {"special", true}});
+    return {{"added_tokens", added},
+            {"normalizer", normalizer},
+            {"pre_tokenizer", pre},
+            {"decoder", decoder},
+            {"post_processor",
+             {{"type", "TemplateProcessing"},
+              {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+              {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"unk_token", "<unk>"},
+              {"fuse_unk", true},
+              {"byte_fallback", byte_fallback},
+              {"vocab", vocab},
+              {"merges", {"a b", kMeta + " ab", "b c"}}}}};
+}
+
+// Llama 2's and Mistral 7B's: the normalizer writes the metaspace, the decoder undoes it.
+const json kLegacyNormalizer = {{"type", "Sequence"},
+                                {"normalizers",
+                                 {{{"type", "Prepend"}, {"prepend", kMeta}},
+                                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}};
+const json kLegacyDecoder = {{"type", "Sequence"},
+                             {"decoders",
+                              {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+                               {{"type", "ByteFallback"}},
+                               {{"type", "Fuse"}},
+                               {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+
+json metaspace(const std::string& scheme, bool split) {
+    return {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", scheme}, {"split", split}};
+}
+
+}  // namespace
+
+TEST_CASE("SentencePiece-style BPE merges characters by rank after the normalizer writes the metaspace", "[tokenizer][sentencepiece]") {
+    const Tokenizer tok(sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder), json::object(), "sp");
+    CHECK(tok.form() == VocabForm::SentencePiece);
+    CHECK(tok.adds_space_prefix());
+    CHECK(tok.encode("ab") == std::vector<int32_t>{264});        // ▁ a b -> ▁ ab -> ▁ab
+    CHECK(tok.encode("abc") == std::vector<int32_t>{264, 262});  // a b outranks b c
+    CHECK(tok.encode("bc") == std::vector<int32_t>{259, 265});
+    CHECK(tok.encode("ab ab") == std::vector<int32_t>{264, 264});
+    CHECK(tok.encode("ab", true) == std::vector<int32_t>{1, 264});
+    // Every piece between added tokens gets the metaspace, as Hugging Face's legacy Llama does.
+    CHECK(tok.encode("ab<s>ab</s>") == std::vector<int32_t>{264, 1, 264, 2});
+    // A character the vocabulary lacks falls back to its UTF-8 bytes.
+    CHECK(tok.encode("\xC3\xA9") == std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9});
+    CHECK(tok.encode("a\n") == std::vector<int32_t>{259, 260, 3 + '\n'});
+    // Decoding turns the metaspace back into a space, bytes into bytes, and drops the leading space.
+    CHECK(tok.token_bytes(264) == " ab");
+    CHECK(tok.token_bytes(3 + 0xC3) == "\xC3");
+    CHECK(tok.decode({1, 264, 264, 3 + 0xC3, 3 + 0xA9}) == "ab ab\xC3\xA9");
+    CHECK(tok.decode({1, 264}, false) == "<s> ab");
+    for (const std::string text : {"ab c  abc", " ab", "c\xC3\xA9\n\ta", "abc</s>"}) CHECK(tok.decode(tok.encode(text), false) == text);
+    CHECK(tok.token_id("ab") == 263);
+    CHECK(tok.token_id("<s>") == 1);
+}
+
+TEST_CASE("without byte fallback a SentencePiece-style vocabulary spells unknown characters as <unk>", "[tokenizer][sentencepiece]") {
+    auto doc = sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder, false);
+    const Tokenizer fused(doc, json::object(), "sp");
+    CHECK(fused.encode("a\xC3\xA9\xC3\xA8") == std::vector<int32_t>{259, 260, 0});  // one <unk> for the run
+    doc["model"]["fuse_unk"] = false;
+    const Tokenizer apart(doc, json::object(), "sp");
+    CHECK(apart.encode("a\xC3\xA9\xC3\xA8") == std::vector<int32_t>{259, 260, 0, 0});
+}
+
+TEST_CASE("the Metaspace pre-tokenizer prepends as its scheme says and splits before runs of metaspaces", "[tokenizer][sentencepiece]") {
+    const json decoder = {{"type", "Sequence"},
+                          {"decoders", {{{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}}, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+    const Tokenizer first(sentencepiece_tokenizer(nullptr, metaspace("first", false), decoder), json::object(), "sp");
+    const Tokenizer always(sentencepiece_tokenizer(nullptr, metaspace("always", false), decoder), json::object(), "sp");
+    const Tokenizer never(sentencepiece_tokenizer(nullptr, metaspace("never", true), decoder), json::object(), "sp");
+    CHECK(first.encode("ab<s>ab") == std::vector<int32_t>{264, 1, 263});  // only the text's start
+    CHECK(always.encode("ab<s>ab") == std::vector<int32_t>{264, 1, 264});
+    CHECK(never.encode("ab<s>ab") == std::vector<int32_t>{263, 1, 263});
+    CHECK(always.encode(" ab") == std::vector<int32_t>{264});  // no second metaspace before one already there
+    CHECK_FALSE(never.adds_space_prefix());
+    // split: "ab▁▁ab" is "ab" and "▁▁ab"; the run of metaspaces stays together.
+    CHECK(never.encode("ab  ab") == std::vector<int32_t>{263, 259, 264});
+    CHECK(first.decode(first.encode("ab  ab")) == "ab  ab");
+}
+
+TEST_CASE("SentencePiece-style tokenizer.json problems are refused with the reason", "[tokenizer][sentencepiece]") {
+    auto refused = [](json doc, const std::string& expected) {
+        CHECK_THROWS_WITH(Tokenizer(doc, json::object(), "t.json"), Catch::Contains("t.json: " + expected));
+    };
+    auto doc = sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder);
+    doc["model"]["vocab"].erase("<0x41>");
+    refused(doc, "model.byte_fallback is set but the vocabulary lacks <0x41>");
+    refused(sentencepiece_tokenizer(kLegacyNormalizer, nullptr, nullptr), "decoder is missing");
+    refused(sentencepiece_tokenizer(nullptr, nullptr, kLegacyDecoder), "neither a ByteLevel pre_tokenizer, a Metaspace one, nor a normalizer");
+    refused(sentencepiece_tokenizer({{"type", "NFKC"}}, nullptr, kLegacyDecoder), "normalizer NFKC is not supported");
+    refused(sentencepiece_tokenizer(kLegacyNormalizer, {{"type", "Whitespace"}}, kLegacyDecoder), "pre_tokenizer Whitespace is not supported");
+    refused(sentencepiece_tokenizer(nullptr, metaspace("sometimes", false), kLegacyDecoder),
+            "pre_tokenizer.prepend_scheme is \"sometimes\": expected always, first or never");
+    refused(sentencepiece_tokenizer(kLegacyNormalizer, nullptr, {{"type", "WordPiece"}}), "decoder WordPiece is not supported");
+    doc = sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder);
+    doc["model"]["unk_token"] = "<missing>";
+    refused(doc, "model.unk_token \"<missing>\" is not in the vocabulary");
+    doc = sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder);
+    doc["model"]["merge_ranks"] = {0};
+    refused(doc, "model.merge_ranks must hold one rank per merge");
+}
+
+TEST_CASE("make-model's SentencePiece tokenizer round-trips text and falls back to bytes", "[tokenizer][sentencepiece]") {
+    TempDir dir;
+    make_model({dir / "m", "tiny", "mistral", "f32", 1, 1, 0, 0, "sentencepiece"});
+    const Tokenizer tok = Tokenizer::load(dir / "m");
+    CHECK(tok.form() == VocabForm::SentencePiece);
+    const std::string text = "Hello world! The quick brown fox 1234 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80\n\tdef f(x):";
+    const auto ids = tok.encode(text, true);
+    CHECK(ids.front() == 1);
+    CHECK(ids.size() < text.size());  // merges were learned and used
+    CHECK(tok.decode(ids) == text);
+    CHECK(tok.encode("\xF0\x9F\x98\x80") == std::vector<int32_t>{*tok.token_id(kMeta), 3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80});
+    CHECK(ChatTemplate::detect(tok).family() == ChatFamily::Mistral);
+    CHECK_THROWS_WITH(make_model({dir / "q", "tiny", "qwen2", "f32", 1, 1, 0, 0, "sentencepiece"}), Catch::Contains("--arch mistral"));
+}
+
+TEST_CASE("a GGUF llama vocabulary merges by score, leftmost first on a tie, as llama.cpp's SPM tokenizer", "[tokenizer][sentencepiece][gguf]") {
+    SentencePieceVocab v;
+    auto add = [&](const std::string& text, float score, int type) {
+        v.tokens.push_back(text);
+        v.scores.push_back(score);
+        v.types.push_back(type);
+        return int32_t(v.tokens.size() - 1);
+    };
+    add("<unk>", 0, kTokenUnknown);
+    add("<s>", 0, kTokenControl);
+    add("</s>", 0, kTokenControl);
+    for (int b = 0; b < 256; ++b) add(byte_token_name(uint8_t(b)), 0, kTokenByte);
+    const int32_t meta = add(kMeta, -100, kTokenNormal), a = add("a", -100, kTokenNormal), b = add("b", -100, kTokenNormal);
+    const int32_t ab = add("ab", -1, kTokenNormal), ba = add("ba", -1, kTokenNormal), meta_a = add(kMeta + "a", -5, kTokenNormal);
+    v.unknown = 0;
+    json doc = sentencepiece_tokenizer_json(v);
+    doc["post_processor"] = nullptr;
+    const Tokenizer tok(doc, json::object(), "gguf");
+    CHECK(tok.encode("aba") == std::vector<int32_t>{meta, ab, a});  // ab and ba tie: the leftmost merges
+    CHECK(tok.encode("bab") == std::vector<int32_t>{meta, ba, b});
+    CHECK(tok.encode("ab") == std::vector<int32_t>{meta, ab});      // ab (-1) before ▁a (-5)
+    CHECK(tok.encode("a") == std::vector<int32_t>{meta_a});
+    CHECK(tok.encode("a<unk>") == std::vector<int32_t>{meta_a, 0});  // llama.cpp matches <unk> in the text
+    CHECK(tok.encode("\xC3\xA9") == std::vector<int32_t>{meta, 3 + 0xC3, 3 + 0xA9});
+    CHECK(tok.decode({meta_a, ab}) == "aab");
+    v.add_space_prefix = false;
+    doc = sentencepiece_tokenizer_json(v);
+    const Tokenizer bare(doc, json::object(), "gguf");
+    CHECK(bare.encode("a b") == std::vector<int32_t>{a, meta, b});
+    CHECK(bare.decode({meta_a}) == " a");  // nothing was prepended, so nothing is stripped
 }
