@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (doc.is_discarded()) return 0;
     try {
         const Tokenizer tok(doc, nlohmann::json::object(), "fuzz.json");
-        for (const std::string sample : {std::string("Hello world  <s>x\n\t\xC3\xA9\xF0\x9F\x98\x80"), text.substr(0, 256)}) {
+        for (const std::string& sample : {std::string("Hello world  <s>x\n\t\xC3\xA9\xF0\x9F\x98\x80"), text.substr(0, 256)}) {
             for (int32_t id : tok.encode(sample, true))
                 if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
             (void)tok.decode(tok.encode(sample), false);

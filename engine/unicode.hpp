@@ -15,6 +15,7 @@ struct CodepointRange {
 };
 
 namespace unicode_tables {
+extern const char* const kLettersVersion;  // the Unicode version of kLetters and kNumbers
 extern const CodepointRange kLetters[];
 extern const size_t kLetters_count;
 extern const CodepointRange kNumbers[];

@@ -18,6 +18,9 @@ struct Decomposition {
 struct Composition {
     uint32_t first, second, composite;
 };
+struct AssignedRange {
+    uint32_t first, last;
+};
 
 #include "engine/unicode_nfc_tables.inc"
 
@@ -74,6 +77,14 @@ uint8_t ccc_of(uint32_t cp) { return cp >= kRawByte ? 0 : canonical_combining_cl
 }  // namespace
 
 const char* nfc_unicode_version() { return ANVIL_NFC_UNICODE_VERSION; }
+const char* nfc_source_version() { return ANVIL_NFC_SOURCE_VERSION; }
+
+bool nfc_assigned(uint32_t cp) {
+    const auto* end = std::end(kAssigned);
+    const auto* it = std::upper_bound(std::begin(kAssigned), end, cp,
+                                      [](uint32_t value, const AssignedRange& r) { return value < r.first; });
+    return it != std::begin(kAssigned) && cp <= (it - 1)->last;
+}
 
 uint8_t canonical_combining_class(uint32_t cp) {
     if (cp < 0x300) return 0;

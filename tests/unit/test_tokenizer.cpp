@@ -386,3 +386,16 @@ TEST_CASE("a GGUF llama vocabulary merges by score, leftmost first on a tie, as 
     CHECK(bare.encode("a b") == std::vector<int32_t>{a, meta, b});
     CHECK(bare.decode({meta_a}) == " a");  // nothing was prepended, so nothing is stripped
 }
+
+TEST_CASE("letters and numbers are Unicode 16.0's, as Hugging Face tokenizers' pre-tokenizer regexes see them", "[tokenizer]") {
+    CHECK(std::string(unicode_tables::kLettersVersion) == "16.0.0");
+    CHECK(is_letter(0x11F04));   // KAWI LETTER A, Unicode 15.0
+    CHECK(is_letter(0x2EBF0));   // a CJK Extension I ideograph, Unicode 15.1
+    CHECK(is_letter(0x10D4A));   // a GARAY letter, Unicode 16.0
+    CHECK(is_number(0x1E4F0));   // NAG MUNDARI DIGIT ZERO, Unicode 15.0
+    CHECK(is_number(0x16130));   // GURUNG KHEMA DIGIT ZERO, Unicode 16.0
+    CHECK_FALSE(is_letter(0x11F00));  // a Kawi combining mark
+    CHECK_FALSE(is_letter(0x10940));  // Unicode 17.0 (Sidetic): not yet
+    // So a word in a script added since 14.0 is one piece, not a run of punctuation pieces.
+    CHECK(pieces("\xF0\x90\xB5\x8A\xF0\x90\xB5\x8B x", SplitPattern::Llama3).size() == 2);
+}

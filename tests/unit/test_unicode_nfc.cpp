@@ -2,6 +2,7 @@
 // random strings of marks, jamo and composites against Python's unicodedata.normalize.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -97,6 +98,18 @@ TEST_CASE("NFC composes, reorders and keeps exclusions decomposed", "[tokenizer]
     CHECK(canonical_combining_class('a') == 0);
 }
 
+TEST_CASE("NFC is Unicode 9.0's, as Hugging Face tokenizers' is: later characters are left alone", "[tokenizer][nfc]") {
+    CHECK(std::string(nfc_unicode_version()) == "9.0.0");
+    CHECK(nfc_assigned('a'));
+    CHECK(nfc_assigned(0x1F914));                // 🤔, Unicode 8.0
+    CHECK_FALSE(nfc_assigned(0x11935));          // DIVES AKURU VOWEL SIGN E, Unicode 13.0
+    // Unicode 13.0 composes U+11935 U+11930 into U+11938; 9.0 knows none of the three.
+    CHECK(nfc_normalize(utf8({0x11935, 0x11930})) == utf8({0x11935, 0x11930}));
+    CHECK(nfc_normalize(utf8({0x11938})) == utf8({0x11938}));
+    CHECK(canonical_combining_class(0x1DFA) == 0);  // a combining mark of Unicode 14.0
+    CHECK(canonical_combining_class(0x1DF5) == 230);  // one of Unicode 9.0
+}
+
 TEST_CASE("the NFC fast path knows ASCII and already-composed text need nothing", "[tokenizer][nfc]") {
     CHECK(nfc_inert("plain ASCII text\n"));
     CHECK(nfc_inert("caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"));  // café 你好
@@ -114,9 +127,15 @@ TEST_CASE("NFC matches Python's unicodedata on every code point and on random st
     std::istringstream lines(result.output);
     std::string line;
     REQUIRE(std::getline(lines, line));
-    if (line != std::string("version ") + nfc_unicode_version())
-        WARN("Python's Unicode (" << line << ") differs from the tables' (" << nfc_unicode_version()
+    if (line != std::string("version ") + nfc_source_version())
+        WARN("Python's Unicode (" << line << ") differs from the data the tables were cut from (" << nfc_source_version()
                                   << "): regenerate with scripts/gen-unicode-nfc.py");
+    // The tables are Unicode 9.0's NFC (Hugging Face tokenizers'): where Python's newer data meets a
+    // character 9.0 did not assign, the two rightly differ, so such cases are left out.
+    auto known = [](const std::vector<uint32_t>& cps) {
+        return std::all_of(cps.begin(), cps.end(), [](uint32_t cp) { return nfc_assigned(cp); });
+    };
+    int skipped = 0;
     std::vector<bool> changes(0x110000, false);
     bool strings = false;
     int checked_strings = 0, mismatches = 0;
@@ -128,6 +147,10 @@ TEST_CASE("NFC matches Python's unicodedata on every code point and on random st
         const size_t bar = line.find('|');
         REQUIRE(bar != std::string::npos);
         const auto input = parse_hex(line.substr(0, bar));
+        if (!known(input)) {
+            skipped += strings;
+            continue;
+        }
         const std::string expected = utf8(parse_hex(line.substr(bar + 1)));
         const std::string text = utf8(input);
         if (!strings) changes[input.at(0)] = true;
@@ -137,7 +160,8 @@ TEST_CASE("NFC matches Python's unicodedata on every code point and on random st
         if (nfc_inert(text) && expected != text && mismatches++ < 10)
             FAIL_CHECK("the fast path calls " << line.substr(0, bar) << " inert but NFC changes it");
     }
-    CHECK(checked_strings == 6000);
+    CHECK(checked_strings > 5000);  // of 6000
+    CHECK(checked_strings + skipped == 6000);
     for (uint32_t cp = 0; cp < 0x110000; ++cp) {
         if (changes[cp] || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
         const std::string one = utf8({cp});
