@@ -23,6 +23,7 @@ const char* chat_family_name(ChatFamily family) {
         case ChatFamily::ChatMl: return "chatml";
         case ChatFamily::Llama3: return "llama3";
         case ChatFamily::Mistral: return "mistral";
+        case ChatFamily::Llama2: return "llama2";
     }
     return "?";
 }
@@ -39,17 +40,21 @@ ChatTemplate ChatTemplate::detect(const Tokenizer& tokenizer) {
                             text.find(kQwenDefaultSystem) != std::string::npos ? kQwenDefaultSystem : "");
     if (text.find("<|start_header_id|>") != std::string::npos)
         return ChatTemplate(ChatFamily::Llama3, tokenizer.bos_token(), tokenizer.eos_token());
+    // Llama-2-chat's template is Mistral's [INST] turns with a <<SYS>> block and BOS per turn.
+    if (text.find("[INST]") != std::string::npos && text.find("<<SYS>>") != std::string::npos)
+        return ChatTemplate(ChatFamily::Llama2, tokenizer.bos_token(), tokenizer.eos_token());
     if (text.find("[INST]") != std::string::npos)
         return ChatTemplate(ChatFamily::Mistral, tokenizer.bos_token(), tokenizer.eos_token());
     throw std::runtime_error("the model's chat_template is of no family anvil-engine renders (chatml, llama3, "
-                             "mistral): use /v1/completions with a prompt formatted by the client");
+                             "mistral, llama2): use /v1/completions with a prompt formatted by the client");
 }
 
 std::vector<std::string> ChatTemplate::end_of_turn() const {
     switch (family_) {
         case ChatFamily::ChatMl: return {"<|im_end|>"};
         case ChatFamily::Llama3: return {"<|eot_id|>"};
-        case ChatFamily::Mistral: return {eos_};
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: return {eos_};
     }
     return {};
 }
@@ -150,6 +155,30 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
             }
             if (messages.back().role != "user" && messages.back().role != "tool")
                 throw std::invalid_argument("the last message must come from the user or a tool");
+            break;
+        }
+        case ChatFamily::Llama2: {
+            // As Llama-2-chat's template: the system text in a <<SYS>> block at the start of the
+            // first user turn, BOS before every user turn, turns stripped and alternating.
+            if (offer)
+                throw std::invalid_argument("this model's chat template (Llama-2-chat) has no tool-call format: send the request without tools");
+            size_t first = 0;
+            std::string system;
+            if (messages.front().role == "system") {
+                system = messages.front().content;
+                first = 1;
+            }
+            for (size_t i = first; i < messages.size(); ++i) {
+                const auto& m = messages[i];
+                if ((m.role == "user") != ((i - first) % 2 == 0) || (m.role != "user" && m.role != "assistant"))
+                    throw std::invalid_argument("this model's chat template needs user and assistant turns to alternate, "
+                                                "starting with user (after an optional system message)");
+                std::string text = m.content;
+                if (i == first && first == 1) text = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + text;
+                if (m.role == "user") out += bos_ + "[INST] " + trim_whitespace(text) + " [/INST]";
+                else out += " " + trim_whitespace(text) + " " + eos_;
+            }
+            if (messages.back().role != "user") throw std::invalid_argument("the last message must come from the user");
             break;
         }
     }

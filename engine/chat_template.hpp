@@ -1,5 +1,5 @@
 // Chat formatting. Rather than run Jinja, the family is recognised from the template text
-// (chatml, Llama-3, Mistral) and rendered natively; any other template is refused up front.
+// (chatml, Llama-3, Mistral, Llama-2-chat) and rendered natively; any other template is refused up front.
 #pragma once
 
 #include <string>
@@ -20,7 +20,7 @@ struct ChatMessage {
     std::string tool_call_id;          // tool: the call it answers
 };
 
-enum class ChatFamily { ChatMl, Llama3, Mistral };
+enum class ChatFamily { ChatMl, Llama3, Mistral, Llama2 };
 // `text` without the whitespace at its ends, as the templates' | trim does it.
 std::string trim_whitespace(const std::string& text);
 const char* chat_family_name(ChatFamily family);
@@ -36,6 +36,7 @@ public:
     // With `tools` active, they are offered in the family's own format (Qwen's tools section in
     // the system turn, Llama 3.1's JSON prompt in the first user turn, Mistral's [AVAILABLE_TOOLS]
     // before the last user turn); assistant calls and tool results are rendered as it writes them.
+    // Llama-2-chat has no tool format: tools are refused.
     std::string render(const std::vector<ChatMessage>& messages, const ToolRequest* tools = nullptr) const;
     ChatFamily family() const { return family_; }
     // The token texts that end an assistant turn besides the model's eos ids.

@@ -55,7 +55,8 @@ std::string call_head(ChatFamily family, const std::string& name) {
     switch (family) {
         case ChatFamily::ChatMl: return "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
         case ChatFamily::Llama3: return "{\"name\": " + quoted + ", \"parameters\": ";
-        case ChatFamily::Mistral: return "[TOOL_CALLS] [{\"name\": " + quoted + ", \"arguments\": ";
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: return "[TOOL_CALLS] [{\"name\": " + quoted + ", \"arguments\": ";
     }
     return {};
 }
@@ -64,7 +65,8 @@ std::string call_tail(ChatFamily family) {
     switch (family) {
         case ChatFamily::ChatMl: return "}\n</tool_call>";
         case ChatFamily::Llama3: return "}";
-        case ChatFamily::Mistral: return "}]";
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: return "}]";
     }
     return {};
 }
@@ -90,7 +92,8 @@ std::optional<ojson> parse_json(const std::string& text) {
 const char* marker(ChatFamily family) {
     switch (family) {
         case ChatFamily::ChatMl: return "<tool_call>";
-        case ChatFamily::Mistral: return "[TOOL_CALLS]";
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: return "[TOOL_CALLS]";
         case ChatFamily::Llama3: return "{";
     }
     return "";
@@ -118,7 +121,8 @@ std::string tools_prompt(ChatFamily family, const std::vector<ToolSpec>& tools) 
             for (const auto& t : tools) out += tool_json(t).dump(4) + "\n\n";
             return out;
         }
-        case ChatFamily::Mistral: {
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: {  // never offered tools (ChatTemplate::render refuses them)
             ojson list = ojson::array();
             for (const auto& t : tools) list.push_back(tool_json(t));
             return "[AVAILABLE_TOOLS] " + python_json(list) + "[/AVAILABLE_TOOLS]";
@@ -181,7 +185,8 @@ ParsedAnswer parse_calls(ChatFamily family, const std::string& answer, const std
             else out.content = answer;
             break;
         }
-        case ChatFamily::Mistral: {
+        case ChatFamily::Mistral:
+        case ChatFamily::Llama2: {
             const std::string t = trim_whitespace(answer);
             const auto v = t.rfind("[TOOL_CALLS]", 0) == 0 ? parse_json(trim_whitespace(t.substr(12))) : std::nullopt;
             if (v && v->is_array() && !v->empty()) {

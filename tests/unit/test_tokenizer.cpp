@@ -399,3 +399,27 @@ TEST_CASE("letters and numbers are Unicode 16.0's, as Hugging Face tokenizers' p
     // So a word in a script added since 14.0 is one piece, not a run of punctuation pieces.
     CHECK(pieces("\xF0\x90\xB5\x8A\xF0\x90\xB5\x8B x", SplitPattern::Llama3).size() == 2);
 }
+
+TEST_CASE("a Llama-2-chat template renders its <<SYS>> block and BOS per turn, and refuses tools", "[tokenizer][chat]") {
+    // The template's own words, as meta-llama/Llama-2-7b-chat-hf publishes it (abridged).
+    const json config = {{"bos_token", "<s>"},
+                         {"eos_token", "</s>"},
+                         {"chat_template",
+                          "{% if messages[0]['role'] == 'system' %}{% set system_message = messages[0]['content'] %}{% endif %}"
+                          "{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}"
+                          "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% endif %}"
+                          "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+                          "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"}};
+    const Tokenizer tok(sentencepiece_tokenizer(kLegacyNormalizer, nullptr, kLegacyDecoder), config, "llama2");
+    const auto chat = ChatTemplate::detect(tok);
+    CHECK(chat.family() == ChatFamily::Llama2);
+    CHECK(chat.render({{"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello."}, {"user", "Bye"}}) ==
+          "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi [/INST] Hello. </s><s>[INST] Bye [/INST]");
+    CHECK(chat.render({{"user", "Hi"}}) == "<s>[INST] Hi [/INST]");
+    CHECK(chat.end_of_turn() == std::vector<std::string>{"</s>"});
+    CHECK_THROWS_WITH(chat.render({{"user", "a"}, {"user", "b"}}), Catch::Contains("alternate"));
+    ToolRequest tools;
+    tools.tools.push_back({"get_weather", "", nlohmann::ordered_json::object()});
+    tools.choice = ToolChoice::Auto;
+    CHECK_THROWS_WITH(chat.render({{"user", "Hi"}}, &tools), Catch::Contains("no tool-call format"));
+}
