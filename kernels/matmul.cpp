@@ -99,6 +99,8 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     detail::QuantizedInput qx{nullptr, nullptr};
     if (is_ggml_block_type(ws[0].type)) {
         if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
+        const bool vnni = int(isa) >= int(Isa::Avx512Vnni) && cpu_features().avx512_vnni;
+        const auto blocks = vnni ? detail::matmul_vnni_blocks : detail::matmul_avx2_blocks;
         const int cols = ws[0].cols;
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);
@@ -113,7 +115,7 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
                 q_group_sums[g] = int16_t(sum);
             }
             qx = {q_values.data(), q_scales.data(), q_group_sums.data()};
-            return detail::matmul_avx2_blocks(ws, ys, count, &qx, nullptr, n_tokens);
+            return blocks(ws, ys, count, &qx, nullptr, n_tokens);
         }
         thread_local std::vector<int16_t> q_sums, q_sums32;
         if (q_scales.size() < n / kSuperBlock) q_scales.resize(n / kSuperBlock);
@@ -121,7 +123,7 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         if (q_sums32.size() < n / 32) q_sums32.resize(n / 32);
         detail::quantize_input_super(x, n_tokens, cols, q_values.data(), q_scales.data(), q_sums.data(), q_sums32.data());
         const detail::SuperBlockInput q256{q_values.data(), q_scales.data(), q_sums.data(), q_sums32.data()};
-        return detail::matmul_avx2_blocks(ws, ys, count, nullptr, &q256, n_tokens);
+        return blocks(ws, ys, count, nullptr, &q256, n_tokens);
     }
     // The VNNI levels round the activations themselves (with the sums their packed layout needs).
     const bool packed8 = ws[0].type == WeightType::Q8Packed8;

@@ -48,9 +48,11 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
                  int n_tokens);
 // Q8Packed8 weights (any vector level): the AVX2 byte products on 8 rows at a time.
 void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* x, int n_tokens);
-// GGUF blocks packed by 8 rows (Q4_0 with `q32`, Q4_K and Q6_K with `q256`) at every vector level:
-// matmul_avx2_blocks.cpp.
+// GGUF blocks packed by 8 rows (Q4_0 with `q32`, Q4_K and Q6_K with `q256`): AVX2 below the VNNI
+// levels (matmul_avx2_blocks.cpp), the VNNI dot product from them on (matmul_vnni_blocks.cpp).
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
+                        const SuperBlockInput* q256, int n_tokens);
+void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);

@@ -1,10 +1,11 @@
 // GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2, on the blocks
 // interleaved by 8 rows at load (WeightType::*Packed8, ggml_blocks.hpp): the products of a Q4_K_M
-// model at every vector level. The 8 lanes of a product are 8 rows, so no sum is horizontal. Kernels
+// model at the AVX2 and AVX-512 levels (the VNNI levels: matmul_vnni_blocks.cpp, the same walk with
+// the VNNI dot product). The 8 lanes of a product are 8 rows, so no sum is horizontal. Kernels
 // that read the row-major blocks as the file holds them were written first and took about twice the
 // instructions per weight (docs/PERFORMANCE.md); row-major blocks now take the plain product
-// (matmul_reference.cpp), which the reference level multiplies. AVX-512 would need yet another
-// layout to gain, and llama.cpp's AVX-512 builds run AVX2 code for most of these too.
+// (matmul_reference.cpp), which the reference level multiplies. 512-bit registers would need yet
+// another layout to gain, and llama.cpp's AVX-512 builds run AVX2 code for most of these too.
 //
 // The activations are rounded as llama.cpp rounds them for the same weights: Q4_0 with int8 per
 // group of 32 (its q8_0), Q4_K and Q6_K with int8 per 256 and each 16 and 32 values' sum (its

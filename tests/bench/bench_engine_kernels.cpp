@@ -131,11 +131,12 @@ int main(int, char** argv) {
         const Matrices m = make(type, 44, rows, cols);
         // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
         // for bf16 weights.
-        // The packed q8 layout is only the VNNI level's; packed by 8 runs the same AVX2 kernel at
-        // every vector level.
+        // The packed q8 layout is only the VNNI level's; q8 packed by 8 runs the same AVX2 kernel at
+        // every vector level; GGUF's blocks have an AVX2 kernel and a VNNI one.
         const auto skip = [type](Isa isa) {
             if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni;
-            if (type == WeightType::Q8Packed8 || is_ggml_block_type(type)) return isa != Isa::Avx2;
+            if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
+            if (is_ggml_block_type(type)) return isa != Isa::Avx2 && isa != Isa::Avx512Vnni;  // the two kernels
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
         };
         for (Isa isa : isas) {

@@ -1,0 +1,302 @@
+// GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX-512 VNNI on 256-bit
+// registers: the same 8-row packed blocks and the same rounded activations as
+// matmul_avx2_blocks.cpp, whose comments say how the layouts are walked. vpdpbusd multiplies
+// unsigned weight bytes by signed activation bytes and adds each four products to an int32 lane
+// in one instruction, where AVX2 needs vpmaddubsw, an int16 add and, per sub-block, a vpmaddwd:
+// the sums stay int32 from the start and take the rows' scales with vpmulld. 256 bits, because
+// the packed layout's 8 lanes are 8 rows (and Zen 4 splits 512-bit operations in two anyway).
+// Integer sums are exact either way, so every level gives the same products bit for bit up to the
+// float accumulation order, which is also the same.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ggml_blocks.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/matmul_tiling.hpp"
+
+// The accumulators must live in registers (see matmul_avx2.cpp).
+#define ANVIL_UNROLL _Pragma("GCC unroll 16")
+
+namespace anvil::kernels::detail {
+namespace {
+
+inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
+    float* out = y + size_t(t) * rows + r0;
+    const int live = std::min(kPack8Rows, rows - r0);
+    if (live == kPack8Rows) {
+        _mm256_storeu_ps(out, sums);
+        return;
+    }
+    float lanes[kPack8Rows];
+    _mm256_storeu_ps(lanes, sums);
+    std::memcpy(out, lanes, sizeof(float) * size_t(live));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i broadcast4(const int8_t* p) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return _mm256_set1_epi32(four);
+}
+// 8 bytes from p as 8 int32 lanes, unsigned or signed.
+inline __m256i widen_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+
+constexpr int kPrefetchAhead = 2048;  // as matmul_avx2_blocks.cpp
+
+template <int BT, int TT>
+void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const size_t block_bytes = size_t(supers) * kQ4_KPacked8Bytes;
+    const uint8_t* blocks[BT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b) blocks[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + b) * block_bytes;
+    __m256 acc[BT][TT];
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b)
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) acc[b][t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tiles[BT];
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b) tiles[b] = blocks[b] + size_t(i) * kQ4_KPacked8Bytes;
+        const int8_t* xs[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
+        __m256i sum[BT][TT];
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b)
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) sum[b][t] = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int c = 0; c < 4; ++c) {
+            // Sub-blocks 2c (low nibbles) and 2c + 1 (high), at most 32 x 15 x 127 a lane.
+            __m256i lo_sum[BT][TT], hi_sum[BT][TT];
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b)
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) lo_sum[b][t] = hi_sum[b][t] = _mm256_setzero_si256();
+            ANVIL_UNROLL
+            for (int s = 0; s < 8; ++s) {
+                __m256i xa[TT], xb[TT];
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) {
+                    xa[t] = broadcast4(xs[t] + 64 * c + 4 * s);
+                    xb[t] = broadcast4(xs[t] + 64 * c + 32 + 4 * s);
+                }
+                ANVIL_UNROLL
+                for (int b = 0; b < BT; ++b) {
+                    const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
+                    if (s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    const __m256i v = load256(at);
+                    const __m256i lo = _mm256_and_si256(v, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) {
+                        lo_sum[b][t] = _mm256_dpbusd_epi32(lo_sum[b][t], lo, xa[t]);
+                        hi_sum[b][t] = _mm256_dpbusd_epi32(hi_sum[b][t], hi, xb[t]);
+                    }
+                }
+            }
+            ANVIL_UNROLL
+            for (int b = 0; b < BT; ++b) {
+                const __m256i scale_lo = widen_u8(tiles[b] + 32 + 16 * c);
+                const __m256i scale_hi = widen_u8(tiles[b] + 40 + 16 * c);
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t)
+                    sum[b][t] = _mm256_add_epi32(sum[b][t], _mm256_add_epi32(_mm256_mullo_epi32(lo_sum[b][t], scale_lo),
+                                                                             _mm256_mullo_epi32(hi_sum[b][t], scale_hi)));
+            }
+        }
+        ANVIL_UNROLL
+        for (int b = 0; b < BT; ++b) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b])));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 16)));
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                const int16_t* sums = x->sums32 + (size_t(t0 + t) * supers + size_t(i)) * 8;
+                __m256i offsets = _mm256_setzero_si256();
+                ANVIL_UNROLL
+                for (int p = 0; p < 4; ++p) {
+                    int32_t pair;
+                    std::memcpy(&pair, sums + 2 * p, 4);
+                    const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 96 + 16 * p)));
+                    offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
+                }
+                const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i]);
+                acc[b][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[b][t]), _mm256_mul_ps(d, x_scale), acc[b][t]);
+                acc[b][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc[b][t]);
+            }
+        }
+    }
+    ANVIL_UNROLL
+    for (int b = 0; b < BT; ++b)
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) store_rows8(acc[b][t], w.rows, (b0 + b) * kPack8Rows, t0 + t, y);
+}
+
+// Q6_K: a sub-block's 16 values are four steps of one quarter; they add up in int32 before its
+// scale (int8, widened to int32) multiplies them.
+template <int TT>
+void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ6_KPacked8Bytes;
+    __m256 acc[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    // A sub-block's scale byte of each row, the even or odd one of the row's pair, to the low 8 bytes.
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
+        const int8_t* xs[TT];
+        __m256i sum[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
+            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
+            __m256i offset = _mm256_setzero_si256();
+            ANVIL_UNROLL
+            for (int p = 0; p < 8; ++p) {
+                int32_t pair;
+                std::memcpy(&pair, sums + 2 * p, 4);
+                const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
+                offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
+            }
+            sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        }
+        ANVIL_UNROLL
+        for (int h = 0; h < 2; ++h)
+            ANVIL_UNROLL
+            for (int s4 = 0; s4 < 2; ++s4) {  // four steps at a time: one sub-block of each quarter
+                __m256i part[4][TT];
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k)
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) part[k][t] = _mm256_setzero_si256();
+                ANVIL_UNROLL
+                for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
+                    const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
+                    const __m256i a = load256(at), b = load256(at + 32), hb = load256(at + 64);
+                    __m256i q[4];
+                    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, bits45));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 4; ++k)
+                        ANVIL_UNROLL
+                        for (int t = 0; t < TT; ++t)
+                            part[k][t] = _mm256_dpbusd_epi32(part[k][t], q[k], broadcast4(xs[t] + 128 * h + 32 * k + 4 * s));
+                }
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k) {
+                    const int j = 8 * h + 2 * k + s4;  // the sub-block of these steps in quarter k
+                    const __m128i pair = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * (j / 2)));
+                    const __m256i scale = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(pair, j % 2 ? odd : even));
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) sum[t] = _mm256_add_epi32(sum[t], _mm256_mullo_epi32(part[k][t], scale));
+                }
+            }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t)
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
+                                     acc[t]);
+    }
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
+}
+
+template <int TT>
+void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0, float* y) {
+    const int per_row = w.cols / kQ4_0Values;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(per_row) * kQ4_0Packed8Bytes;
+    __m256 acc[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int i = 0; i < per_row; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ4_0Packed8Bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 128, _MM_HINT_T0);
+        __m256i sum[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            // The stored values are q + 8: start from -8 x the activations' sum.
+            const size_t g = size_t(t0 + t) * per_row + size_t(i);
+            sum[t] = _mm256_set1_epi32(-8 * int(x->sums[g]));
+        }
+        ANVIL_UNROLL
+        for (int s = 0; s < 4; ++s) {
+            const __m256i v = load256(tile + 16 + 32 * s);
+            const __m256i lo = _mm256_and_si256(v, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                const int8_t* xv = x->values + size_t(t0 + t) * w.cols + size_t(i) * kQ4_0Values;
+                sum[t] = _mm256_dpbusd_epi32(sum[t], lo, broadcast4(xv + 4 * s));
+                sum[t] = _mm256_dpbusd_epi32(sum[t], hi, broadcast4(xv + 16 + 4 * s));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            const size_t g = size_t(t0 + t) * per_row + size_t(i);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[g])), acc[t]);
+        }
+    }
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
+}
+
+// Items of two 8-row blocks, as matmul_avx2_blocks.cpp's, but four tokens a tile (AVX-512 has 32
+// vector registers): a block's weights are unpacked once for four tokens. A token's sums are in the
+// same order in a tile of four as alone, so its result does not depend on the batch.
+template <typename Input, void (*Tile4)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    for (int b = b0; b < b0 + blocks; ++b) {
+        int t = c0;
+        for (; t + 4 <= c1; t += 4) Tile4(w, b, x, t, y);
+        for (; t < c1; ++t) Tile1(w, b, x, t, y);
+    }
+}
+
+int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
+
+}  // namespace
+
+void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
+                        const SuperBlockInput* q256, int n_tokens) {
+    switch (ws[0].type) {
+        case WeightType::Q4_KPacked8:
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<SuperBlockInput, q4_k_packed8_tile<1, 4>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+            });
+        case WeightType::Q6_KPacked8:
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+            });
+        case WeightType::Q4_0Packed8:
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<QuantizedInput, q4_0_packed8_tile<4>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+            });
+        default: break;  // matmul_group_with sends only packed GGUF blocks here
+    }
+}
+
+}  // namespace anvil::kernels::detail
