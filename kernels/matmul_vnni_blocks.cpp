@@ -264,14 +264,14 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
 // Items of two 8-row blocks, as matmul_avx2_blocks.cpp's, but four tokens a tile (AVX-512 has 32
 // vector registers): a block's weights are unpacked once for four tokens. A token's sums are in the
 // same order in a tile of four as alone, so its result does not depend on the batch.
-template <typename Input, void (*Tile4)(const WeightMatrix&, int, const Input*, int, float*),
+template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
           void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
 void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
     const int b0 = item * 2;
     const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
     for (int b = b0; b < b0 + blocks; ++b) {
         int t = c0;
-        for (; t + 4 <= c1; t += 4) Tile4(w, b, x, t, y);
+        for (; t + Wide <= c1; t += Wide) TileWide(w, b, x, t, y);
         for (; t < c1; ++t) Tile1(w, b, x, t, y);
     }
 }
@@ -285,15 +285,15 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, q4_k_packed8_tile<1, 4>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q6_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<QuantizedInput, q4_0_packed8_tile<4>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+                packed8_item<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
             });
         default: break;  // matmul_group_with sends only packed GGUF blocks here
     }
