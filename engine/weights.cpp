@@ -37,7 +37,8 @@ size_t matrix_bytes(const WeightMatrix& m) {
     const size_t n = size_t(m.rows) * m.cols;
     switch (m.type) {
         case WeightType::F32: return n * 4;
-        case WeightType::BF16: return n * 2;
+        case WeightType::BF16:
+        case WeightType::F16: return n * 2;
         case WeightType::Q8: return n + n / kernels::kQ8Group * 4;
         case WeightType::Q8Packed: {
             const size_t padded = size_t(kernels::q8_packed_blocks(m.rows)) * kernels::kQ8PackRows * m.cols;
@@ -108,6 +109,7 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightFormat::Stored:
             switch (t.dtype) {
                 case Dtype::BF16: type = WeightType::BF16; break;
+                case Dtype::F16: type = WeightType::F16; break;
                 case Dtype::Q8_0:
                 case Dtype::Q5_0: type = WeightType::Q8; break;
                 case Dtype::Q4_0: type = WeightType::Q4_0; break;
@@ -121,7 +123,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightFormat::Q8: type = WeightType::Q8; break;
     }
     WeightMatrix m{type, rows, cols, nullptr, nullptr};
-    const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16);
+    const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16) ||
+                      (type == WeightType::F16 && t.dtype == Dtype::F16);
     if (same && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) {
         m.data = t.data;  // zero copy: the kernels read the mapping
         return m;
@@ -158,6 +161,13 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
             float* out = static_cast<float*>(allocate(n * 4));
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < rows; ++r) stored_row_to_f32(t, r, cols, out + size_t(r) * cols);
+            m.data = out;
+            break;
+        }
+        case WeightType::F16: {
+            // Only ever stored F16 (no --weights asks for it) the mapping could not serve: copied.
+            uint16_t* out = static_cast<uint16_t*>(allocate(n * 2));
+            std::memcpy(out, t.data, n * 2);
             m.data = out;
             break;
         }

@@ -11,6 +11,7 @@ const char* weight_type_name(WeightType type) {
     switch (type) {
         case WeightType::F32: return "f32";
         case WeightType::BF16: return "bf16";
+        case WeightType::F16: return "f16";
         case WeightType::Q8: return "q8";
         case WeightType::Q8Packed: return "q8 (packed)";
         case WeightType::Q8Packed8: return "q8 (packed by 8)";
@@ -82,6 +83,9 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
             return;
         case WeightType::BF16:
             bf16_to_f32_array(static_cast<const uint16_t*>(w.data) + offset, out, w.cols);
+            return;
+        case WeightType::F16:
+            for (int k = 0; k < w.cols; ++k) out[k] = f16_to_f32(static_cast<const uint16_t*>(w.data)[offset + size_t(k)]);
             return;
         case WeightType::Q8: {
             const int8_t* q = static_cast<const int8_t*>(w.data) + offset;

@@ -23,6 +23,8 @@ inline __m256 load_weights(const void* row, int k) {
     } else if constexpr (T == WeightType::BF16) {
         __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+    } else if constexpr (T == WeightType::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k)));
     } else {
         __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + k));
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
@@ -37,7 +39,7 @@ inline __m256 load_weights_tail(const void* row, int k, int count) {
         std::memcpy(buffer, static_cast<const float*>(row) + k, sizeof(float) * count);
         return _mm256_loadu_ps(buffer);
     } else {
-        static_assert(T == WeightType::BF16, "q8 rows are whole groups");
+        static_assert(T == WeightType::BF16 || T == WeightType::F16, "q8 rows are whole groups");
         uint16_t buffer[kLanes] = {};
         std::memcpy(buffer, static_cast<const uint16_t*>(row) + k, sizeof(uint16_t) * count);
         return load_weights<T>(buffer, 0);
@@ -176,6 +178,9 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
         case WeightType::BF16:
             if (n_tokens == 1) return run_tiles<Tile, WeightType::BF16, 8, 1>(ws, ys, count, x, qx, n_tokens);
             return run_tiles<Tile, WeightType::BF16, 4, 2>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::F16:
+            if (n_tokens == 1) return run_tiles<Tile, WeightType::F16, 8, 1>(ws, ys, count, x, qx, n_tokens);
+            return run_tiles<Tile, WeightType::F16, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
         case WeightType::Q8Packed8: break;  // and this to matmul_avx2_packed8

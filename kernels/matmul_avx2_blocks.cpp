@@ -32,12 +32,6 @@
 namespace anvil::kernels::detail {
 namespace {
 
-inline float load_f16(const uint8_t* p) {
-    uint16_t bits;
-    std::memcpy(&bits, p, 2);
-    return _cvtsh_ss(bits);
-}
-
 // One token's results for the 8 rows of a packed block from r0, the padding rows left out.
 inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
     float* out = y + size_t(t) * rows + r0;

@@ -23,6 +23,8 @@ inline __m512 load_weights(const void* row, int k) {
     } else if constexpr (T == WeightType::BF16) {
         __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    } else if constexpr (T == WeightType::F16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k)));
     } else {
         __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + k));
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
@@ -33,6 +35,8 @@ template <WeightType T>
 inline __m512 load_weights_tail(const void* row, int k, __mmask16 mask) {
     if constexpr (T == WeightType::F32) {
         return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + k);
+    } else if constexpr (T == WeightType::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + k));
     } else {
         static_assert(T == WeightType::BF16, "q8 rows are whole groups");
         __m256i half = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + k);
@@ -158,6 +162,7 @@ void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const fl
     switch (ws[0].type) {
         case WeightType::F32: return run_tiles<Tile, WeightType::F32, 4, 4>(ws, ys, count, x, qx, n_tokens);
         case WeightType::BF16: return run_tiles<Tile, WeightType::BF16, 4, 4>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::F16: return run_tiles<Tile, WeightType::F16, 4, 4>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
         case WeightType::Q8Packed8: break;  // and this to matmul_avx2_packed8

@@ -30,6 +30,11 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                     for (int k = 0; k < w.cols; ++k) sum += bf16_to_f32(row[k]) * xt[k];
                     break;
                 }
+                case WeightType::F16: {
+                    const uint16_t* row = static_cast<const uint16_t*>(w.data) + size_t(r) * w.cols;
+                    for (int k = 0; k < w.cols; ++k) sum += f16_to_f32(row[k]) * xt[k];
+                    break;
+                }
                 case WeightType::Q8: {
                     const int8_t* row = static_cast<const int8_t*>(w.data) + size_t(r) * w.cols;
                     for (int g = 0; g < groups; ++g) {

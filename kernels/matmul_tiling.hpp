@@ -24,7 +24,8 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
     const size_t offset = size_t(r) * w.cols;
     switch (w.type) {
         case WeightType::F32: return static_cast<const float*>(w.data) + offset;
-        case WeightType::BF16: return static_cast<const uint16_t*>(w.data) + offset;
+        case WeightType::BF16:
+        case WeightType::F16: return static_cast<const uint16_t*>(w.data) + offset;
         case WeightType::Q8: return static_cast<const int8_t*>(w.data) + offset;
         case WeightType::Q8Packed: break;  // not row-major: only matmul_avx512vnni.cpp reads it
         case WeightType::Q8Packed8: break;  // nor this: matmul_avx2_packed.cpp

@@ -7,10 +7,11 @@
 
 namespace anvil::kernels {
 
-// Q4_0, Q4_K and Q6_K are GGUF's blocks as the file holds them, row after row; Q4_KPacked8 the same
+// F16 is IEEE half precision as Hugging Face and GGUF files store it (widened to f32 in registers).
+// Q4_0, Q4_K and Q6_K are GGUF's blocks as the file holds them, row after row; Q4_KPacked8,
 // Q6_KPacked8 and Q4_0Packed8 the same values interleaved by 8 rows for the vector levels
 // (ggml_blocks.hpp).
-enum class WeightType { F32, BF16, Q8, Q8Packed, Q8Packed8, Q4_0, Q4_K, Q6_K, Q4_KPacked8, Q6_KPacked8, Q4_0Packed8 };
+enum class WeightType { F32, BF16, F16, Q8, Q8Packed, Q8Packed8, Q4_0, Q4_K, Q6_K, Q4_KPacked8, Q6_KPacked8, Q4_0Packed8 };
 const char* weight_type_name(WeightType type);
 
 // Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.

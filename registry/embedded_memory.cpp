@@ -15,12 +15,13 @@ I exact(std::int64_t v) { return I::exact(v); }
 
 // The format a matrix is held in, after anvil-engine's --weights (engine/weights.cpp). The last three
 // are GGUF files' block formats, mapped as stored.
-enum class Held { f32, bf16, q8, q4_0, q4_k_m, q6_k };
+enum class Held { f32, bf16, f16, q8, q4_0, q4_k_m, q6_k };
 
 const char* name(Held h) {
     switch (h) {
         case Held::f32: return "f32";
         case Held::bf16: return "bf16";
+        case Held::f16: return "f16";
         case Held::q8: return "q8";
         case Held::q4_0: return "q4_0";
         case Held::q4_k_m: return "q4_k_m";
@@ -85,14 +86,15 @@ Settings settings_of(const Launch& l) {
     return s;
 }
 
-// How a model stored as `dtype` is held when served as `format` ("stored" keeps f32 and bf16,
-// widens f16 to f32, holds a GGUF file's Q8_0 as q8 and its Q4_0, Q4_K and Q6_K blocks as they are).
+// How a model stored as `dtype` is held when served as `format` ("stored" keeps f32, bf16 and f16,
+// holds a GGUF file's Q8_0 as q8 and its Q4_0, Q4_K and Q6_K blocks as they are).
 Held held_as(const std::string& format, const std::string& dtype, const std::string& model) {
     if (format == "f32") return Held::f32;
     if (format == "bf16") return Held::bf16;
     if (format == "q8") return Held::q8;
     if (format != "stored") throw Unknown{"weights '" + format + "' are not a format anvil-engine serves (f32, bf16, q8, stored)"};
-    if (dtype == "f32" || dtype == "f16") return Held::f32;
+    if (dtype == "f32") return Held::f32;
+    if (dtype == "f16") return Held::f16;
     if (dtype == "bf16") return Held::bf16;
     if (dtype == "q8_0") return Held::q8;
     if (dtype == "q4_0") return Held::q4_0;
@@ -104,7 +106,9 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
 
 // The engine maps a tensor held in the format it is stored in instead of copying it; GGUF's Q4_0,
 // Q4_K and Q6_K it copies once, interleaved by 8 rows for the vector levels (kernels/ggml_blocks.hpp).
-bool mapped(Held held, const std::string& dtype) { return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16"); }
+bool mapped(Held held, const std::string& dtype) {
+    return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16") || (held == Held::f16 && dtype == "f16");
+}
 
 // GGUF blocks: bytes per block of values (kernels/ggml_blocks.hpp).
 I block_bytes(const I& n, std::int64_t values, std::int64_t bytes) { return floor_divide(n, exact(values)) * exact(bytes); }
@@ -129,7 +133,8 @@ I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::strin
             if (!super) return matrix_bytes(rows, cols, Held::q8, model);
             return {q6_k.min, q6_k_packed.max};
         case Held::f32: return n * exact(4);
-        case Held::bf16: return n * exact(2);
+        case Held::bf16:
+        case Held::f16: return n * exact(2);
         case Held::q8: {
             if (cols % kQ8Group != 0)
                 throw Unknown{"model " + model + " has a matrix of " + std::to_string(cols) + " columns, not a multiple of 32: anvil-engine " +

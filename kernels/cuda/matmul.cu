@@ -162,8 +162,8 @@ bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer
 void check_shapes(const WeightMatrix& w, const float* x, int n_tokens, const float* y) {
     if (w.type == WeightType::Q8Packed || w.type == WeightType::Q8Packed8)
         throw std::invalid_argument("cuda matmul: packed q8 is a CPU layout; give the row-major q8 matrix");
-    if (is_ggml_block_type(w.type))
-        throw std::invalid_argument(std::string("cuda matmul: ") + weight_type_name(w.type) + " blocks have no CUDA kernel yet");
+    if (is_ggml_block_type(w.type) || w.type == WeightType::F16)
+        throw std::invalid_argument(std::string("cuda matmul: ") + weight_type_name(w.type) + " weights have no CUDA kernel yet");
     const int multiple = w.type == WeightType::F32 ? 4 : w.type == WeightType::BF16 ? 8 : kQ8Group;
     const std::string what = std::string("cuda matmul of a ") + weight_type_name(w.type) + " [" +
                              std::to_string(w.rows) + "][" + std::to_string(w.cols) + "] matrix: ";
@@ -182,6 +182,8 @@ void check_shapes(const WeightMatrix& w, const float* x, int n_tokens, const flo
 DeviceWeights::DeviceWeights(const WeightMatrix& host) : view_(host) {
     if (host.type == WeightType::Q8Packed || host.type == WeightType::Q8Packed8)
         throw std::invalid_argument("cuda weights: packed q8 is a CPU layout; upload the row-major q8 matrix");
+    if (host.type != WeightType::F32 && host.type != WeightType::BF16 && host.type != WeightType::Q8)
+        throw std::invalid_argument(std::string("cuda weights: ") + weight_type_name(host.type) + " has no CUDA kernel yet");
     const size_t count = size_t(host.rows) * host.cols;
     const size_t element = host.type == WeightType::F32 ? 4 : host.type == WeightType::BF16 ? 2 : 1;
     data_ = DeviceArray<uint8_t>(count * element);
@@ -208,6 +210,7 @@ void matmul(Context& context, const WeightMatrix& w, const float* x, int n_token
         case WeightType::F32: return launch_own<WeightType::F32>(context, w, x, n_tokens, y);
         case WeightType::BF16: return launch_own<WeightType::BF16>(context, w, x, n_tokens, y);
         case WeightType::Q8: return launch_own<WeightType::Q8>(context, w, x, n_tokens, y);
+        case WeightType::F16:
         case WeightType::Q8Packed:
         case WeightType::Q8Packed8:
         case WeightType::Q4_0:

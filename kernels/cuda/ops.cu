@@ -186,6 +186,8 @@ void embedding(Context& context, const WeightMatrix& table, const int32_t* token
         throw std::invalid_argument("cuda embedding: packed q8 is a CPU layout; give the row-major q8 table");
     if (table.type == WeightType::Q8 && (table.cols % kQ8Group != 0 || !table.scales))
         throw std::invalid_argument("cuda embedding: a q8 table needs cols a multiple of 32 and scales");
+    if (table.type != WeightType::F32 && table.type != WeightType::BF16 && table.type != WeightType::Q8)
+        throw std::invalid_argument(std::string("cuda embedding: a ") + weight_type_name(table.type) + " table has no CUDA kernel yet");
     if (n_tokens == 0) return;
     context.activate();
     embedding_kernel<<<unsigned(n_tokens), kThreads, 0, detail::stream_of(context)>>>(table.type, table.data,

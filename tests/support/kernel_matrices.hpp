@@ -51,6 +51,11 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             detail::f32_to_bf16_scalar(values.data(), m.bf16.data(), values.size());
             m.view.data = m.bf16.data();
             break;
+        case WeightType::F16:
+            m.bf16.resize(values.size());  // two bytes a value, as bf16's
+            for (std::size_t i = 0; i < values.size(); ++i) m.bf16[i] = f32_to_f16(values[i]);
+            m.view.data = m.bf16.data();
+            break;
         case WeightType::Q8:
             m.q8.resize(values.size());
             m.scales.resize(values.size() / kQ8Group);

@@ -135,6 +135,15 @@ TEST_CASE("a bf16 model's self bf16 draft shares the target's mapping: its f32 n
     CHECK(part(m, "draft weights").how == "self bf16, the target's own mapping");
 }
 
+TEST_CASE("an f16 model served as stored is held as f16, mapped from its files", "[feasibility][memory]") {
+    json j = recipe_json(nullptr);
+    j["launch"]["model"]["dtype"] = "f16";
+    j["launch"]["arguments"] = {"--weights", "stored", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
+    const EmbeddedMemory m = estimate_embedded_memory(recipe_of(j), shapes);
+    CHECK(part(m, "target weights").bytes == IntInterval::exact(kTargetMatricesBf16 + 1280));  // two bytes a weight
+    CHECK(part(m, "target weights").how == "f16, mapped from its files");
+}
+
 TEST_CASE("what cannot be sized leaves the total unbounded and says why", "[feasibility][memory]") {
     const EmbeddedMemory no_lookup = estimate_embedded_memory(recipe_of(recipe_json()), nullptr);
     CHECK_FALSE(no_lookup.total.bounded());

@@ -173,7 +173,9 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
             const auto file = dir / (type == GgufFileType::F16 ? "m.f16.gguf" : "m.bf16.gguf");
             engine::convert_to_gguf(dir / "m", file, type);
             auto model = load_model(file, WeightFormat::Stored);
-            CHECK(model.weights->layers[0].w_up.type == (type == GgufFileType::BF16 ? kernels::WeightType::BF16 : kernels::WeightType::F32));
+            // Kept as stored, mapped from the file: never widened to f32.
+            CHECK(model.weights->layers[0].w_up.type == (type == GgufFileType::BF16 ? kernels::WeightType::BF16 : kernels::WeightType::F16));
+            CHECK(model.weights->resident_bytes() == 0);
             const int vocab = model.config.vocab_size;
             const auto seqs = prompts(vocab, false);
             const auto logits = run_sequences(model, seqs, 0);

@@ -38,7 +38,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
     struct Shape {
         int rows, cols;
     };
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
         const bool super_blocks = type == WeightType::Q4_K || type == WeightType::Q6_K || type == WeightType::Q4_KPacked8 ||
@@ -99,7 +99,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
 
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const int cols = is_ggml_block_type(type) ? 512 : 160;
         const TestMatrix m = make_matrix(type, 61, cols, 7);
@@ -243,7 +243,7 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
 }
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const int cols = is_ggml_block_type(type) ? 256 : 96;
         const TestMatrix a = make_matrix(type, 45, cols, 21), b = make_matrix(type, 13, cols, 22), c = make_matrix(type, 64, cols, 23);
