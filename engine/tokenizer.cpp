@@ -126,7 +126,7 @@ Tokenizer::Tokenizer(const json& doc, const json& config, const std::string& lab
     try {
         parse(doc, config, label);
     } catch (const json::exception& e) {
-        // A value of the wrong type somewhere the checks above did not look.
+        // A value of the wrong type where parse() does not check types itself.
         throw std::runtime_error(label + ": a value has the wrong type (" + e.what() + ")");
     }
 }
