@@ -44,6 +44,10 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         m.bf16.resize(n);
         f32_to_bf16_array(values.data(), m.bf16.data(), n);
     }
+    if (type == WeightType::F16) {  // two bytes a value, held where bf16's are
+        m.bf16.resize(n);
+        for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_f16(values[i]);
+    }
     const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
     if (q8) {
         m.q8.resize(n);
@@ -99,13 +103,13 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         const size_t offset = size_t(i) * rows * cols;
         WeightMatrix w{type, rows, cols, nullptr, nullptr};
         if (type == WeightType::F32) w.data = m.f32.data() + offset;
-        if (type == WeightType::BF16) w.data = m.bf16.data() + offset;
+        if (type == WeightType::BF16 || type == WeightType::F16) w.data = m.bf16.data() + offset;
         if (type == WeightType::Q8 || type == WeightType::Q8Packed8) w.data = m.q8.data() + offset;
         if (type == WeightType::Q8Packed) w.data = m.packed.data() + offset;
         if (q8) w.scales = m.scales.data() + size_t(i) * rows * groups;
         m.views.push_back(w);
     }
-    const size_t per = type == WeightType::F32 ? 4 : type == WeightType::BF16 ? 2 : 1;
+    const size_t per = type == WeightType::F32 ? 4 : type == WeightType::BF16 || type == WeightType::F16 ? 2 : 1;
     m.bytes = n * per + (q8 ? m.scales.size() * 4 : 0);
     return m;
 }
@@ -124,7 +128,7 @@ int main(int, char** argv) {
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
     const char* only = std::getenv("ANVIL_BENCH_FORMATS");  // e.g. "Q4_K Q6_K": just these formats
-    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
+    for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
         if (only && !std::strstr(only, weight_type_name(type))) continue;
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
