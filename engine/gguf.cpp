@@ -143,6 +143,15 @@ void put_string(std::string& out, const std::string& s) {
     put<uint64_t>(out, s.size());
     out += s;
 }
+// A key whose value is an array of numbers of GGUF type `type`.
+template <typename T>
+void put_number_array(std::string& out, const std::string& key, uint32_t type, const std::vector<T>& values) {
+    put_string(out, key);
+    put<uint32_t>(out, kArray);
+    put<uint32_t>(out, type);
+    put<uint64_t>(out, values.size());
+    for (auto v : values) put(out, v);
+}
 
 }  // namespace
 
@@ -296,20 +305,12 @@ void GgufWriter::set_strings(const std::string& key, const std::vector<std::stri
     ++kv_count_;
 }
 void GgufWriter::set_i32s(const std::string& key, const std::vector<int32_t>& values) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kArray);
-    put<uint32_t>(kv_, kI32);
-    put<uint64_t>(kv_, values.size());
-    for (auto v : values) put(kv_, v);
+    put_number_array(kv_, key, kI32, values);
     ++kv_count_;
 }
 
 void GgufWriter::set_f32s(const std::string& key, const std::vector<float>& values) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kArray);
-    put<uint32_t>(kv_, kF32);
-    put<uint64_t>(kv_, values.size());
-    for (auto v : values) put(kv_, v);
+    put_number_array(kv_, key, kF32, values);
     ++kv_count_;
 }
 

@@ -24,6 +24,7 @@
 
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/matmul_blocks_common.hpp"
 #include "kernels/matmul_tiling.hpp"
 
 // The accumulators must live in registers (see matmul_avx2.cpp).
@@ -31,26 +32,6 @@
 
 namespace anvil::kernels::detail {
 namespace {
-
-// One token's results for the 8 rows of a packed block from r0, the padding rows left out.
-inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
-    float* out = y + size_t(t) * rows + r0;
-    const int live = std::min(kPack8Rows, rows - r0);
-    if (live == kPack8Rows) {
-        _mm256_storeu_ps(out, sums);
-        return;
-    }
-    float lanes[kPack8Rows];
-    _mm256_storeu_ps(lanes, sums);
-    std::memcpy(out, lanes, sizeof(float) * size_t(live));
-}
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-// How far ahead in a packed block's stream of weights the kernels ask for bytes: from memory one
-// thread's packed Q4_K matvec went from 7-9 GB/s (the next tile's bytes prefetched, two streams a
-// tile) to 15-23 GB/s (one stream, 2 KB ahead).
-constexpr int kPrefetchAhead = 2048;
 
 // Q4_K packed by 8 rows (ggml_blocks.hpp): BT blocks of 8 rows from block b0 times TT tokens from
 // t0. Each 32-byte step holds 4 bytes of each of 8 rows: its low nibbles meet 4 broadcast
@@ -168,8 +149,6 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     __m256 acc[TT];
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     // A sub-block's scale byte of each row into both int16 lanes of its row: even or odd of a pair.
     const __m128i even = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
     const __m128i odd = _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
@@ -207,13 +186,8 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
-                    const __m256i a = load256(at), b = load256(at + 32), hb = load256(at + 64);
                     __m256i q[4];
-                    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
-                    q[1] = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
-                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, bits45));
-                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
-                                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+                    q6_k_step_values(at, q);
                     ANVIL_UNROLL
                     for (int k = 0; k < 4; ++k)
                         ANVIL_UNROLL
@@ -291,22 +265,6 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
-// Items of two 8-row blocks, each taken with two tokens a tile and a lone token last: a sum's order
-// is the same in either, so a token's result does not depend on the batch.
-template <typename Input, void (*Tile2)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
-void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    for (int b = b0; b < b0 + blocks; ++b) {
-        int t = c0;
-        for (; t + 2 <= c1; t += 2) Tile2(w, b, x, t, y);
-        if (t < c1) Tile1(w, b, x, t, y);
-    }
-}
-
-int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
-
 }  // namespace
 
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
@@ -314,15 +272,15 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q6_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<QuantizedInput, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+                packed8_item<QuantizedInput, 2, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
             });
         default: break;  // matmul_group_with sends only packed GGUF blocks here
     }

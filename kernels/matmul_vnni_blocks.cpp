@@ -3,7 +3,8 @@
 // matmul_avx2_blocks.cpp, whose comments say how the layouts are walked. vpdpbusd multiplies
 // unsigned weight bytes by signed activation bytes and adds each four products to an int32 lane
 // in one instruction, where AVX2 needs vpmaddubsw, an int16 add and, per sub-block, a vpmaddwd:
-// the sums stay int32 from the start and take the rows' scales with vpmulld. 256 bits, because
+// the sums stay int32 from the start and take the rows' scales with vpmulld; four tokens a tile
+// for Q4_0 and Q4_K (AVX-512's 32 registers; Q6_K's partial sums spill at four). 256 bits, because
 // the packed layout's 8 lanes are 8 rows (and Zen 4 splits 512-bit operations in two anyway).
 // Integer sums are exact either way, so every level gives the same products bit for bit up to the
 // float accumulation order, which is also the same.
@@ -15,6 +16,7 @@
 
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/matmul_blocks_common.hpp"
 #include "kernels/matmul_tiling.hpp"
 
 // The accumulators must live in registers (see matmul_avx2.cpp).
@@ -23,28 +25,13 @@
 namespace anvil::kernels::detail {
 namespace {
 
-inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
-    float* out = y + size_t(t) * rows + r0;
-    const int live = std::min(kPack8Rows, rows - r0);
-    if (live == kPack8Rows) {
-        _mm256_storeu_ps(out, sums);
-        return;
-    }
-    float lanes[kPack8Rows];
-    _mm256_storeu_ps(lanes, sums);
-    std::memcpy(out, lanes, sizeof(float) * size_t(live));
-}
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m256i broadcast4(const int8_t* p) {
     int32_t four;
     std::memcpy(&four, p, 4);
     return _mm256_set1_epi32(four);
 }
-// 8 bytes from p as 8 int32 lanes, unsigned or signed.
+// 8 unsigned bytes from p as 8 int32 lanes.
 inline __m256i widen_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-
-constexpr int kPrefetchAhead = 2048;  // as matmul_avx2_blocks.cpp
 
 template <int BT, int TT>
 void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
@@ -148,8 +135,6 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     __m256 acc[TT];
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     // A sub-block's scale byte of each row, the even or odd one of the row's pair, to the low 8 bytes.
     const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -186,13 +171,8 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
-                    const __m256i a = load256(at), b = load256(at + 32), hb = load256(at + 64);
                     __m256i q[4];
-                    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
-                    q[1] = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
-                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, bits45));
-                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
-                                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+                    q6_k_step_values(at, q);
                     ANVIL_UNROLL
                     for (int k = 0; k < 4; ++k)
                         ANVIL_UNROLL
@@ -260,23 +240,6 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
-
-// Items of two 8-row blocks, as matmul_avx2_blocks.cpp's, but four tokens a tile (AVX-512 has 32
-// vector registers): a block's weights are unpacked once for four tokens. A token's sums are in the
-// same order in a tile of four as alone, so its result does not depend on the batch.
-template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
-void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    for (int b = b0; b < b0 + blocks; ++b) {
-        int t = c0;
-        for (; t + Wide <= c1; t += Wide) TileWide(w, b, x, t, y);
-        for (; t < c1; ++t) Tile1(w, b, x, t, y);
-    }
-}
-
-int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
 
 }  // namespace
 

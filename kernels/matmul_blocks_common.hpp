@@ -1,0 +1,70 @@
+// What the two block kernel files (matmul_avx2_blocks.cpp, matmul_vnni_blocks.cpp) share: storing
+// a packed block's 8 rows, Q6_K's unpacking of a step into its four quarters' values, and the
+// items the products are split into. Everything is in an anonymous namespace on purpose: each file
+// compiles its own copy with its own instruction set flags, so that no AVX-512 encoding of these
+// reaches the AVX2 file through the linker's choice of one inline definition.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ggml_blocks.hpp"
+#include "kernels/matmul.hpp"
+
+namespace anvil::kernels::detail {
+namespace {
+
+// One token's results for the 8 rows of a packed block from r0, the padding rows left out.
+inline void store_rows8(__m256 sums, int rows, int r0, int t, float* y) {
+    float* out = y + size_t(t) * rows + r0;
+    const int live = std::min(kPack8Rows, rows - r0);
+    if (live == kPack8Rows) {
+        _mm256_storeu_ps(out, sums);
+        return;
+    }
+    float lanes[kPack8Rows];
+    _mm256_storeu_ps(lanes, sums);
+    std::memcpy(out, lanes, sizeof(float) * size_t(live));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// How far ahead in a packed block's stream of weights the kernels ask for bytes: from memory one
+// thread's packed Q4_K matvec went from 7-9 GB/s (the next tile's bytes prefetched, two streams a
+// tile) to 15-23 GB/s (one stream, 2 KB ahead).
+constexpr int kPrefetchAhead = 2048;
+
+// A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit
+// pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.
+inline void q6_k_step_values(const uint8_t* at, __m256i q[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    const __m256i a = load256(at), b = load256(at + 32), hb = load256(at + 64);
+    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+    q[1] = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, bits45));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+}
+
+// Items of two 8-row blocks, each taken `Wide` tokens a tile and the leftover tokens one at a
+// time: a token's sums are in the same order in either tile, so its result does not depend on
+// the batch.
+template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    for (int b = b0; b < b0 + blocks; ++b) {
+        int t = c0;
+        for (; t + Wide <= c1; t += Wide) TileWide(w, b, x, t, y);
+        for (; t < c1; ++t) Tile1(w, b, x, t, y);
+    }
+}
+
+inline int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
+
+}  // namespace
+}  // namespace anvil::kernels::detail
