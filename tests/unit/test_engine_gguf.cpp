@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -435,6 +436,12 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         w.set_string("tokenizer.ggml.model", "llama");
         w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
     }, "tokenizer.ggml.scores must hold one number per token");
+    rewrite("nan-score", [&](engine::GgufWriter& w) {
+        llama(w);
+        w.set_string("tokenizer.ggml.model", "llama");
+        w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
+        w.set_f32s("tokenizer.ggml.scores", {0.0f, std::numeric_limits<float>::quiet_NaN()});
+    }, "tokenizer.ggml.scores holds a float that is not finite");  // the reader refuses it before the merges see it
     rewrite("bert", [&](engine::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "bert"); },
             "tokenizer.ggml.model is \"bert\"; anvil-engine reads gpt2 (byte-level BPE) and llama (SentencePiece)");
     rewrite("pre", [&](engine::GgufWriter& w) {
