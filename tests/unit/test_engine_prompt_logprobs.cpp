@@ -41,12 +41,16 @@ public:
         options.kv_blocks = kv_blocks;
         served_ = anvil::test::engine::serve_tiny(dir_ / "model", options);
     }
-    std::string post(const json& body) const {
+    std::string post(const json& body) const { return checked(body, post_unchecked(body)); }
+    // Safe off the test's thread: no Catch assertion (they are not thread-safe), only HTTP.
+    std::pair<int, std::string> post_unchecked(const json& body) const {
         auto res = served_->client().Post("/v1/completions", body.dump(), "application/json");
-        REQUIRE(res);
-        INFO(body.dump() << " -> " << res->body);
-        REQUIRE(res->status == 200);
-        return res->body;
+        return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+    }
+    static std::string checked(const json& body, const std::pair<int, std::string>& reply) {
+        INFO(body.dump() << " -> " << reply.second);
+        REQUIRE(reply.first == 200);
+        return reply.second;
     }
     const std::filesystem::path model() const { return dir_ / "model"; }
     Engine& engine() { return served_->engine(); }
@@ -147,10 +151,11 @@ TEST_CASE("prompt logprobs are reported once, beside other prompts and across pr
     std::vector<std::vector<int32_t>> prompts;
     for (int salt = 10; salt < 13; ++salt) prompts.push_back(anvil::test::engine::token_sequence(100, vocab, salt));
     const auto reference = anvil::test::engine::run_sequences(model, prompts, 0);
-    std::vector<std::future<std::string>> replies;
-    for (const auto& p : prompts) replies.push_back(std::async(std::launch::async, [&, p] { return served.post(body_for(p, 40)); }));
+    std::vector<std::future<std::pair<int, std::string>>> replies;
+    for (const auto& p : prompts)
+        replies.push_back(std::async(std::launch::async, [&, p] { return served.post_unchecked(body_for(p, 40)); }));
     for (size_t i = 0; i < prompts.size(); ++i) {
-        const json reply = json::parse(replies[i].get());
+        const json reply = json::parse(Served::checked(body_for(prompts[i], 40), replies[i].get()));
         INFO("prompt " << i);
         const std::string echo = sanitize_utf8(tokenizer.decode(prompts[i], false));
         check_prompt_logprobs(reply["choices"][0]["logprobs"], prompts[i], reference[i], tokenizer, vocab, 40, echo.size());
