@@ -106,6 +106,7 @@ json Inventory::to_json() const {
         list.push_back(std::move(gpu));
     }
     json out{{"source", source}, {"gpus", list}, {"collectives", std::string(registry::to_string(collectives))}};
+    if (scope != "inventory") out["scope"] = scope;
     if (!driver_version.empty()) out["driver_version"] = driver_version;
     if (!cuda_driver_version.empty()) out["cuda_driver_version"] = cuda_driver_version;
     if (!collectives_notes.empty()) out["collectives_notes"] = collectives_notes;

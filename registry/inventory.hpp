@@ -33,6 +33,9 @@ struct Gpu {
 
 struct Inventory {
     std::string source;  // "NVML …", "nvidia-smi" or "configuration <file>"
+    // What the GPUs are, in the gates' reasons ("needs 8 GPUs, <scope> has 4"): this host's, or the
+    // largest node of a cluster (registry/slurm_cluster).
+    std::string scope = "inventory";
     std::vector<Gpu> gpus;
     std::string driver_version;       // "580.95.05", when measured
     std::string cuda_driver_version;  // the newest CUDA the driver supports: "13.0", when measured

@@ -29,7 +29,7 @@ Gate gpu_count(const Recipe& r, const GateContext& ctx) {
     if (!ctx.inventory) return g;
     const auto have = static_cast<std::int64_t>(ctx.inventory->gpus.size());
     g.status = have >= r.hardware_count ? AxisStatus::pass : AxisStatus::fail;
-    g.reason = "needs " + gpus(r.hardware_count) + ", inventory has " + std::to_string(have);
+    g.reason = "needs " + gpus(r.hardware_count) + ", " + ctx.inventory->scope + " has " + std::to_string(have);
     return g;
 }
 

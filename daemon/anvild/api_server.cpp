@@ -226,9 +226,12 @@ void ApiServer::routes() {
 
     h.Get("/api/v1/status", wrap("/api/v1/status", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) { send(res, 200, status_view(reconciler_, store_)); }));
 
-    // What NVML reads now, and what feasibility judges with (declared, measured at start, or none).
+    // What NVML reads now, and what feasibility judges with (declared, measured at start, or none);
+    // with a Slurm placement also the cluster's nodes as slurmrestd lists them now.
     h.Get("/api/v1/inventory", wrap("/api/v1/inventory", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-              send(res, 200, {{"data", {{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", inventory_view(reconciler_)}}}});
+              json data{{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", inventory_view(reconciler_)}};
+              if (config_.slurm) data["cluster"] = cluster_view(*config_.slurm);
+              send(res, 200, {{"data", std::move(data)}});
           }));
 
     h.Get("/api/v1/recipes", wrap("/api/v1/recipes", false, [this](const httplib::Request& req, httplib::Response& res, const std::string&) {

@@ -58,6 +58,19 @@ json registry_view(const Reconciler& reconciler) {
     return out;
 }
 
+json cluster_view(const driver::SlurmPlacement& placement) {
+    const driver::SlurmRest rest(placement.rest);
+    json out{{"placement", {{"kind", "slurm"}, {"rest", placement.rest.address}, {"user", placement.rest.user},
+                            {"partition", placement.partition}, {"account", placement.account},
+                            {"time_limit_minutes", placement.time_limit.count()}, {"gpu_memory_mib", placement.gpu_memory_mib}}}};
+    try {
+        out.update(rest.nodes().to_json());
+    } catch (const driver::SlurmError& e) {
+        out["error"] = e.what();
+    }
+    return out;
+}
+
 json inventory_view(const Reconciler& reconciler) {
     const auto [inventory, note] = reconciler.inventory();
     return {{"source", note}, {"inventory", inventory ? inventory->to_json() : json(nullptr)}};

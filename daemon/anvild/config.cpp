@@ -223,6 +223,64 @@ void read_inventory(const Node& root, const std::string& file, DaemonConfig& con
     config.inventory = registry::parse_inventory(n, reader, "configuration " + file);
 }
 
+// "local", or {"kind": "slurm", "rest", "user", "token_file", "partition"?, "account"?,
+// "time_limit_minutes"?, "gpu_memory_mib"?, "timeout_seconds"?}.
+void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
+    JsonReader& reader = cr.reader();
+    const Node n = root.child("placement");
+    const char* expected = "\"local\" or a placement object {\"kind\": \"slurm\", \"rest\", \"user\", \"token_file\", ...}";
+    if (n.is_null()) return;
+    if (n.value->is_string()) {
+        if (n.value->get<std::string>() != "local") reader.fail(n, expected);
+        return;
+    }
+    if (!n.value->is_object()) {
+        reader.fail(n, expected);
+        return;
+    }
+    reject_unknown_keys(n, {"kind", "rest", "user", "token_file", "partition", "account", "time_limit_minutes", "gpu_memory_mib",
+                            "timeout_seconds"},
+                        reader);
+    const auto kind = reader.string(n, "kind");
+    if (kind && *kind == "local") return;
+    if (kind && *kind != "slurm") {
+        reader.fail(n.child("kind"), "\"local\" or \"slurm\"");
+        return;
+    }
+    driver::SlurmPlacement p;
+    if (auto rest = reader.string(n, "rest")) {
+        const bool http = rest->rfind("http://", 0) == 0 || rest->rfind("https://", 0) == 0;
+        const bool unix_socket = rest->rfind("unix:/", 0) == 0;
+        if (http || unix_socket) p.rest.address = *rest;
+        else reader.fail(n.child("rest"), "slurmrestd's address: \"http://HOST:PORT\" or \"unix:/path/to/socket\"");
+        while (http && !p.rest.address.empty() && p.rest.address.back() == '/') p.rest.address.pop_back();
+    }
+    if (auto user = reader.string(n, "user")) {
+        if (user->empty() || *user == "root") reader.fail(n.child("user"), "the user jobs run as: not root (slurmrestd refuses its tokens)");
+        else p.rest.user = *user;
+    }
+    if (n.child("token_file").is_null()) reader.fail(n.child("token_file"), "a file holding the user's JWT (scontrol token)");
+    if (auto f = cr.path(n, "token_file")) p.rest.token_file = *f;
+    if (auto s = cr.non_empty_string(n, "partition")) p.partition = *s;
+    if (auto s = cr.non_empty_string(n, "account")) p.account = *s;
+    if (auto m = reader.integer(n, "time_limit_minutes", Presence::optional, 0)) {
+        // A year is more than any partition allows; beyond it is a typo.
+        if (*m <= 525600) p.time_limit = std::chrono::minutes(*m);
+        else reader.fail(n.child("time_limit_minutes"), "minutes from 0 (the partition's limit) to 525600");
+    }
+    if (auto t = cr.seconds(n, "timeout_seconds", false)) p.rest.timeout = *t;
+    const Node memory = reader.object(n, "gpu_memory_mib", Presence::optional);
+    if (memory.present()) {
+        for (const auto& [type, mib] : memory.value->items()) {
+            const Node m = memory.child(type);
+            if (!mib.is_number_integer() || mib.get<std::int64_t>() <= 0 || mib.get<std::int64_t>() > (std::int64_t(1) << 40))
+                reader.fail(m, "one GPU's memory in MiB (a whole number above 0), by GRES type or \"*\"");
+            else p.gpu_memory_mib[type] = mib.get<std::int64_t>();
+        }
+    }
+    config.slurm = std::move(p);
+}
+
 void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
     JsonReader& reader = cr.reader();
     const Node n = reader.object(root, "promotion", Presence::optional);
@@ -325,7 +383,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     reject_unknown_keys(top,
                         {"sources", "data_dir", "max_document_bytes", "requirements", "inventory", "commercial", "model_root", "cache_root",
                          "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "container_api_socket",
-                         "engine_binary",
+                         "engine_binary", "placement",
                          "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
                          "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit", "max_request_body_bytes"},
                         reader);
@@ -361,6 +419,9 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     config.container_runtime_arguments = reader.string_array(top, "container_runtime_arguments", Presence::optional);
     read_container_api_socket(top, reader, config);
     if (auto p = cr.path(top, "engine_binary")) config.engine_binary = *p;
+    read_placement(top, cr, config);
+    if (config.slurm && config.inventory_mode == "declared")
+        reader.fail("/inventory", "\"auto\" or nothing with a Slurm placement (the cluster's nodes are the inventory)", "an inventory object");
 
     if (auto hp = cr.host_port(top, "listen")) config.listen = *hp;
     if (auto hp = cr.host_port(top, "serve")) config.serve = *hp;

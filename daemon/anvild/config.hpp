@@ -14,6 +14,7 @@
 
 #include "daemon/qualify/promotion_policy.hpp"
 #include "engine/supervisor/engine_supervisor.hpp"
+#include "engine/supervisor/slurm_rest.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility_input.hpp"
 #include "registry/inventory.hpp"
@@ -90,6 +91,9 @@ struct DaemonConfig {
     // (dockerd's /var/run/docker.sock, `podman system service`'s /run/podman/podman.sock), not the CLI.
     std::filesystem::path container_api_socket;
     std::filesystem::path engine_binary;  // anvil-engine; empty: the one installed beside anvild
+    // Where engines run: unset ("local"), on this host; set, as jobs of this Slurm cluster, and the
+    // inventory is the cluster's largest node.
+    std::optional<driver::SlurmPlacement> slurm;
 
     HostPort listen{"127.0.0.1", 7700};  // REST API
     HostPort serve{"127.0.0.1", 7701};   // the stable OpenAI-compatible endpoint

@@ -385,6 +385,39 @@ void print_engines(const json& answer) {
     t.print(std::cout);
 }
 
+// `anvil gpus --cluster`: the Slurm cluster anvild places engines on, a row per node, and the node
+// the gates judge against.
+void print_cluster(const json& answer) {
+    const json data = answer.value("data", json::object());
+    const json judging = data.value("judging_with", json::object());
+    if (!data.contains("cluster")) {
+        std::cout << "anvild places engines on this host (placement local); its GPUs: anvil gpus\n";
+        return;
+    }
+    const json cluster = data["cluster"];
+    const json placement = cluster.value("placement", json::object());
+    std::cout << "placement   slurm, " << field(placement, "rest") << " as " << field(placement, "user")
+              << (field(placement, "partition").empty() ? "" : ", partition " + field(placement, "partition")) << "\n";
+    std::cout << "judging     " << field(judging, "source") << "\n";
+    if (cluster.contains("error")) {
+        std::cout << "nodes       unreadable now: " << field(cluster, "error") << "\n";
+        return;
+    }
+    Table t({"NODE", "STATE", "PARTITIONS", "CPUS IDLE/ALL", "MEMORY MIB USED/ALL", "GPUS FREE/ALL", "GPU TYPES"});
+    for (const auto& n : cluster.value("nodes", json::array())) {
+        std::string state = field(n, "state");
+        for (const auto& f : n.value("state_flags", json::array())) state += "+" + f.get<std::string>();
+        std::string partitions, types;
+        for (const auto& p : n.value("partitions", json::array())) partitions += (partitions.empty() ? "" : ",") + p.get<std::string>();
+        for (const auto& g : n.value("gpus", json::array()))
+            types += (types.empty() ? "" : ",") + (field(g, "type").empty() ? std::string("gpu") : field(g, "type")) + ":" + field(g, "count");
+        t.add({field(n, "name"), state, partitions, field(n, "idle_cpus") + "/" + field(n, "cpus"),
+               field(n, "alloc_memory_mib") + "/" + field(n, "real_memory_mib"), field(n, "free_gpus") + "/" + field(n, "gpu_count"),
+               types.empty() ? "-" : types});
+    }
+    t.print(std::cout);
+}
+
 // --- commands --------------------------------------------------------------------------------
 
 struct Spec {
@@ -407,6 +440,7 @@ const std::map<std::string, Spec>& specs() {
         {"unpin", {0, "", {}}},
         {"freeze", {0, "", {"--reason"}}},
         {"unfreeze", {0, "", {}}},
+        {"gpus --cluster", {0, "", {}}},  // reached through `anvil gpus --cluster` only
     };
     return table;
 }
@@ -464,6 +498,7 @@ int run(const std::string& name, const std::vector<std::string>& words) {
         if (auto reason = args.value("--reason")) body["reason"] = *reason;
         answer = call(options, "POST", "/api/v1/promotion/freeze", body);
     } else if (name == "unfreeze") answer = call(options, "POST", "/api/v1/promotion/unfreeze");
+    else if (name == "gpus --cluster") answer = call(options, "GET", "/api/v1/inventory");
 
     if (options.json_output) {
         std::cout << answer.raw << (answer.raw.ends_with("\n") ? "" : "\n");
@@ -485,12 +520,13 @@ int run(const std::string& name, const std::vector<std::string>& words) {
     else if (name == "unpin") std::cout << "default pin released; automatic promotion decides again\n";
     else if (name == "freeze") std::cout << "automatic promotion frozen\n";
     else if (name == "unfreeze") std::cout << "automatic promotion resumed\n";
+    else if (name == "gpus --cluster") print_cluster(answer.body);
     return 0;
 }
 
 }  // namespace
 
-bool is_daemon_command(const std::string& name) { return specs().count(name) > 0; }
+bool is_daemon_command(const std::string& name) { return name != "gpus --cluster" && specs().count(name) > 0; }
 
 int daemon_command(const std::string& name, const std::vector<std::string>& args) {
     try {

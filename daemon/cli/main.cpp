@@ -30,6 +30,9 @@ commands:
   gpus [--json]
       this host's GPUs as NVML measures them: UUID, name, compute capability, total, free and
       idle-used memory, PCI bus id, driver and CUDA versions (exit 2 without a driver)
+  gpus --cluster [--api HOST:PORT] [--json]
+      with a Slurm placement, the cluster a running anvild places engines on: each node's state,
+      partitions, CPUs, memory and GPUs (GRES) free and in all, and the node its gates judge against
   probe collectives [--gpus UUID,UUID] [--deadline S] [--receipts DIR] [--max-bytes N] [--json]
       an NCCL all-reduce (1 KiB to 256 MiB) over the GPUs (default: all), checked and timed in a
       child killed at the deadline (default 30 s); writes a receipt (path and sha256 printed) under

@@ -30,6 +30,29 @@ registry::Inventory measure_inventory(std::string& note) {
     return reading.inventory;
 }
 
+// The cluster's largest usable node, as the gates judge recipes against it: a job runs an engine on
+// one node. Read once, as NVML is; a reload reads it again. Unreachable: no inventory, and the note
+// says why, so GPU gates stay unknown rather than failing every recipe.
+std::optional<registry::Inventory> cluster_inventory(const driver::SlurmPlacement& placement, std::string& note) {
+    try {
+        const registry::SlurmCluster cluster = driver::SlurmRest(placement.rest).nodes();
+        std::string why;
+        auto inventory = registry::best_node_inventory(cluster, placement.partition, placement.gpu_memory_mib, why);
+        if (!inventory) {
+            note = why + ": GPU gates stay unknown";
+            spdlog::warn("GPU inventory: {}", note);
+            return std::nullopt;
+        }
+        note = "Slurm: " + inventory->scope + ", " + std::to_string(inventory->gpus.size()) + " GPUs, from " + cluster.source;
+        spdlog::info("GPU inventory: {}", note);
+        return inventory;
+    } catch (const driver::SlurmError& e) {
+        note = std::string(e.what()) + ": GPU gates stay unknown until anvild reloads";
+        spdlog::warn("GPU inventory: {}", note);
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 int SystemClock::local_minute_of_day() const {
@@ -52,7 +75,9 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
             if (head.source_url == source.url) paths.emplace(head.recipe_id, head.path);
         watches_.back()->remember_recipe_paths(paths);
     }
-    if (config.inventory_mode == "declared" && config.inventory) {
+    if (config.slurm) {
+        inventory_ = cluster_inventory(*config.slurm, inventory_note_);
+    } else if (config.inventory_mode == "declared" && config.inventory) {
         inventory_ = config.inventory;
         inventory_note_ = "declared in " + config.config_file.string();
     } else if (config.inventory_mode == "auto") {
