@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anvil builds and tests with, the npm packages of the web console
+# Installs the Debian packages anvil builds and tests with (Slurm's daemons among them, for the test
+# that runs a one-node cluster: tests/slurm), the npm packages of the web console
 # (Chart.js, built into anvild) and of the tokenizer agreement test (tests/tokenizers).
 # Idempotent: quiet and fast when everything is already there, so every entry point may call it.
 #   --browser  also what the console's browser test needs: Debian's chromium, and playwright-core
@@ -18,6 +19,7 @@ packages=(
   podman runc
   systemd
   mmdebstrap busybox-static
+  munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin
 )
 $browser && packages+=(chromium)
 # Node.js and npm: the machine's own when it has them (Debian's otherwise).

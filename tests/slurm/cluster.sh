@@ -47,6 +47,11 @@ done
 [[ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so || -n $(find /usr/lib -name auth_jwt.so 2>/dev/null | head -1) ]] ||
     skip "Slurm's JWT plugin is not installed (package slurm-wlm-jwt-plugin)"
 
+# A fresh cluster every time: what an earlier run left (daemons, keys, state) is stopped and removed.
+if [[ -d $dir ]]; then
+    for daemon in slurmrestd slurmd slurmctld munged; do stop_pidfile "$dir/$daemon.pid"; done
+    rm -rf "$dir"
+fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 # munged refuses a socket directory others can write to, and a key anyone else can read.
@@ -133,8 +138,11 @@ umask 077
 printf '%s' "$token" >"$dir/token"
 answered=
 for _ in $(seq 100); do
-    if curl -sf -H "X-SLURM-USER-NAME: $user" -H "X-SLURM-USER-TOKEN: $token" \
-        "http://127.0.0.1:$rest_port/slurm/v0.0.38/ping" >/dev/null 2>&1; then
+    if python3 - "http://127.0.0.1:$rest_port/slurm/v0.0.38/ping" "$user" "$token" 2>/dev/null <<'PY'; then
+import sys, urllib.request
+request = urllib.request.Request(sys.argv[1], headers={"X-SLURM-USER-NAME": sys.argv[2], "X-SLURM-USER-TOKEN": sys.argv[3]})
+urllib.request.urlopen(request, timeout=2).read()
+PY
         answered=yes
         break
     fi
