@@ -188,6 +188,32 @@ UPDATE evidence SET control_revision_id = (
   WHERE class = 'local';
 )sql";
 
+// Version 7: engines placed on a Slurm cluster (slurm-embedded, slurm-process), with their job's id.
+// SQLite cannot widen a CHECK constraint in place: the table is rebuilt with its rows, ids kept.
+constexpr std::string_view kVersion7 = R"sql(
+CREATE TABLE engines_v7 (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER REFERENCES recipe_revisions(id),
+  driver TEXT NOT NULL CHECK (driver IN ('embedded', 'process', 'container', 'slurm-embedded', 'slurm-process')),
+  pid INTEGER,
+  container_id TEXT,
+  port INTEGER,
+  started_at TEXT NOT NULL,
+  health TEXT NOT NULL,
+  health_at TEXT NOT NULL,
+  stopped_at TEXT,
+  exit_code INTEGER,
+  engine_key TEXT,
+  role TEXT NOT NULL DEFAULT 'serving',
+  job_id TEXT
+);
+INSERT INTO engines_v7 (id, revision_id, driver, pid, container_id, port, started_at, health, health_at, stopped_at, exit_code, engine_key, role)
+  SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at, stopped_at, exit_code, engine_key, role FROM engines;
+DROP TABLE engines;
+ALTER TABLE engines_v7 RENAME TO engines;
+CREATE INDEX engines_running ON engines(stopped_at);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -198,6 +224,7 @@ const std::vector<Migration>& migrations() {
         {4, "engine keys and roles, operator settings", kVersion4},
         {5, "search text bounded and indexed without a copy; statuses indexed", kVersion5},
         {6, "evidence names the control revision it was compared against", kVersion6},
+        {7, "engines on a Slurm cluster, with their job ids", kVersion7},
     };
     return all;
 }

@@ -148,9 +148,10 @@ struct RevisionInput {
 struct EngineRow {
     Id id = 0;
     std::optional<Id> revision_id;
-    std::string driver;  // embedded | process | container
+    std::string driver;  // embedded | process | container | slurm-embedded | slurm-process
     std::optional<std::int64_t> pid;
     std::optional<std::string> container_id;
+    std::optional<std::string> job_id;  // the Slurm job running it
     std::optional<std::int64_t> port;
     std::string started_at;
     std::string health;  // starting | healthy | unhealthy | exited

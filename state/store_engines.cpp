@@ -9,11 +9,11 @@ using namespace store_detail;
 Id Store::record_engine_start(const EngineRow& row) {
     return write("an engine", [&] {
         auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at, "
-                                "engine_key, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                                "engine_key, role, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
         const std::string now = now_iso8601();
         insert.bind(1, row.revision_id).bind(2, row.driver).bind(3, row.pid).bind(4, row.container_id).bind(5, row.port);
         insert.bind(6, row.started_at.empty() ? now : row.started_at).bind(7, row.health.empty() ? "starting" : row.health).bind(8, now);
-        insert.bind(9, row.engine_key).bind(10, row.role);
+        insert.bind(9, row.engine_key).bind(10, row.role).bind(11, row.job_id);
         insert.run();
         return impl_->writer->conn.last_insert_id();
     });
@@ -38,7 +38,7 @@ void Store::record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_co
 
 std::vector<EngineRow> Store::running_engines() const {
     auto r = impl_->reader();
-    auto& s = r.prepare("SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at, engine_key, role FROM engines "
+    auto& s = r.prepare("SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at, engine_key, role, job_id FROM engines "
                         "WHERE stopped_at IS NULL ORDER BY id");
     std::vector<EngineRow> out;
     while (s.step()) {
@@ -54,6 +54,7 @@ std::vector<EngineRow> Store::running_engines() const {
         e.health_at = s.text(8);
         e.engine_key = s.optional_text(9).value_or("");
         e.role = s.text(10);
+        e.job_id = s.optional_text(11);
         out.push_back(std::move(e));
     }
     s.reset();

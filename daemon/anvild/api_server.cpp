@@ -357,6 +357,7 @@ void ApiServer::routes() {
                   json e = {{"id", row.id}, {"engine_id", row.engine_key}, {"revision_id", row.revision_id ? json(*row.revision_id) : json(nullptr)},
                             {"driver", row.driver}, {"pid", row.pid ? json(*row.pid) : json(nullptr)},
                             {"container_id", row.container_id ? json(*row.container_id) : json(nullptr)},
+                            {"job_id", row.job_id ? json(*row.job_id) : json(nullptr)},
                             {"port", row.port ? json(*row.port) : json(nullptr)}, {"health", row.health}, {"started_at", row.started_at},
                             {"role", row.role}, {"recipe_id", nullptr}};
                   for (const auto& l : live)

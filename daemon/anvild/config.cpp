@@ -224,7 +224,8 @@ void read_inventory(const Node& root, const std::string& file, DaemonConfig& con
 }
 
 // "local", or {"kind": "slurm", "rest", "user", "token_file", "partition"?, "account"?,
-// "time_limit_minutes"?, "gpu_memory_mib"?, "timeout_seconds"?}.
+// "time_limit_minutes"?, "gpu_memory_mib"?, "timeout_seconds"?, "job_directory"?, "cpus_per_engine"?,
+// "memory_mib_per_engine"?}.
 void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
     JsonReader& reader = cr.reader();
     const Node n = root.child("placement");
@@ -239,7 +240,7 @@ void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
         return;
     }
     reject_unknown_keys(n, {"kind", "rest", "user", "token_file", "partition", "account", "time_limit_minutes", "gpu_memory_mib",
-                            "timeout_seconds"},
+                            "timeout_seconds", "job_directory", "cpus_per_engine", "memory_mib_per_engine"},
                         reader);
     const auto kind = reader.string(n, "kind");
     if (kind && *kind == "local") return;
@@ -269,6 +270,12 @@ void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
         else reader.fail(n.child("time_limit_minutes"), "minutes from 0 (the partition's limit) to 525600");
     }
     if (auto t = cr.seconds(n, "timeout_seconds", false)) p.rest.timeout = *t;
+    if (auto d = cr.path(n, "job_directory")) p.job_directory = *d;
+    if (auto c = reader.integer(n, "cpus_per_engine", Presence::optional, 1)) {
+        if (*c <= 4096) p.cpus_per_engine = static_cast<int>(*c);
+        else reader.fail(n.child("cpus_per_engine"), "CPUs from 1 to 4096");
+    }
+    if (auto m = reader.integer(n, "memory_mib_per_engine", Presence::optional, 0)) p.memory_mib_per_engine = *m;
     const Node memory = reader.object(n, "gpu_memory_mib", Presence::optional);
     if (memory.present()) {
         for (const auto& [type, mib] : memory.value->items()) {
@@ -614,7 +621,10 @@ driver::SupervisorSettings supervisor_settings(const DaemonConfig& c) {
     for (const auto& root : {c.model_root, c.cache_root})
         if (!root.empty()) l.allowed_roots.push_back(root);
     l.allowed_roots.insert(l.allowed_roots.end(), c.allowed_mount_roots.begin(), c.allowed_mount_roots.end());
-    l.host = "127.0.0.1";
+    // On a cluster node an engine must answer anvild from another host: it listens on every
+    // address, and its API key (each engine has its own) is what keeps others out.
+    l.host = c.slurm ? "0.0.0.0" : "127.0.0.1";
+    s.slurm = c.slurm;
     l.port_first = c.port_first;
     l.port_last = c.port_last;
     l.ready_timeout = c.engine_ready_timeout;

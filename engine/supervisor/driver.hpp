@@ -29,6 +29,7 @@ struct EngineHandle {
     int pid = -1;                // process group leader (process drivers)
     std::uint64_t start_time = 0;  // /proc/<pid>/stat field 22: tells the engine from a recycled pid
     std::string container_id;    // container driver
+    std::string job_id;          // Slurm driver: the batch job running the engine
     std::string host;
     int port = 0;
     std::string served_model_name;

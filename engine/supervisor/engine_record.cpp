@@ -22,6 +22,7 @@ void write_record(const EngineHandle& e) {
                     {"pid", e.pid},
                     {"start_time", e.start_time},
                     {"container_id", e.container_id},
+                    {"job_id", e.job_id},
                     {"host", e.host},
                     {"port", e.port},
                     {"served_model_name", e.served_model_name},
@@ -49,6 +50,7 @@ std::optional<EngineHandle> read_record(const fs::path& file) {
         e.pid = j.at("pid").get<int>();
         e.start_time = j.at("start_time").get<std::uint64_t>();
         e.container_id = j.value("container_id", "");
+        e.job_id = j.value("job_id", "");
         e.host = j.at("host").get<std::string>();
         e.port = j.at("port").get<int>();
         e.served_model_name = j.value("served_model_name", "");

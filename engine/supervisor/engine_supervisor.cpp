@@ -12,6 +12,7 @@
 #include "engine/supervisor/launch_resolution.hpp"
 #include "engine/supervisor/process_driver.hpp"
 #include "engine/supervisor/readiness.hpp"
+#include "engine/supervisor/slurm_driver.hpp"
 #include "registry/model_digest.hpp"
 
 namespace anvil::driver {
@@ -43,6 +44,16 @@ std::string driver_kind_for(const std::string& launch_kind) {
 
 EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& store) : settings_(std::move(settings)), store_(store) {
     const auto engines_dir = settings_.data_dir / "engines";
+    if (settings_.slurm) {
+        const auto binary = engine_binary(settings_);
+        // Installed beside anvil-engine, on the nodes as here (a cluster shares its software).
+        const auto job_exec = binary.has_parent_path() ? binary.parent_path() / "anvil-job-exec" : std::filesystem::path("anvil-job-exec");
+        drivers_["slurm-embedded"] = std::make_unique<SlurmDriver>(SlurmDriverOptions{
+            *settings_.slurm, engines_dir, "slurm-embedded", [binary](const ResolvedLaunch& l) { return embedded_argv(binary, l); }, job_exec});
+        drivers_["slurm-process"] = std::make_unique<SlurmDriver>(SlurmDriverOptions{
+            *settings_.slurm, engines_dir, "slurm-process", [](const ResolvedLaunch& l) { return l.arguments; }, job_exec});
+        return;
+    }
     drivers_["embedded"] = std::make_unique<EmbeddedDriver>(engine_binary(settings_), ProcessDriverOptions{engines_dir, 16u << 20, "embedded"});
     drivers_["process"] = std::make_unique<ProcessDriver>(ProcessDriverOptions{engines_dir, 16u << 20, "process"});
     ContainerDriverOptions c;
@@ -56,7 +67,7 @@ EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& st
 EngineSupervisor::~EngineSupervisor() = default;
 
 Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
-    const std::string kind = driver_kind_for(launch_kind);
+    const std::string kind = (settings_.slurm ? "slurm-" : "") + driver_kind_for(launch_kind);
     auto it = drivers_.find(kind);
     if (it == drivers_.end()) throw LaunchError("launch kind '" + launch_kind + "' cannot be run by anvild");
     return *it->second;
@@ -65,6 +76,9 @@ Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
 std::optional<std::string> EngineSupervisor::unsupported(const registry::Recipe& recipe) const {
     if (driver_kind_for(recipe.launch.kind).empty())
         return "launch kind '" + recipe.launch.kind + "' is not something anvild runs (embedded, native and docker are)";
+    if (settings_.slurm && driver_kind_for(recipe.launch.kind) == "container")
+        return "a Slurm placement runs embedded and native launches as jobs; containers (launch kind '" + recipe.launch.kind +
+               "') are not placed on the cluster yet";
     return paper_refusal(recipe, settings_.launch);
 }
 
@@ -131,6 +145,7 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     row.driver = d.kind();
     if (engine.handle.pid > 0) row.pid = engine.handle.pid;
     if (!engine.handle.container_id.empty()) row.container_id = engine.handle.container_id;
+    if (!engine.handle.job_id.empty()) row.job_id = engine.handle.job_id;
     row.port = engine.handle.port;
     row.engine_key = engine.handle.engine_id;
     row.role = std::string(to_string(role));

@@ -18,6 +18,7 @@
 #include "engine/supervisor/driver.hpp"
 #include "engine/supervisor/engine_fleet.hpp"
 #include "engine/supervisor/launch_resolution.hpp"
+#include "engine/supervisor/slurm_rest.hpp"
 #include "state/store.hpp"
 
 namespace anvil::driver {
@@ -30,6 +31,8 @@ struct SupervisorSettings {
     std::vector<std::string> container_runtime_arguments;
     std::filesystem::path container_api_socket;
     LaunchConfig launch;  // placeholders, allowed roots, port range, ready timeout
+    // Set: embedded and native engines run as jobs of this Slurm cluster (slurm_driver), not here.
+    std::optional<SlurmPlacement> slurm;
 };
 
 class EngineSupervisor final : public EngineFleet {
@@ -69,7 +72,7 @@ private:
 
     const SupervisorSettings settings_;
     state::Store& store_;
-    std::map<std::string, std::unique_ptr<Driver>> drivers_;  // embedded | process | container
+    std::map<std::string, std::unique_ptr<Driver>> drivers_;  // embedded | process | container, or slurm-embedded | slurm-process
     mutable std::mutex mutex_;
     std::vector<RunningEngine> engines_;
 };

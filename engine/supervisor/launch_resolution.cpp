@@ -176,6 +176,7 @@ ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig
     out.host = config.host;
     out.port = allocate_port(config.host, config.port_first, config.port_last, taken);
     out.gpu_uuids = config.gpu_uuids;
+    out.gpu_count = recipe.runs_on_cpu() ? 0 : recipe.hardware_count;
     out.ready_timeout = recipe.launch.ready_timeout_seconds ? std::chrono::seconds(*recipe.launch.ready_timeout_seconds) : config.ready_timeout;
     out.container_port = recipe.launch.container_port;
     out.ipc = recipe.launch.ipc;

@@ -55,6 +55,7 @@ struct ResolvedLaunch {
     int port = 0;
     std::string served_model_name;  // the id /v1/models must list before the engine is ready
     std::vector<std::string> gpu_uuids;
+    std::int64_t gpu_count = 0;  // the recipe's GPUs (hardware_count; 0 when it runs on the CPU)
     std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
     // The bearer token the engine is started with (anvil-engine: ANVIL_ENGINE_API_KEY); empty: none.
     std::string api_key;

@@ -83,7 +83,11 @@ json SlurmRest::call(const std::string& method, const std::string& path, const j
     const std::string errors = errors_of(answer);
     if (r->status / 100 != 2 || !errors.empty() || answer.is_discarded()) {
         const std::string what = !errors.empty() ? errors : answer.is_discarded() ? "not JSON: " + r->body.substr(0, 200) : r->body.substr(0, 200);
-        throw SlurmError(where + ": HTTP " + std::to_string(r->status) + ": " + what);
+        // slurmrestd 22.05 answers a forged or expired token with a bare 500, so say so.
+        const std::string hint = r->status / 100 == 5 ? " (an expired or refused token ends this way too: scontrol token username=" +
+                                                            config_.user + " writes a new one)"
+                                                      : "";
+        throw SlurmError(where + ": HTTP " + std::to_string(r->status) + ": " + what + hint);
     }
     return answer;
 }

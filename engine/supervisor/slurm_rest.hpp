@@ -35,6 +35,10 @@ struct SlurmPlacement {
     std::string account;    // empty: the user's default account
     std::chrono::minutes time_limit{0};  // 0: the partition's limit
     registry::GpuMemoryByType gpu_memory_mib;  // per-GPU memory by GRES type ("*": any other)
+    // Where jobs write their output, as the nodes see it: shared storage anvild reads too, for logs.
+    std::filesystem::path job_directory = "/tmp";
+    int cpus_per_engine = 1;          // the job's CPUs (one task)
+    std::int64_t memory_mib_per_engine = 0;  // the job's memory; 0: the partition's default
 };
 
 class SlurmRest {

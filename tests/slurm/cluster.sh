@@ -105,6 +105,8 @@ ReturnToService=2
 SchedulerParameters=sched_interval=1
 KillWait=5
 MinJobAge=60
+# Without it a job takes the whole node's memory, and a candidate cannot run beside the default.
+DefMemPerCPU=1024
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus State=UNKNOWN
 PartitionName=gpu Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF

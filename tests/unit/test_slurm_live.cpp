@@ -5,8 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <map>
+
+#include <httplib.h>
 
 #include "daemon_fixture.hpp"
+#include "engine/supervisor/slurm_driver.hpp"
 #include "engine/supervisor/slurm_rest.hpp"
 #include "test_support.hpp"
 
@@ -101,5 +105,100 @@ TEST_CASE("anvild with a Slurm placement judges by the cluster's node and shows 
     CHECK_THAT(shown.output, Catch::Contains("placement   slurm") && Catch::Contains(env("ANVIL_SLURM_NODE")) &&
                                  Catch::Contains(env("ANVIL_SLURM_GPUS") + "/" + env("ANVIL_SLURM_GPUS")));
     CHECK(d.cli({"gpus", "--cluster", "--json"}).exit_code == 0);
+}
+
+namespace {
+
+// Our jobs Slurm runs or queues now, by engine id.
+std::map<std::string, std::int64_t> live_jobs(const SlurmRest& rest) {
+    std::map<std::string, std::int64_t> out;
+    const json answer = rest.get("/slurm/v0.0.38/jobs");
+    for (const auto& j : answer["jobs"]) {
+        const std::string name = j["name"].get<std::string>(), state = j["job_state"].get<std::string>();
+        if (name.rfind("anvil:", 0) == 0 && slurm_job_alive(state)) out[name.substr(6)] = j["job_id"].get<std::int64_t>();
+    }
+    return out;
+}
+
+// The engine serving the default, as GET /api/v1/engines lists it: its engine id, or "".
+std::string serving_engine(const anvil::test::daemon::Daemon& d) {
+    for (const auto& e : d.get("/api/v1/engines").second.value("data", json::array()))
+        if (e["role"] == "serving" && e["health"] == "healthy") return e["engine_id"].get<std::string>();
+    return "";
+}
+
+bool completes(const anvil::test::daemon::Daemon& d) {
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    endpoint.set_read_timeout(30);
+    auto r = endpoint.Post("/v1/completions", R"({"model": "anvil-default", "prompt": "Hello", "max_tokens": 4, "temperature": 0})",
+                           "application/json");
+    return r && r->status == 200;
+}
+
+}  // namespace
+
+TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts after SIGKILL, restarts after scancel and a time limit",
+          "[.][slurm-live]") {
+    using namespace anvil::test::daemon;
+    const SlurmRest rest(live());
+    Daemon d;
+    // The jobs run as the token's user on the node: they write their output here and read the model.
+    const auto jobs = d.dir / "jobs";
+    std::filesystem::create_directories(jobs);
+    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["placement"] = {{"kind", "slurm"},          {"rest", env("ANVIL_SLURM_REST")}, {"user", env("ANVIL_SLURM_USER")},
+                           {"token_file", env("ANVIL_SLURM_TOKEN_FILE")}, {"partition", "gpu"}, {"job_directory", jobs.string()}};
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("one embedded recipe");
+    d.start();
+
+    // Qualified by a job, promoted, and served by a job; the endpoint answers through it.
+    const bool promoted = eventually([&] { return d.status_of("tiny-f32") == "promoted"; }, 40s);
+    INFO(d.get("/api/v1/recipes/tiny-f32/history").second.dump());
+    REQUIRE(promoted);
+    REQUIRE(eventually([&] { return !serving_engine(d).empty() && d.serving() == "tiny-f32"; }, 120s));
+    const std::string first = serving_engine(d);
+    auto jobs_now = live_jobs(rest);
+    REQUIRE(jobs_now.count(first) == 1);
+    CHECK(jobs_now.size() == 1);  // the qualification's job is gone
+    CHECK(completes(d));
+    const auto engines = d.get("/api/v1/engines").second["data"];
+    CHECK(engines[0]["driver"] == "slurm-embedded");
+    // The job is labelled with what it serves, and its output is the engine's log.
+    const json job = rest.get("/slurm/v0.0.38/job/" + std::to_string(jobs_now[first]))["jobs"][0];
+    const json labels = json::parse(job["comment"].get<std::string>())["anvil"];
+    CHECK(labels["engine_id"] == first);
+    CHECK(labels["recipe_id"] == "tiny-f32");
+    const auto log = d.get("/api/v1/engines/" + std::to_string(engines[0]["id"].get<std::int64_t>()) + "/log").second;
+    CHECK_THAT(log["data"]["text"].get<std::string>(), Catch::Contains("listening"));
+
+    // SIGKILL: the restarted anvild adopts the job; nothing is submitted again.
+    d.kill();
+    d.start();
+    REQUIRE(eventually([&] { return serving_engine(d) == first; }, 60s));
+    CHECK(live_jobs(rest) == jobs_now);
+    CHECK(completes(d));
+
+    // scancel from outside: an engine exit, and the default is started again as a new job.
+    rest.remove("/slurm/v0.0.38/job/" + std::to_string(jobs_now[first]));
+    REQUIRE(eventually([&] { const auto e = serving_engine(d); return !e.empty() && e != first; }, 120s));
+    const std::string second = serving_engine(d);
+    jobs_now = live_jobs(rest);
+    CHECK(jobs_now.size() == 1);
+    REQUIRE(jobs_now.count(second) == 1);
+    CHECK(completes(d));
+
+    // A time limit: Slurm ends the job (TIMEOUT) and anvild starts another.
+    rest.post("/slurm/v0.0.38/job/" + std::to_string(jobs_now[second]), json{{"time_limit", 1}});
+    REQUIRE(eventually([&] { const auto e = serving_engine(d); return !e.empty() && e != second; }, 240s));
+    const json ended = rest.get("/slurm/v0.0.38/job/" + std::to_string(jobs_now[second]))["jobs"][0];
+    CHECK(ended["job_state"] == "TIMEOUT");
+    CHECK(live_jobs(rest).size() == 1);
+    CHECK(completes(d));
+
+    d.stop();  // stop_engines_on_exit: the job is cancelled
+    CHECK(eventually([&] { return live_jobs(rest).empty(); }, 60s));
 }
 #endif

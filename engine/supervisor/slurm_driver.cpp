@@ -1,0 +1,264 @@
+#include "engine/supervisor/slurm_driver.hpp"
+
+#include <random>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/supervisor/engine_record.hpp"
+#include "engine/supervisor/log_tail.hpp"
+#include "engine/supervisor/readiness.hpp"
+
+namespace anvil::driver {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kApi = "/slurm/v0.0.38";
+constexpr const char* kJobNamePrefix = "anvil:";
+
+// The whole batch script: it execs anvil-job-exec, whose path comes from anvild's installation,
+// never from a recipe; the command travels in the environment (ANVIL_JOB_ARGV).
+std::string batch_script(const std::filesystem::path& job_exec) {
+    const std::string path = job_exec.string();
+    if (path.find_first_of("'\n") != std::string::npos)
+        throw EngineError("anvil-job-exec's path " + path + " holds a quote or a newline; install anvil where it does not");
+    return "#!/bin/sh\n# an anvil engine: anvil-job-exec runs the command in ANVIL_JOB_ARGV as given\nexec '" + path + "'\n";
+}
+
+std::string random_suffix() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    static const char* hex = "0123456789abcdef";
+    std::string s(8, '0');
+    for (auto& c : s) c = hex[rng() & 15];
+    return s;
+}
+
+std::string text(const json& j, const char* key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+std::string output_path(const SlurmPlacement& placement, const std::string& engine_id) {
+    return (placement.job_directory / ("anvil-" + engine_id + ".log")).string();
+}
+
+}  // namespace
+
+std::optional<SlurmJob> read_slurm_job(const json& answer) {
+    if (!answer.is_object() || !answer.contains("jobs") || !answer["jobs"].is_array() || answer["jobs"].empty()) return std::nullopt;
+    const json& j = answer["jobs"][0];
+    if (!j.is_object()) return std::nullopt;
+    SlurmJob job;
+    job.id = j.value("job_id", std::int64_t{0});
+    job.name = text(j, "name");
+    job.state = text(j, "job_state");
+    job.reason = text(j, "state_reason");
+    job.node = text(j, "batch_host");
+    job.comment = text(j, "comment");
+    job.standard_output = text(j, "standard_output");
+    // v0.0.38 gives the batch script's wait status as a number.
+    if (j.contains("exit_code") && j["exit_code"].is_number_integer()) {
+        const int status = j["exit_code"].get<int>();
+        job.exit_code = (status & 0x7f) ? 128 + (status & 0x7f) : (status >> 8) & 0xff;
+    }
+    return job;
+}
+
+bool slurm_job_alive(const std::string& state) {
+    return state == "PENDING" || state == "RUNNING" || state == "CONFIGURING" || state == "SUSPENDED" || state == "COMPLETING" ||
+           state == "REQUEUED" || state == "RESIZING" || state == "SIGNALING" || state == "STAGE_OUT";
+}
+
+SlurmDriver::SlurmDriver(SlurmDriverOptions options) : options_(std::move(options)), rest_(options_.placement.rest) {
+    fs::create_directories(options_.state_dir);
+}
+
+std::optional<SlurmJob> SlurmDriver::job(const std::string& job_id) const {
+    try {
+        return read_slurm_job(rest_.get(std::string(kApi) + "/job/" + job_id));
+    } catch (const SlurmError& e) {
+        // slurmrestd answers a job Slurm has forgotten (past MinJobAge) with an error, not an empty list.
+        const std::string what = e.what();
+        if (what.find("Invalid job id") != std::string::npos || what.find("Unable to query JobId") != std::string::npos) return std::nullopt;
+        throw;
+    }
+}
+
+std::string SlurmDriver::node_address(const std::string& node) const {
+    for (const auto& n : rest_.nodes().nodes)
+        if (n.name == node) return n.address.empty() ? n.name : n.address;
+    return node;
+}
+
+EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaunch& launch) {
+    EngineHandle e;
+    e.engine_id = recipe.recipe_id + "-" + random_suffix();
+    e.driver = options_.kind;
+    e.recipe = recipe;
+    e.port = launch.port;
+    e.served_model_name = launch.served_model_name;
+    e.api_key = launch.api_key;
+    e.directory = options_.state_dir / e.engine_id;
+    e.log_path = output_path(options_.placement, e.engine_id);
+    fs::create_directories(e.directory);
+
+    const std::string script = batch_script(options_.job_exec);
+    json environment = json::object();
+    for (const auto& [name, value] : launch.environment) environment[name] = value;
+    environment["ANVIL_JOB_ARGV"] = json(options_.argv(launch)).dump();
+    // slurmrestd requires an environment; a job's PATH is the node's usual one unless the recipe sets it.
+    if (!environment.contains("PATH")) environment["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+    const json labels = {{"engine_id", e.engine_id}, {"recipe_id", recipe.recipe_id}, {"revision", recipe.revision}, {"port", e.port}};
+    json request = {{"name", kJobNamePrefix + e.engine_id},
+                {"environment", environment},
+                {"current_working_directory", options_.placement.job_directory.string()},
+                {"standard_output", e.log_path.string()},
+                {"standard_error", e.log_path.string()},
+                {"comment", json{{"anvil", labels}}.dump()},
+                {"tasks", 1},
+                {"cpus_per_task", options_.placement.cpus_per_engine},
+                {"requeue", false}};
+    if (!options_.placement.partition.empty()) request["partition"] = options_.placement.partition;
+    if (!options_.placement.account.empty()) request["account"] = options_.placement.account;
+    if (options_.placement.time_limit.count() > 0) request["time_limit"] = options_.placement.time_limit.count();
+    if (options_.placement.memory_mib_per_engine > 0) request["memory_per_node"] = options_.placement.memory_mib_per_engine;
+    if (launch.gpu_count > 0) request["gres"] = "gpu:" + std::to_string(launch.gpu_count);
+
+    // The record first, without a job id: a crash between the submission and the record leaves a
+    // labelled job that adoption finds by its name rather than one nobody knows about.
+    write_record(e);
+    json answer;
+    try {
+        answer = rest_.post(std::string(kApi) + "/job/submit", json{{"job", request}, {"script", script}});
+    } catch (const SlurmError& error) {
+        retire_record(e);
+        throw EngineError("engine " + e.engine_id + " (recipe " + recipe.recipe_id + "): the job was refused: " + error.what());
+    }
+    if (!answer.contains("job_id") || !answer["job_id"].is_number_integer()) {
+        retire_record(e);
+        throw EngineError("engine " + e.engine_id + ": slurmrestd accepted the job but gave no job id: " + answer.dump().substr(0, 200));
+    }
+    e.job_id = std::to_string(answer["job_id"].get<std::int64_t>());
+    write_record(e);
+    spdlog::info("submitted engine {} (recipe {} at {}) as Slurm job {}, port {}, output {}", e.engine_id, recipe.recipe_id,
+                 recipe.revision, e.job_id, e.port, e.log_path.string());
+
+    // Until Slurm starts it, the job has no node to probe: wait, within the launch's ready timeout.
+    const auto deadline = std::chrono::steady_clock::now() + launch.ready_timeout;
+    for (;;) {
+        const auto j = job(e.job_id);
+        if (j && j->state == "RUNNING" && !j->node.empty()) {
+            e.host = node_address(j->node);
+            write_record(e);
+            spdlog::info("engine {}: Slurm job {} runs on {} ({})", e.engine_id, e.job_id, j->node, e.host);
+            return e;
+        }
+        if (!j || !slurm_job_alive(j->state)) {
+            retire_record(e);
+            throw EngineError("engine " + e.engine_id + " (recipe " + recipe.recipe_id + "): Slurm job " + e.job_id + " ended before it ran (" +
+                              (j ? j->state + (j->reason.empty() || j->reason == "None" ? "" : ", " + j->reason) : "forgotten") +
+                              "); last output lines:\n" + log_tail(e.log_path, 20));
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+            stop(e, std::chrono::seconds(5));
+            throw EngineError("engine " + e.engine_id + " (recipe " + recipe.recipe_id + "): Slurm job " + e.job_id + " still " + j->state +
+                              " (" + j->reason + ") after the ready timeout; cancelled");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+}
+
+Probe SlurmDriver::probe(const EngineHandle& e) {
+    Probe p;
+    if (e.job_id.empty()) return p;
+    std::optional<SlurmJob> j;
+    try {
+        j = job(e.job_id);
+    } catch (const SlurmError& error) {
+        // The controller unreachable is not the engine gone: report it running, unhealthy, and let
+        // readiness and health checks decide.
+        spdlog::warn("engine {}: {}", e.engine_id, error.what());
+        p.state = RunState::running;
+        return p;
+    }
+    if (!j) return p;  // missing: Slurm has forgotten the job
+    if (slurm_job_alive(j->state)) {
+        p.state = RunState::running;
+        if (j->state == "RUNNING" && !e.host.empty() && e.port > 0) p.healthy = health_ok(e.host, e.port, std::chrono::milliseconds(1000));
+        return p;
+    }
+    p.state = RunState::exited;
+    p.exit_code = j->exit_code;
+    // Ended by Slurm rather than by the engine (cancelled, time limit, preemption, node failure):
+    // Slurm reports 0 for the script it killed, which is no exit code of the engine's.
+    if (j->state != "COMPLETED" && j->state != "FAILED") {
+        p.exit_code.reset();
+        spdlog::warn("engine {}: Slurm job {} ended {}{}", e.engine_id, e.job_id, j->state, j->reason.empty() ? "" : " (" + j->reason + ")");
+    }
+    return p;
+}
+
+void SlurmDriver::stop(const EngineHandle& e, std::chrono::milliseconds grace) {
+    if (!e.job_id.empty()) {
+        try {
+            // DELETE is scancel: SIGTERM now, SIGKILL after the cluster's KillWait.
+            rest_.remove(std::string(kApi) + "/job/" + e.job_id);
+        } catch (const SlurmError& error) {
+            spdlog::warn("engine {}: cancelling Slurm job {}: {}", e.engine_id, e.job_id, error.what());
+        }
+        const auto deadline = std::chrono::steady_clock::now() + grace + std::chrono::seconds(30);
+        while (std::chrono::steady_clock::now() < deadline) {
+            std::optional<SlurmJob> j;
+            try {
+                j = job(e.job_id);
+            } catch (const SlurmError&) {
+                break;
+            }
+            if (!j || (!slurm_job_alive(j->state) && j->state != "COMPLETING")) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+    retire_record(e);
+    spdlog::info("stopped engine {} (Slurm job {})", e.engine_id, e.job_id);
+}
+
+std::vector<EngineHandle> SlurmDriver::adopt() {
+    std::vector<EngineHandle> adopted;
+    std::vector<EngineHandle> records;
+    for (auto& e : list_records(options_.state_dir))
+        if (e.driver == options_.kind) records.push_back(std::move(e));
+    if (records.empty()) return adopted;
+    // Every job of ours Slurm still knows, by engine id: a record without a job id finds its job here.
+    std::map<std::string, SlurmJob> ours;
+    const json jobs = rest_.get(std::string(kApi) + "/jobs");
+    for (const auto& j : jobs.value("jobs", json::array())) {
+        const auto one = read_slurm_job(json{{"jobs", {j}}});
+        if (one && one->name.rfind(kJobNamePrefix, 0) == 0) ours[one->name.substr(std::string(kJobNamePrefix).size())] = *one;
+    }
+    for (auto& e : records) {
+        const auto it = ours.find(e.engine_id);
+        const bool alive = it != ours.end() && slurm_job_alive(it->second.state) &&
+                           (e.job_id.empty() || e.job_id == std::to_string(it->second.id));
+        if (!alive) {
+            spdlog::info("engine {} (recipe {}): Slurm job {} is gone; retiring its record", e.engine_id, e.recipe.recipe_id,
+                         e.job_id.empty() ? "(never numbered)" : e.job_id);
+            retire_record(e);
+            continue;
+        }
+        e.job_id = std::to_string(it->second.id);
+        if (!it->second.node.empty()) e.host = node_address(it->second.node);
+        write_record(e);
+        spdlog::info("adopted engine {} (recipe {}), Slurm job {} on {}, port {}", e.engine_id, e.recipe.recipe_id, e.job_id, e.host, e.port);
+        adopted.push_back(std::move(e));
+    }
+    return adopted;
+}
+
+std::string SlurmDriver::logs(const EngineHandle& e, std::size_t tail) {
+    if (fs::exists(e.log_path)) return log_tail(e.log_path, tail);
+    return "(the job's output " + e.log_path.string() + " is on its node; placement.job_directory on storage anvild reads shows it here)";
+}
+
+}  // namespace anvil::driver
