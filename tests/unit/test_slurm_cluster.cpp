@@ -102,7 +102,7 @@ TEST_CASE("slurmrestd's node list of a real Slurm 22.05.8 is read", "[slurm]") {
     CHECK(j["nodes"][0]["usable"] == true);
 }
 
-TEST_CASE("a node list anvil cannot read names the field; slurmrestd's own errors are reported", "[slurm]") {
+TEST_CASE("a node list anvil cannot read names the field, and slurmrestd's own errors are reported", "[slurm]") {
     FieldErrors errors;
     json answer = real_answer();
     answer["nodes"][0]["gres"] = "gpu:a:b:c";

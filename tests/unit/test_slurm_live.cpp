@@ -36,7 +36,7 @@ SlurmRestConfig live() {
 
 }  // namespace
 
-TEST_CASE("slurmrestd: the cluster's node and its GPUs; a bad token or address is one actionable line", "[.][slurm-live]") {
+TEST_CASE("slurmrestd: the cluster's node and its GPUs, and a bad token or address as one actionable line", "[.][slurm-live]") {
     const SlurmRest rest(live());
     CHECK(rest.ping()["pings"].is_array());
     const anvil::registry::SlurmCluster cluster = rest.nodes();
