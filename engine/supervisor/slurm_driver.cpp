@@ -148,7 +148,18 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
     // Until Slurm starts it, the job has no node to probe: wait, within the launch's ready timeout.
     const auto deadline = std::chrono::steady_clock::now() + launch.ready_timeout;
     for (;;) {
-        const auto j = job(e.job_id);
+        std::optional<SlurmJob> j;
+        try {
+            j = job(e.job_id);
+        } catch (const SlurmError& error) {
+            // slurmctld or slurmrestd briefly unreachable: the job is submitted, so keep waiting.
+            if (std::chrono::steady_clock::now() >= deadline) {
+                stop(e, std::chrono::seconds(5));
+                throw EngineError("engine " + e.engine_id + ": Slurm job " + e.job_id + ": " + error.what());
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            continue;
+        }
         if (j && j->state == "RUNNING" && !j->node.empty()) {
             e.host = node_address(j->node);
             write_record(e);
