@@ -1,10 +1,10 @@
 #include "engine/supervisor/container_driver.hpp"
 
 #include <fstream>
-#include <random>
 
 #include <spdlog/spdlog.h>
 
+#include "engine/supervisor/engine_record.hpp"
 #include "engine/supervisor/log_tail.hpp"
 #include "engine/supervisor/readiness.hpp"
 #include "registry/pinning.hpp"
@@ -14,14 +14,6 @@ namespace anvil::driver {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string random_suffix() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    static const char* hex = "0123456789abcdef";
-    std::string s(8, '0');
-    for (auto& c : s) c = hex[rng() & 15];
-    return s;
-}
 
 std::string label(const std::map<std::string, std::string>& labels, const char* name) {
     const auto it = labels.find(name);
@@ -86,17 +78,7 @@ EngineHandle ContainerDriver::start(const RecipeRevision& recipe, const Resolved
     if (!registry::is_pinned_image(*launch.image) || !pinned)
         throw LaunchError("recipe " + launch.recipe_id + ": image '" + *launch.image +
                           "' is not pinned by digest; write it as name@sha256:<64 hex>");
-    EngineHandle e;
-    e.engine_id = recipe.recipe_id + "-" + random_suffix();
-    e.driver = "container";
-    e.recipe = recipe;
-    e.host = launch.host;
-    e.port = launch.port;
-    e.served_model_name = launch.served_model_name;
-    e.api_key = launch.api_key;
-    e.directory = options_.state_dir / e.engine_id;
-    e.log_path = e.directory / "engine.log";
-    fs::create_directories(e.directory);
+    EngineHandle e = new_engine_handle("container", recipe, launch, options_.state_dir);
 
     try {
         e.container_id = backend_->run(container_spec(options_, e, launch));

@@ -1,6 +1,7 @@
 #include "engine/supervisor/engine_record.hpp"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <system_error>
 
@@ -13,6 +14,26 @@ namespace anvil::driver {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+EngineHandle new_engine_handle(const std::string& driver_kind, const RecipeRevision& recipe, const ResolvedLaunch& launch,
+                               const fs::path& state_dir) {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    static const char* hex = "0123456789abcdef";
+    std::string suffix(8, '0');
+    for (auto& c : suffix) c = hex[rng() & 15];
+    EngineHandle e;
+    e.engine_id = recipe.recipe_id + "-" + suffix;
+    e.driver = driver_kind;
+    e.recipe = recipe;
+    e.host = launch.host;
+    e.port = launch.port;
+    e.served_model_name = launch.served_model_name;
+    e.api_key = launch.api_key;
+    e.directory = state_dir / e.engine_id;
+    e.log_path = e.directory / "engine.log";
+    fs::create_directories(e.directory);
+    return e;
+}
 
 void write_record(const EngineHandle& e) {
     const json j = {{"engine_id", e.engine_id},

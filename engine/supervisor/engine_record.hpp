@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/supervisor/driver.hpp"
@@ -12,6 +13,11 @@ namespace anvil::driver {
 
 inline constexpr const char* kRecordFile = "engine.json";
 inline constexpr const char* kRetiredRecordFile = "engine.retired.json";
+
+// A new engine's handle: a fresh id ("<recipe id>-<8 hex>"), the driver kind, what it serves and its
+// key from the launch, and its own directory under `state_dir` (created) with engine.log in it.
+EngineHandle new_engine_handle(const std::string& driver_kind, const RecipeRevision& recipe, const ResolvedLaunch& launch,
+                               const std::filesystem::path& state_dir);
 
 // Writes the record atomically and durably (support::write_file_atomically), so a crash never leaves
 // half a record, nor loses one whose engine is running.

@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -22,14 +21,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kExitCodeFile = "exit-code";
-
-std::string random_suffix() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    static const char* hex = "0123456789abcdef";
-    std::string s(8, '0');
-    for (auto& c : s) c = hex[rng() & 15];
-    return s;
-}
 
 std::optional<int> read_exit_code(const fs::path& dir) {
     std::ifstream in(dir / kExitCodeFile);
@@ -52,17 +43,7 @@ EngineHandle ProcessDriver::start(const RecipeRevision& recipe, const ResolvedLa
 
 EngineHandle ProcessDriver::start_command(const RecipeRevision& recipe, const ResolvedLaunch& launch,
                                           const std::vector<std::string>& argv) {
-    EngineHandle e;
-    e.engine_id = recipe.recipe_id + "-" + random_suffix();
-    e.driver = options_.kind;
-    e.recipe = recipe;
-    e.host = launch.host;
-    e.port = launch.port;
-    e.served_model_name = launch.served_model_name;
-    e.api_key = launch.api_key;
-    e.directory = options_.state_dir / e.engine_id;
-    e.log_path = e.directory / "engine.log";
-    fs::create_directories(e.directory);
+    EngineHandle e = new_engine_handle(options_.kind, recipe, launch, options_.state_dir);
 
     SpawnPlan plan;
     plan.argv = argv;

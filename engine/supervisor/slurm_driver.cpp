@@ -1,6 +1,5 @@
 #include "engine/supervisor/slurm_driver.hpp"
 
-#include <random>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -26,14 +25,6 @@ std::string batch_script(const std::filesystem::path& job_exec) {
     if (path.find_first_of("'\n") != std::string::npos)
         throw EngineError("anvil-job-exec's path " + path + " holds a quote or a newline; install anvil where it does not");
     return "#!/bin/sh\n# an anvil engine: anvil-job-exec runs the command in ANVIL_JOB_ARGV as given\nexec '" + path + "'\n";
-}
-
-std::string random_suffix() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    static const char* hex = "0123456789abcdef";
-    std::string s(8, '0');
-    for (auto& c : s) c = hex[rng() & 15];
-    return s;
 }
 
 std::string text(const json& j, const char* key) {
@@ -93,16 +84,9 @@ std::string SlurmDriver::node_address(const std::string& node) const {
 }
 
 EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaunch& launch) {
-    EngineHandle e;
-    e.engine_id = recipe.recipe_id + "-" + random_suffix();
-    e.driver = options_.kind;
-    e.recipe = recipe;
-    e.port = launch.port;
-    e.served_model_name = launch.served_model_name;
-    e.api_key = launch.api_key;
-    e.directory = options_.state_dir / e.engine_id;
+    EngineHandle e = new_engine_handle(options_.kind, recipe, launch, options_.state_dir);
+    e.host.clear();  // the node's address, once Slurm has started the job
     e.log_path = output_path(options_.placement, e.engine_id);
-    fs::create_directories(e.directory);
 
     const std::string script = batch_script(options_.job_exec);
     json environment = json::object();
