@@ -43,10 +43,7 @@ std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binar
     std::vector<std::string> argv = {engine_binary.string(), "serve", "--model", launch.model_path->string()};
     bool named = false;
     for (const auto& a : launch.arguments) named = named || a == "--served-model-name" || a.starts_with("--served-model-name=");
-    if (!named && !launch.served_model_name.empty()) {
-        argv.push_back("--served-model-name");
-        argv.push_back(launch.served_model_name);
-    }
+    if (!named && !launch.served_model_name.empty()) argv.insert(argv.end(), {"--served-model-name", launch.served_model_name});
     const auto draft = draft_flags(launch);
     argv.insert(argv.end(), draft.begin(), draft.end());
     argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());
