@@ -214,6 +214,32 @@ ALTER TABLE engines_v7 RENAME TO engines;
 CREATE INDEX engines_running ON engines(stopped_at);
 )sql";
 
+// Version 8: container engines on a Slurm cluster too (slurm-container). The table is rebuilt
+// again, as for version 7, rows and ids kept.
+constexpr std::string_view kVersion8 = R"sql(
+CREATE TABLE engines_v8 (
+  id INTEGER PRIMARY KEY,
+  revision_id INTEGER REFERENCES recipe_revisions(id),
+  driver TEXT NOT NULL CHECK (driver IN ('embedded', 'process', 'container', 'slurm-embedded', 'slurm-process', 'slurm-container')),
+  pid INTEGER,
+  container_id TEXT,
+  port INTEGER,
+  started_at TEXT NOT NULL,
+  health TEXT NOT NULL,
+  health_at TEXT NOT NULL,
+  stopped_at TEXT,
+  exit_code INTEGER,
+  engine_key TEXT,
+  role TEXT NOT NULL DEFAULT 'serving',
+  job_id TEXT
+);
+INSERT INTO engines_v8 SELECT id, revision_id, driver, pid, container_id, port, started_at, health, health_at, stopped_at, exit_code,
+  engine_key, role, job_id FROM engines;
+DROP TABLE engines;
+ALTER TABLE engines_v8 RENAME TO engines;
+CREATE INDEX engines_running ON engines(stopped_at);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -225,6 +251,7 @@ const std::vector<Migration>& migrations() {
         {5, "search text bounded and indexed without a copy; statuses indexed", kVersion5},
         {6, "evidence names the control revision it was compared against", kVersion6},
         {7, "engines on a Slurm cluster, with their job ids", kVersion7},
+        {8, "container engines on a Slurm cluster", kVersion8},
     };
     return all;
 }

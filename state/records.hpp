@@ -148,7 +148,7 @@ struct RevisionInput {
 struct EngineRow {
     Id id = 0;
     std::optional<Id> revision_id;
-    std::string driver;  // embedded | process | container | slurm-embedded | slurm-process
+    std::string driver;  // embedded | process | container | slurm-embedded | slurm-process | slurm-container
     std::optional<std::int64_t> pid;
     std::optional<std::string> container_id;
     std::optional<std::string> job_id;  // the Slurm job running it

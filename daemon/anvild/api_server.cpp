@@ -359,9 +359,10 @@ void ApiServer::routes() {
                             {"container_id", row.container_id ? json(*row.container_id) : json(nullptr)},
                             {"job_id", row.job_id ? json(*row.job_id) : json(nullptr)},
                             {"port", row.port ? json(*row.port) : json(nullptr)}, {"health", row.health}, {"started_at", row.started_at},
-                            {"role", row.role}, {"recipe_id", nullptr}};
+                            {"role", row.role}, {"recipe_id", nullptr}, {"tracked", false}};
+                  // Untracked: recorded as running by an earlier run, and not adopted yet.
                   for (const auto& l : live)
-                      if (l.row_id == row.id) e["recipe_id"] = l.handle.recipe.recipe_id;
+                      if (l.row_id == row.id) e["recipe_id"] = l.handle.recipe.recipe_id, e["tracked"] = true;
                   data.push_back(e);
               }
               send(res, 200, {{"data", data}});

@@ -225,7 +225,7 @@ void read_inventory(const Node& root, const std::string& file, DaemonConfig& con
 
 // "local", or {"kind": "slurm", "rest", "user", "token_file", "partition"?, "account"?,
 // "time_limit_minutes"?, "gpu_memory_mib"?, "timeout_seconds"?, "job_directory"?, "cpus_per_engine"?,
-// "memory_mib_per_engine"?}.
+// "memory_mib_per_engine"?, "environment"?}.
 void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
     JsonReader& reader = cr.reader();
     const Node n = root.child("placement");
@@ -240,7 +240,7 @@ void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
         return;
     }
     reject_unknown_keys(n, {"kind", "rest", "user", "token_file", "partition", "account", "time_limit_minutes", "gpu_memory_mib",
-                            "timeout_seconds", "job_directory", "cpus_per_engine", "memory_mib_per_engine"},
+                            "timeout_seconds", "job_directory", "cpus_per_engine", "memory_mib_per_engine", "environment"},
                         reader);
     const auto kind = reader.string(n, "kind");
     if (kind && *kind == "local") return;
@@ -283,6 +283,18 @@ void read_placement(const Node& root, ConfigReader& cr, DaemonConfig& config) {
             if (!mib.is_number_integer() || mib.get<std::int64_t>() <= 0 || mib.get<std::int64_t>() > (std::int64_t(1) << 40))
                 reader.fail(m, "one GPU's memory in MiB (a whole number above 0), by GRES type or \"*\"");
             else p.gpu_memory_mib[type] = mib.get<std::int64_t>();
+        }
+    }
+    // The site's variables for every job (HOME for a container runtime, a module path, a proxy):
+    // configuration, never a recipe's. anvil-job-exec's own names are anvild's to set.
+    const Node environment = reader.object(n, "environment", Presence::optional);
+    if (environment.present()) {
+        for (const auto& [name, value] : environment.value->items()) {
+            const Node v = environment.child(name);
+            const bool valid_name = !name.empty() && name.find('=') == std::string::npos && name.rfind("ANVIL_JOB_", 0) != 0;
+            if (!valid_name) reader.fail(v, "a variable name without '=' (ANVIL_JOB_* are anvild's own)");
+            else if (!value.is_string()) reader.fail(v, "the variable's value as a string");
+            else p.environment[name] = value.get<std::string>();
         }
     }
     config.slurm = std::move(p);

@@ -1,11 +1,18 @@
-// Step 3 of the pass: the engines. In: every engine the fleet runs. Out: those that exited are
-// forgotten (the serving step starts the default's again) and a serving one's exit is counted and
-// recorded as an event.
+// Step 3 of the pass: the engines. In: every engine the fleet runs. Out: engines of an earlier run
+// adopted late (their qualifications stopped: they start over), those that exited forgotten (the
+// serving step starts the default's again), and a serving one's exit counted and recorded as an event.
 #include "daemon/controller/reconciler.hpp"
 
 namespace anvil::daemon {
 
 void Reconciler::engine_step() {
+    // Engines an earlier run left where the fleet could not reach them at start-up (a Slurm
+    // cluster whose slurmrestd was down), found now: handled as start_up handles them.
+    for (const auto& e : engines_->adopt_pending()) {
+        store_.append_event("engine", e.handle.recipe.recipe_id,
+                            std::string(driver::to_string(e.role)) + " engine " + e.handle.engine_id + " of an earlier run adopted");
+        if (e.role != driver::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
+    }
     for (const auto& e : engines_->check()) {
         if (e.role == driver::EngineRole::serving) {
             metrics_.record_engine_restart();

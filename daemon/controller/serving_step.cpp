@@ -31,6 +31,12 @@ void Reconciler::serving_step() {
     }
     auto engine = engines_->serving_for(current->id);
     if (!engine) {
+        // The serving engine of an earlier run may still be running where the fleet cannot see it
+        // yet: a second one would hold the GPUs twice, and the first would be found orphaned.
+        if (const auto why = engines_->awaiting_adoption(driver::EngineRole::serving)) {
+            set_condition("DefaultServing", false, "AwaitingAdoption", *why);
+            return;
+        }
         auto& b = serving_backoff_[current->id];
         if (clock_->steady() < b.next) return;
         auto doc = document_of(*current);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/supervisor/command_runner.hpp"
@@ -35,8 +36,10 @@ std::map<std::string, std::string> cli_environment(const std::map<std::string, s
     return env;
 }
 
-std::vector<std::string> cli_run_arguments(const ContainerSpec& s) {
-    std::vector<std::string> a = {"run", "--detach", "--name", s.name};
+// Detached for the local driver; in the foreground for a Slurm job, whose life is the container's
+// (removed when it ends, its output the job's output).
+std::vector<std::string> cli_run_arguments(const ContainerSpec& s, bool detached = true) {
+    std::vector<std::string> a = {"run", detached ? "--detach" : "--rm", "--name", s.name};
     for (const auto& [k, v] : s.labels) {
         a.push_back("--label");
         a.push_back(k + "=" + v);
@@ -164,6 +167,51 @@ ContainerInfo container_info(const json& j) {
 std::vector<std::string> container_run_arguments(const ContainerDriverOptions& options, const EngineHandle& engine,
                                                  const ResolvedLaunch& launch) {
     return cli_run_arguments(container_spec(options, engine, launch));
+}
+
+JobCommand container_job_command(const ContainerDriverOptions& options, const EngineHandle& engine, const ResolvedLaunch& launch) {
+    if (!launch.image) throw LaunchError("recipe " + launch.recipe_id + ": a container launch needs /launch/image");
+    if (!registry::is_pinned_image(*launch.image))
+        throw LaunchError("recipe " + launch.recipe_id + ": image '" + *launch.image + "' is not pinned by digest; write it as name@sha256:<64 hex>");
+    ContainerDriverOptions o = options;
+    o.network = "host";  // the engine listens on its node's address, at the port in the job's labels
+    ResolvedLaunch l = launch;
+    l.gpu_uuids.clear();  // this host's GPUs, were any listed: the job's are the node's
+    ContainerSpec spec = container_spec(o, engine, l);
+    // The node's runtime pulls or finds the image by its digest, and refuses any other content.
+    JobCommand command;
+    command.argv = {options.runtime};
+    command.argv.insert(command.argv.end(), options.global_arguments.begin(), options.global_arguments.end());
+    if (launch.gpu_count > 0) {
+        // Inside the container the job's GPUs are numbered from 0; which ones they are, only the
+        // node knows (SLURM_JOB_GPUS): anvil-job-exec adds a --device for each before the image.
+        std::string indices;
+        for (std::int64_t i = 0; i < launch.gpu_count; ++i) indices += (i ? "," : "") + std::to_string(i);
+        spec.environment["CUDA_VISIBLE_DEVICES"] = indices;
+    }
+    // The recipe's variables are the container's (--env), not the runtime's; but the engine's key
+    // passes through the runtime's environment by name, so that it is in no argv on the node.
+    command.environment = options.runtime_env;
+    std::optional<std::string> key_variable;
+    for (const auto& [name, value] : spec.environment)
+        if (!launch.api_key.empty() && value == launch.api_key) key_variable = name;
+    if (key_variable) {
+        command.environment[*key_variable] = launch.api_key;
+        spec.environment.erase(*key_variable);
+    }
+    const auto run = cli_run_arguments(spec, false);
+    command.argv.insert(command.argv.end(), run.begin(), run.end());
+    auto image = std::find(command.argv.begin(), command.argv.end(), spec.image);
+    if (key_variable) image = command.argv.insert(image, {"--env", *key_variable}) + 2;
+    if (launch.gpu_count > 0) command.gpu_devices_at = static_cast<std::size_t>(image - command.argv.begin());
+    // Signalled, `podman run` ends without stopping its container (rootless podman's outer process
+    // does not pass the signal on, and an engine as PID 1 may ignore it), which would outlive the
+    // job holding its port and GPUs. anvil-job-exec runs this instead: SIGTERM, then SIGKILL after
+    // kContainerJobStopSeconds, inside the few seconds Slurm's KillWait leaves.
+    command.stop_argv = {options.runtime};
+    command.stop_argv.insert(command.stop_argv.end(), options.global_arguments.begin(), options.global_arguments.end());
+    command.stop_argv.insert(command.stop_argv.end(), {"stop", "--time", std::to_string(kContainerJobStopSeconds), spec.name});
+    return command;
 }
 
 std::unique_ptr<ContainerBackend> make_cli_backend(const ContainerDriverOptions& options) {

@@ -27,6 +27,13 @@ struct ContainerDriverOptions {
 std::vector<std::string> container_run_arguments(const ContainerDriverOptions& options, const EngineHandle& engine,
                                                  const ResolvedLaunch& launch);
 
+// The command a Slurm job runs for a container launch: the runtime's CLI in the foreground, on the
+// node's network, the recipe's image by its digest (see SlurmDriver).
+JobCommand container_job_command(const ContainerDriverOptions& options, const EngineHandle& engine, const ResolvedLaunch& launch);
+// How long a container job's engine has to stop when Slurm ends the job, before SIGKILL: below
+// Slurm's default KillWait (30 s) and most sites' settings.
+inline constexpr int kContainerJobStopSeconds = 3;
+
 class ContainerDriver : public Driver {
 public:
     explicit ContainerDriver(ContainerDriverOptions options);

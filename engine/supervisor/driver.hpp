@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,18 @@ struct Probe {
 // An engine that could not start, or exited or timed out before it was ready.
 struct EngineError : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+
+// What a Slurm job of anvild's runs (the job's script execs anvil-job-exec, which execs `argv`).
+struct JobCommand {
+    std::vector<std::string> argv;
+    std::map<std::string, std::string> environment;  // beside the placement's own
+    // Where anvil-job-exec inserts a --device for each GPU Slurm gave the job (a container's).
+    std::optional<std::size_t> gpu_devices_at;
+    int cpus = 0;  // what the command runs with (an embedded engine's --threads), when above the placement's
+    // Run by anvil-job-exec when Slurm signals the job to end (a container runtime's stop: the
+    // runtime's own process does not stop its container); empty: the signal reaches the command.
+    std::vector<std::string> stop_argv;
 };
 
 class Driver {

@@ -51,6 +51,12 @@ public:
     virtual std::vector<RunningEngine> check() = 0;
     // Tracks again the engines an earlier run left behind.
     virtual void adopt() = 0;
+    // Where adopt() could not reach where engines run (a Slurm cluster's slurmrestd down), the
+    // engines it adopted on a later try; a fleet that always reaches its engines has none.
+    virtual std::vector<RunningEngine> adopt_pending() { return {}; }
+    // Why an engine of this role that an earlier run left may still run where it cannot be
+    // reached yet: nothing should replace it until adoption answers.
+    virtual std::optional<std::string> awaiting_adoption(EngineRole /*role*/) const { return std::nullopt; }
     // Whether a ready engine still answers its OpenAI API (/v1/models lists its model).
     virtual bool answers(const RunningEngine& engine) const = 0;
 

@@ -13,6 +13,7 @@
 #include "engine/supervisor/process_driver.hpp"
 #include "engine/supervisor/readiness.hpp"
 #include "engine/supervisor/slurm_driver.hpp"
+#include "registry/embedded_memory.hpp"
 #include "registry/model_digest.hpp"
 
 namespace anvil::driver {
@@ -27,6 +28,14 @@ std::filesystem::path engine_binary(const SupervisorSettings& s) {
     for (const auto& candidate : {self.parent_path() / "anvil-engine", self.parent_path().parent_path() / "engine" / "anvil-engine"})
         if (!ec && access(candidate.c_str(), X_OK) == 0) return candidate;
     return "anvil-engine";
+}
+
+ContainerDriverOptions container_options(const SupervisorSettings& s) {
+    ContainerDriverOptions c;
+    c.runtime = s.container_runtime;
+    c.global_arguments = s.container_runtime_arguments;
+    c.state_dir = s.data_dir / "containers";
+    return c;
 }
 
 }  // namespace
@@ -49,18 +58,30 @@ EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& st
         // Installed beside anvil-engine, on the nodes as here (a cluster shares its software).
         const auto job_exec = binary.has_parent_path() ? binary.parent_path() / "anvil-job-exec" : std::filesystem::path("anvil-job-exec");
         drivers_["slurm-embedded"] = std::make_unique<SlurmDriver>(SlurmDriverOptions{
-            *settings_.slurm, engines_dir, "slurm-embedded", [binary](const ResolvedLaunch& l) { return embedded_argv(binary, l); }, job_exec});
+            *settings_.slurm, engines_dir, "slurm-embedded",
+            [binary, cpus = settings_.slurm->cpus_per_engine](const EngineHandle&, const ResolvedLaunch& l) {
+                return embedded_job_command(embedded_argv(binary, l), l.environment, cpus);
+            },
+            job_exec});
         drivers_["slurm-process"] = std::make_unique<SlurmDriver>(SlurmDriverOptions{
-            *settings_.slurm, engines_dir, "slurm-process", [](const ResolvedLaunch& l) { return l.arguments; }, job_exec});
+            *settings_.slurm, engines_dir, "slurm-process",
+            [](const EngineHandle&, const ResolvedLaunch& l) {
+                JobCommand c;
+                c.argv = l.arguments;
+                c.environment = l.environment;
+                return c;
+            }, job_exec});
+        // The node's container runtime, by its command line (an Engine API socket is this host's).
+        drivers_["slurm-container"] = std::make_unique<SlurmDriver>(SlurmDriverOptions{
+            *settings_.slurm, engines_dir, "slurm-container",
+            [c = container_options(settings_)](const EngineHandle& e, const ResolvedLaunch& l) { return container_job_command(c, e, l); },
+            job_exec});
         return;
     }
     drivers_["embedded"] = std::make_unique<EmbeddedDriver>(engine_binary(settings_), ProcessDriverOptions{engines_dir, 16u << 20, "embedded"});
     drivers_["process"] = std::make_unique<ProcessDriver>(ProcessDriverOptions{engines_dir, 16u << 20, "process"});
-    ContainerDriverOptions c;
-    c.runtime = settings_.container_runtime;
-    c.global_arguments = settings_.container_runtime_arguments;
+    ContainerDriverOptions c = container_options(settings_);
     c.api_socket = settings_.container_api_socket;
-    c.state_dir = settings_.data_dir / "containers";
     drivers_["container"] = std::make_unique<ContainerDriver>(c);
 }
 
@@ -76,9 +97,6 @@ Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
 std::optional<std::string> EngineSupervisor::unsupported(const registry::Recipe& recipe) const {
     if (driver_kind_for(recipe.launch.kind).empty())
         return "launch kind '" + recipe.launch.kind + "' is not something anvild runs (embedded, native and docker are)";
-    if (settings_.slurm && driver_kind_for(recipe.launch.kind) == "container")
-        return "a Slurm placement runs embedded and native launches as jobs; containers (launch kind '" + recipe.launch.kind +
-               "') are not placed on the cluster yet";
     return paper_refusal(recipe, settings_.launch);
 }
 
@@ -129,9 +147,26 @@ std::filesystem::path EngineSupervisor::model_directory(const registry::ModelRef
 RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Recipe& recipe, EngineRole role,
                                       const std::atomic<bool>* cancelled) {
     if (auto why = startable(recipe)) throw EngineError("recipe " + recipe.id + " cannot start: " + *why);
+    // Nothing starts where engines of an earlier run may still run unadopted: a job submitted now
+    // could not be told from theirs, and adoption then would take or retire it.
+    const std::string kind = (settings_.slurm ? "slurm-" : "") + driver_kind_for(recipe.launch.kind);
+    if (unadopted(kind)) adopt_kinds({kind});
+    if (const auto why = unadopted(kind))
+        throw EngineError("recipe " + recipe.id + " cannot start yet: the " + kind + " engines of an earlier run are not adopted (" + *why + ")");
     std::set<int> taken;
     for (const auto& e : engines()) taken.insert(e.handle.port);
     auto launch = resolve_launch(recipe, settings_.launch, taken);
+    // A job asks the cluster for the memory the engine needs (a local engine just takes it).
+    if (settings_.slurm && recipe.launch.kind == "embedded") {
+        const auto estimate = registry::estimate_embedded_memory(recipe, [this](const registry::ModelRef& m) -> registry::ModelShapeReading {
+            try {
+                return registry::read_model_shape(model_directory(m, "model directory"));
+            } catch (const std::exception& e) {
+                return {std::nullopt, e.what()};
+            }
+        });
+        launch.memory_bytes = estimate.total.max.value_or(0);
+    }
     // Each engine gets a key of its own (those that read one from their environment): another local
     // process cannot use it behind the endpoint's back.
     assign_api_key(launch, recipe.engine_name);
@@ -211,41 +246,110 @@ std::vector<RunningEngine> EngineSupervisor::check() {
 }
 
 void EngineSupervisor::adopt() {
-    auto rows = store_.running_engines();
+    std::vector<std::string> kinds;
+    for (const auto& [kind, d] : drivers_) kinds.push_back(kind);
+    adopt_kinds(kinds);
+    // Records of a kind this configuration does not run (the placement changed since): nothing
+    // here can reach those engines again.
+    for (const auto& r : store_.running_engines()) {
+        if (drivers_.count(r.driver)) continue;
+        spdlog::warn("engine {} ran as a {} engine, which this configuration does not run: its record is closed{}", r.engine_key, r.driver,
+                     r.job_id ? "; cancel Slurm job " + *r.job_id + " if it still runs" : std::string());
+        store_.record_engine_stop(r.id, std::nullopt);
+    }
+}
+
+std::optional<std::string> EngineSupervisor::unadopted(const std::string& kind) const {
+    std::lock_guard lock(mutex_);
+    const auto it = unadopted_.find(kind);
+    return it == unadopted_.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
+std::vector<RunningEngine> EngineSupervisor::adopt_kinds(const std::vector<std::string>& kinds) {
+    // One adoption at a time: the reconciler's retries and a start's would both take a job.
+    std::lock_guard adopting(adoption_mutex_);
+    const auto rows = store_.running_engines();
     std::map<std::string, state::EngineRow> by_key;
     for (const auto& r : rows)
         if (!r.engine_key.empty()) by_key[r.engine_key] = r;
-    std::set<state::Id> adopted_rows;
-    for (auto& [kind, d] : drivers_) {
-        if (kind == "container") {
-            // Only ask the container runtime when the ledger says a container of ours may run.
-            bool any = std::any_of(rows.begin(), rows.end(), [](const state::EngineRow& r) { return r.driver == "container"; });
-            if (!any) continue;
+    std::set<state::Id> tracked;
+    for (const auto& e : engines()) tracked.insert(e.row_id);
+    std::vector<RunningEngine> adopted;
+    std::set<std::string> answered;
+    for (const auto& kind : kinds) {
+        Driver& d = *drivers_.at(kind);
+        // Only ask the container runtime when the ledger says a container of ours may run. (The
+        // Slurm drivers ask the cluster only when they hold a record, which they write before
+        // submitting: a job submitted by a run killed before the ledger knew it is found and stopped.)
+        const bool any = std::any_of(rows.begin(), rows.end(), [&](const state::EngineRow& r) { return r.driver == kind; });
+        if (!any && kind == "container") {
+            answered.insert(kind);
+            continue;
         }
         std::vector<EngineHandle> handles;
         try {
-            handles = d->adopt();
+            handles = d.adopt();
         } catch (const std::exception& e) {
-            spdlog::warn("adopting {} engines: {}", kind, e.what());
+            // Its engines may well still run (a cluster's jobs do not end because slurmrestd is
+            // down): their records stay open, nothing replaces them, and adopt_pending asks again.
+            std::lock_guard lock(mutex_);
+            if (!unadopted_.count(kind))
+                spdlog::warn("cannot adopt {} engines yet: {}; their ledger records stay open and adoption is tried again every {} s", kind,
+                             e.what(), std::chrono::duration_cast<std::chrono::seconds>(kAdoptionRetry).count());
+            unadopted_[kind] = e.what();
             continue;
         }
+        answered.insert(kind);
         for (auto& h : handles) {
             if (h.driver != kind) continue;  // the embedded and process drivers share a state directory
             auto row = by_key.find(h.engine_id);
+            if (row != by_key.end() && tracked.count(row->second.id)) continue;  // started since the first try
             if (row == by_key.end() || !row->second.revision_id) {
                 spdlog::warn("engine {} carries our records but the ledger does not know it: stopping it", h.engine_id);
-                d->stop(h, std::chrono::seconds(5));
+                d.stop(h, std::chrono::seconds(5));
                 continue;
             }
             RunningEngine e{row->second.id, *row->second.revision_id, engine_role_from(row->second.role), h};
-            spdlog::info("adopted engine {} ({} of revision {}) on port {}", h.engine_id, to_string(e.role), e.revision_id, h.port);
-            adopted_rows.insert(e.row_id);
+            spdlog::info("adopted engine {} ({} of revision {}) on {}:{}", h.engine_id, to_string(e.role), e.revision_id, h.host, h.port);
+            tracked.insert(e.row_id);
+            adopted.push_back(e);
             std::lock_guard lock(mutex_);
             engines_.push_back(std::move(e));
         }
     }
     for (const auto& r : rows)
-        if (!adopted_rows.count(r.id)) store_.record_engine_stop(r.id, std::nullopt);
+        if (answered.count(r.driver) && !tracked.count(r.id)) store_.record_engine_stop(r.id, std::nullopt);
+    std::lock_guard lock(mutex_);
+    for (const auto& kind : answered)
+        if (unadopted_.erase(kind)) spdlog::info("{} engines adopted again", kind);
+    next_adoption_ = std::chrono::steady_clock::now() + kAdoptionRetry;
+    return adopted;
+}
+
+std::vector<RunningEngine> EngineSupervisor::adopt_pending() {
+    std::vector<std::string> kinds;
+    {
+        std::lock_guard lock(mutex_);
+        if (unadopted_.empty() || std::chrono::steady_clock::now() < next_adoption_) return {};
+        for (const auto& [kind, why] : unadopted_) kinds.push_back(kind);
+    }
+    return adopt_kinds(kinds);
+}
+
+std::optional<std::string> EngineSupervisor::awaiting_adoption(EngineRole role) const {
+    std::map<std::string, std::string> unadopted;
+    {
+        std::lock_guard lock(mutex_);
+        if (unadopted_.empty()) return std::nullopt;
+        unadopted = unadopted_;
+    }
+    for (const auto& r : store_.running_engines()) {
+        const auto why = unadopted.find(r.driver);
+        if (why == unadopted.end() || engine_role_from(r.role) != role) continue;
+        return "engine " + r.engine_key + (r.job_id ? " (Slurm job " + *r.job_id + ")" : std::string()) + " of an earlier run may still be " +
+               std::string(to_string(role)) + ", and cannot be adopted yet: " + why->second;
+    }
+    return std::nullopt;
 }
 
 std::vector<RunningEngine> EngineSupervisor::engines() const {

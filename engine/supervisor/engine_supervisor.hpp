@@ -60,21 +60,33 @@ public:
     // Probes every tracked engine; records and forgets those that exited. Returns the ones that exited.
     std::vector<RunningEngine> check() override;
     // Engines of an earlier anvild that still run are tracked again; records of ones that are gone
-    // are closed in the ledger; engines nobody recorded are stopped.
+    // are closed in the ledger; engines nobody recorded are stopped. A driver that cannot answer
+    // (slurmrestd or the container runtime down) keeps its records open: see adopt_pending.
     void adopt() override;
+    // Asks the drivers that could not answer adopt() again, at most every kAdoptionRetry; returns
+    // the engines it adopted now.
+    std::vector<RunningEngine> adopt_pending() override;
+    std::optional<std::string> awaiting_adoption(EngineRole role) const override;
 
     std::vector<RunningEngine> engines() const override;
     std::string logs(const RunningEngine& engine, std::size_t lines) const override;
     bool answers(const RunningEngine& engine) const override;
 
 private:
+    static constexpr std::chrono::seconds kAdoptionRetry{10};
+
     Driver& driver_for(const std::string& launch_kind);
+    std::vector<RunningEngine> adopt_kinds(const std::vector<std::string>& kinds);
+    std::optional<std::string> unadopted(const std::string& kind) const;  // why kind's adoption failed
 
     const SupervisorSettings settings_;
     state::Store& store_;
     std::map<std::string, std::unique_ptr<Driver>> drivers_;  // embedded | process | container, or slurm-embedded | slurm-process
     mutable std::mutex mutex_;
+    std::mutex adoption_mutex_;
     std::vector<RunningEngine> engines_;
+    std::map<std::string, std::string> unadopted_;  // driver kind → why its adopt() failed
+    std::chrono::steady_clock::time_point next_adoption_;
 };
 
 // The driver a launch kind runs on: embedded, native → process, docker → container; else empty.

@@ -56,6 +56,9 @@ struct ResolvedLaunch {
     std::string served_model_name;  // the id /v1/models must list before the engine is ready
     std::vector<std::string> gpu_uuids;
     std::int64_t gpu_count = 0;  // the recipe's GPUs (hardware_count; 0 when it runs on the CPU)
+    // The engine's host memory judged on paper (an embedded recipe's weights and KV cache, the upper
+    // bound); 0 when not sized. A Slurm job asks for at least this.
+    std::int64_t memory_bytes = 0;
     std::chrono::milliseconds ready_timeout{std::chrono::seconds(600)};
     // The bearer token the engine is started with (anvil-engine: ANVIL_ENGINE_API_KEY); empty: none.
     std::string api_key;

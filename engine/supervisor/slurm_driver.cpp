@@ -37,6 +37,33 @@ std::string output_path(const SlurmPlacement& placement, const std::string& engi
 
 }  // namespace
 
+JobCommand embedded_job_command(std::vector<std::string> argv, const std::map<std::string, std::string>& environment, int cpus) {
+    JobCommand c;
+    c.argv = std::move(argv);
+    c.environment = environment;
+    std::optional<int> threads;
+    for (std::size_t i = 0; i + 1 < c.argv.size(); ++i)
+        if (c.argv[i] == "--threads") threads = std::atoi(c.argv[i + 1].c_str());
+    for (const auto& a : c.argv)
+        if (a.starts_with("--threads=")) threads = std::atoi(a.c_str() + 10);
+    if (threads && *threads > 0) {
+        c.cpus = *threads;
+    } else {
+        c.argv.insert(c.argv.end(), {"--threads", std::to_string(cpus)});
+        c.cpus = cpus;
+    }
+    return c;
+}
+
+std::optional<std::int64_t> job_memory_mib(const SlurmPlacement& placement, const ResolvedLaunch& launch) {
+    constexpr std::int64_t kMiB = 1 << 20;
+    // The estimate counts weights and KV cache only: a quarter more, and 512 MiB for the process
+    // itself (activations, tokenizer, HTTP server, the runtime's libraries).
+    const std::int64_t on_paper = launch.memory_bytes > 0 ? (launch.memory_bytes + launch.memory_bytes / 4 + kMiB - 1) / kMiB + 512 : 0;
+    const std::int64_t mib = std::max(placement.memory_mib_per_engine, on_paper);
+    return mib > 0 ? std::optional(mib) : std::nullopt;
+}
+
 std::optional<SlurmJob> read_slurm_job(const json& answer) {
     if (!answer.is_object() || !answer.contains("jobs") || !answer["jobs"].is_array() || answer["jobs"].empty()) return std::nullopt;
     const json& j = answer["jobs"][0];
@@ -89,10 +116,15 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
     e.log_path = output_path(options_.placement, e.engine_id);
 
     const std::string script = batch_script(options_.job_exec);
+    const JobCommand command = options_.command(e, launch);
+    // The site's variables (placement.environment), then the engine's; anvil-job-exec's own last.
     json environment = json::object();
-    for (const auto& [name, value] : launch.environment) environment[name] = value;
-    environment["ANVIL_JOB_ARGV"] = json(options_.argv(launch)).dump();
-    // slurmrestd requires an environment; a job's PATH is the node's usual one unless the recipe sets it.
+    for (const auto& [name, value] : options_.placement.environment) environment[name] = value;
+    for (const auto& [name, value] : command.environment) environment[name] = value;
+    environment["ANVIL_JOB_ARGV"] = json(command.argv).dump();
+    if (command.gpu_devices_at) environment["ANVIL_JOB_GPU_DEVICES_AT"] = std::to_string(*command.gpu_devices_at);
+    if (!command.stop_argv.empty()) environment["ANVIL_JOB_STOP_ARGV"] = json(command.stop_argv).dump();
+    // slurmrestd requires an environment; a job's PATH is the node's usual one unless set above.
     if (!environment.contains("PATH")) environment["PATH"] = "/usr/local/bin:/usr/bin:/bin";
     const json labels = {{"engine_id", e.engine_id}, {"recipe_id", recipe.recipe_id}, {"revision", recipe.revision}, {"port", e.port}};
     json request = {{"name", kJobNamePrefix + e.engine_id},
@@ -102,12 +134,12 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
                 {"standard_error", e.log_path.string()},
                 {"comment", json{{"anvil", labels}}.dump()},
                 {"tasks", 1},
-                {"cpus_per_task", options_.placement.cpus_per_engine},
+                {"cpus_per_task", std::max(options_.placement.cpus_per_engine, command.cpus)},
                 {"requeue", false}};
     if (!options_.placement.partition.empty()) request["partition"] = options_.placement.partition;
     if (!options_.placement.account.empty()) request["account"] = options_.placement.account;
     if (options_.placement.time_limit.count() > 0) request["time_limit"] = options_.placement.time_limit.count();
-    if (options_.placement.memory_mib_per_engine > 0) request["memory_per_node"] = options_.placement.memory_mib_per_engine;
+    if (const auto mib = job_memory_mib(options_.placement, launch)) request["memory_per_node"] = *mib;
     if (launch.gpu_count > 0) request["gres"] = "gpu:" + std::to_string(launch.gpu_count);
 
     // The record first, without a job id: a crash between the submission and the record leaves a

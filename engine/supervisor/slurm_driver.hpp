@@ -1,5 +1,5 @@
-// The Slurm driver: an engine (embedded or native process) as a batch job of the configured
-// cluster, asking for the recipe's GPUs. The job's script only execs anvil-job-exec, which execs
+// The Slurm driver: an engine (embedded, native process, or container run by the node's runtime)
+// as a batch job of the configured cluster, asking for the recipe's GPUs. The job's script only execs anvil-job-exec, which execs
 // the argv a local driver would run, passed as JSON in the job's environment: no recipe string is
 // ever parsed by a shell. The job is named and
 // commented with the engine's labels (engine id, recipe, revision, port), and the driver keeps a
@@ -18,9 +18,10 @@ namespace anvil::driver {
 struct SlurmDriverOptions {
     SlurmPlacement placement;
     std::filesystem::path state_dir;  // one sub-directory per engine: its record
-    std::string kind;                 // "slurm-embedded" or "slurm-process": what records and the ledger carry
-    // The command the job runs for a resolved launch (embedded_argv, or the launch's own arguments).
-    std::function<std::vector<std::string>(const ResolvedLaunch&)> argv;
+    std::string kind;                 // "slurm-embedded", "slurm-process" or "slurm-container": what records and the ledger carry
+    // The command the job runs for an engine (embedded_argv, the launch's own arguments, or the
+    // container runtime's run; its host is not known yet).
+    std::function<JobCommand(const EngineHandle&, const ResolvedLaunch&)> command;
     // anvil-job-exec as the nodes see it: the job's script execs it, and it execs the command.
     std::filesystem::path job_exec;
 };
@@ -36,6 +37,13 @@ struct SlurmJob {
     std::string comment;
     std::string standard_output;
 };
+// An embedded engine's job: it runs with the CPUs the job asks for. A recipe's --threads asks for
+// that many; without one the engine gets --threads of the placement's CPUs, since a node's cores
+// are not all the job's (with task/none Slurm does not confine it).
+JobCommand embedded_job_command(std::vector<std::string> argv, const std::map<std::string, std::string>& environment, int cpus);
+// The memory a job asks for: memory_mib_per_engine, or more when the engine's estimate on paper
+// needs it; nullopt (the partition's default) when neither is known.
+std::optional<std::int64_t> job_memory_mib(const SlurmPlacement& placement, const ResolvedLaunch& launch);
 // slurmrestd's answer for one job ({"jobs": [{...}]}), or nullopt when it lists none.
 std::optional<SlurmJob> read_slurm_job(const nlohmann::json& answer);
 // Whether a job in `state` still holds or waits for its node.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,7 @@ struct SlurmPlacement {
     std::filesystem::path job_directory = "/tmp";
     int cpus_per_engine = 1;          // the job's CPUs (one task)
     std::int64_t memory_mib_per_engine = 0;  // the job's memory; 0: the partition's default
+    std::map<std::string, std::string> environment;  // the site's variables, in every job's environment
 };
 
 class SlurmRest {

@@ -5,6 +5,8 @@
 #
 #   cluster.sh start DIR [GPUS]   starts it; DIR/env holds SLURM_CONF, the REST address, a token
 #   cluster.sh stop DIR           stops every daemon it started
+#   cluster.sh rest-stop DIR      stops slurmrestd alone (the cluster runs on: its jobs too)
+#   cluster.sh rest-start DIR     starts it again on the same address
 #
 # Exit code 77 (the tests' "skipped") with the reason on stderr where Slurm cannot start here: not
 # root, or the packages missing (scripts/install-deps.sh installs them).
@@ -34,11 +36,52 @@ stop_pidfile() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-if [[ $command == stop ]]; then
+# slurmrestd refuses root; it drops to nobody after binding, and passes each client's JWT on to
+# slurmctld (SLURM_JWT=daemon), so requests run as the token's user. Only the Slurm API: the
+# accounting one (dbv0.0.38) needs slurmdbd, which this cluster has no use for.
+start_rest() {
+    local port
+    port=$(cat "$dir/rest_port")
+    SLURM_CONF=$dir/slurm.conf SLURM_JWT=daemon SLURMRESTD_AUTH_TYPES=rest_auth/jwt nohup slurmrestd -u nobody -g nogroup \
+        -s openapi/v0.0.38 "127.0.0.1:$port" >>"$dir/slurmrestd.log" 2>&1 &
+    echo $! >"$dir/slurmrestd.pid"
+}
+
+# Waits until slurmrestd answers a ping with the token; false if it never does.
+rest_answers() {
+    local port
+    port=$(cat "$dir/rest_port")
+    for _ in $(seq 100); do
+        python3 - "http://127.0.0.1:$port/slurm/v0.0.38/ping" "$user" "$(cat "$dir/token")" 2>/dev/null <<'PY' && return 0
+import sys, urllib.request
+request = urllib.request.Request(sys.argv[1], headers={"X-SLURM-USER-NAME": sys.argv[2], "X-SLURM-USER-TOKEN": sys.argv[3]})
+urllib.request.urlopen(request, timeout=2).read()
+PY
+        sleep 0.1
+    done
+    return 1
+}
+
+case $command in
+stop)
     for daemon in slurmrestd slurmd slurmctld munged; do stop_pidfile "$dir/$daemon.pid"; done
     exit 0
-fi
-[[ $command == start ]] || { echo "cluster.sh: unknown command $command" >&2; exit 2; }
+    ;;
+rest-stop)
+    stop_pidfile "$dir/slurmrestd.pid"
+    exit 0
+    ;;
+rest-start)
+    start_rest
+    rest_answers || { echo "slurmrestd did not answer: $(tail -3 "$dir/slurmrestd.log")" >&2; exit 1; }
+    exit 0
+    ;;
+start) ;;
+*)
+    echo "cluster.sh: unknown command $command" >&2
+    exit 2
+    ;;
+esac
 
 [[ $(id -u) == 0 ]] || skip "needs root (slurmd runs jobs as their users)"
 for tool in munged mungekey slurmctld slurmd slurmrestd sbatch scontrol; do
@@ -128,29 +171,15 @@ for _ in $(seq 100); do
 done
 [[ ${state:-} == IDLE* ]] || skip "the node did not become idle (state ${state:-unknown}): $(tail -3 "$dir/slurmd.log")"
 
-# slurmrestd refuses root; it drops to nobody after binding, and passes each client's JWT on to
-# slurmctld (SLURM_JWT=daemon), so requests run as the token's user. Only
-# the Slurm API: the accounting one (dbv0.0.38) needs slurmdbd, which this cluster has no use for.
-SLURM_JWT=daemon SLURMRESTD_AUTH_TYPES=rest_auth/jwt nohup slurmrestd -u nobody -g nogroup -s openapi/v0.0.38 "127.0.0.1:$rest_port" \
-    >"$dir/slurmrestd.log" 2>&1 &
-echo $! >"$dir/slurmrestd.pid"
+echo "$rest_port" >"$dir/rest_port"
+start_rest
 token=$(scontrol token username="$user" lifespan=86400 | sed -n 's/^SLURM_JWT=//p')
 [[ -n $token ]] || skip "scontrol token gave no token"
-umask 077
-printf '%s' "$token" >"$dir/token"
-answered=
-for _ in $(seq 100); do
-    if python3 - "http://127.0.0.1:$rest_port/slurm/v0.0.38/ping" "$user" "$token" 2>/dev/null <<'PY'; then
-import sys, urllib.request
-request = urllib.request.Request(sys.argv[1], headers={"X-SLURM-USER-NAME": sys.argv[2], "X-SLURM-USER-TOKEN": sys.argv[3]})
-urllib.request.urlopen(request, timeout=2).read()
-PY
-        answered=yes
-        break
-    fi
-    sleep 0.1
-done
-[[ -n $answered ]] || skip "slurmrestd did not answer: $(tail -3 "$dir/slurmrestd.log")"
+(
+    umask 077
+    printf '%s' "$token" >"$dir/token"
+)
+rest_answers || skip "slurmrestd did not answer: $(tail -3 "$dir/slurmrestd.log")"
 cat >"$dir/env" <<EOF
 SLURM_CONF=$dir/slurm.conf
 ANVIL_SLURM_REST=http://127.0.0.1:$rest_port
@@ -158,5 +187,7 @@ ANVIL_SLURM_TOKEN_FILE=$dir/token
 ANVIL_SLURM_USER=$user
 ANVIL_SLURM_NODE=$node
 ANVIL_SLURM_GPUS=$gpus
+ANVIL_SLURM_CLUSTER_SCRIPT=$(cd "$(dirname "$0")" && pwd)/cluster.sh
+ANVIL_SLURM_CLUSTER_DIR=$dir
 EOF
 echo "slurm cluster up in $dir: node $node with $gpus GPUs, slurmrestd at 127.0.0.1:$rest_port"

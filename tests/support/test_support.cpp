@@ -181,6 +181,27 @@ std::string seed_path(const std::string& prefix) {
 
 std::string seed_text(const std::string& prefix) { return read_file(seed_path(prefix)); }
 
+std::filesystem::path engine_rootfs_tar(const std::filesystem::path& dir, const std::filesystem::path& engine, std::string& why) {
+    namespace fs = std::filesystem;
+    const fs::path root = dir / "rootfs";
+    fs::create_directories(root / "bin");
+    fs::copy_file(engine, root / "bin/anvil-engine", fs::copy_options::overwrite_existing);
+    const auto ldd = run({"ldd", engine.string()});
+    std::istringstream lines(ldd.output);
+    std::string word;
+    while (lines >> word) {
+        if (!word.starts_with("/") || !fs::exists(word)) continue;
+        fs::create_directories((root / word.substr(1)).parent_path());
+        fs::copy_file(fs::canonical(word), root / word.substr(1), fs::copy_options::overwrite_existing);
+    }
+    const fs::path tar = dir / "rootfs.tar";
+    if (const auto made = run({"tar", "-C", root.string(), "-cf", tar.string(), "."}); made.exit_code != 0) {
+        why = "tar failed: " + made.output;
+        return {};
+    }
+    return tar;
+}
+
 std::string embedded_recipe_json(const std::string& id, const std::string& weights, const std::string& digest,
                                  const std::string& hardware_id) {
     using json = nlohmann::json;

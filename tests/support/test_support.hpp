@@ -73,6 +73,10 @@ std::string seed_text(const std::string& prefix);
 
 // An embedded anvil-engine recipe in the registry's shape, digest-pinned: the model at
 // ${MODEL_ROOT}/tiny, `weights` passed as --weights, on `hardware_id` (count 1). JSON text.
+// A container image's root file system holding `engine` (anvil-engine, at /bin/anvil-engine) and the
+// shared libraries it loads, as a tar file in `dir` for `podman import`; "" with `why` on failure.
+std::filesystem::path engine_rootfs_tar(const std::filesystem::path& dir, const std::filesystem::path& engine, std::string& why);
+
 std::string embedded_recipe_json(const std::string& id, const std::string& weights, const std::string& digest,
                                  const std::string& hardware_id = "cpu");
 

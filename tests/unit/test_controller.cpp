@@ -68,6 +68,24 @@ public:
         return std::exchange(exited, {});
     }
     void adopt() override {}
+    // A cluster that does not answer at start-up: `awaiting` says why a serving engine may still
+    // run there; `late` is what adoption finds once it answers.
+    std::optional<std::string> awaiting;
+    std::vector<driver::RunningEngine> late;
+    std::vector<driver::RunningEngine> adopt_pending() override {
+        if (awaiting) return {};
+        std::lock_guard lock(mutex_);
+        for (const auto& e : late) running_.push_back(e);
+        return std::exchange(late, {});
+    }
+    std::optional<std::string> awaiting_adoption(driver::EngineRole role) const override {
+        return role == driver::EngineRole::serving ? awaiting : std::nullopt;
+    }
+    // Forgets every engine, as a new anvild starts knowing none; returns them.
+    std::vector<driver::RunningEngine> forget() {
+        std::lock_guard lock(mutex_);
+        return std::exchange(running_, {});
+    }
     bool answers(const driver::RunningEngine&) const override { return answering; }
     // The fake starts nothing, so an engine's log is what the fake says it did.
     std::string logs(const driver::RunningEngine& engine, std::size_t) const override { return "fake engine " + engine.handle.engine_id + "\n"; }
@@ -407,6 +425,37 @@ TEST_CASE("controller: a default past its probation is retried, never rolled bac
     CHECK(w.default_recipe() == "tiny-q8");
     CHECK(w.condition("DefaultServing") == "EngineFailed");
     CHECK(w.metrics.render("").find("anvil_engine_restarts_total 1\n") != std::string::npos);
+}
+
+TEST_CASE("controller: a serving engine left where the fleet cannot reach yet is waited for and adopted, never started twice",
+          "[controller]") {
+    World w(Recipes{{"tiny-f32", "f32"}});
+    w.qualify_all([](const std::string&) { return speed(10.0); });
+    w.pass();
+    REQUIRE(w.fleet.serving().size() == 1);
+    REQUIRE(w.fleet.started.size() == 1);  // the default's (the fake runner starts no engine)
+    // anvild restarts while slurmrestd is down: its serving job runs on, out of sight.
+    auto left = w.fleet.forget();
+    w.fleet.awaiting = "engine e1 (Slurm job 7) of an earlier run may still be serving, and cannot be adopted yet: slurmrestd refused";
+    w.endpoint.switch_to(std::nullopt);
+    w.reconciler = std::make_unique<daemon::Reconciler>(w.config, *w.store, daemon::ControllerPorts{w.fleet, w.endpoint, w.qualifications, w.clock},
+                                                        w.metrics);
+    w.reconciler->start_up();
+    for (int i = 0; i < 3; ++i) {
+        w.pass();
+        w.clock.advance(60s);
+    }
+    CHECK(w.fleet.started.size() == 1);
+    CHECK(w.condition("DefaultServing") == "AwaitingAdoption");
+    CHECK_FALSE(w.endpoint.current());
+    // The cluster answers: the same engine is adopted and served; nothing new starts.
+    w.fleet.awaiting.reset();
+    w.fleet.late = left;
+    w.pass();
+    CHECK(w.fleet.started.size() == 1);
+    REQUIRE(w.endpoint.current());
+    CHECK(w.endpoint.current()->engine_id == left[0].handle.engine_id);
+    CHECK(w.condition("DefaultServing") == "Serving");
 }
 
 TEST_CASE("controller: a winner whose default could not come back is not promoted", "[controller]") {

@@ -66,22 +66,9 @@ std::string build_engine_image(const anvil::test::TempDir& dir, const ContainerD
         why = "podman is not installed";
         return "";
     }
-    const fs::path root = dir / "rootfs";
-    fs::create_directories(root / "bin");
-    fs::copy_file(ANVIL_ENGINE, root / "bin/anvil-engine");
-    const auto ldd = anvil::test::run({"ldd", ANVIL_ENGINE});
-    std::istringstream lines(ldd.output);
-    std::string word;
-    while (lines >> word) {
-        if (!word.starts_with("/") || !fs::exists(word)) continue;
-        fs::create_directories((root / word.substr(1)).parent_path());
-        fs::copy_file(fs::canonical(word), root / word.substr(1), fs::copy_options::overwrite_existing);
-    }
-    if (anvil::test::run({"tar", "-C", root.string(), "-cf", (dir / "rootfs.tar").string(), "."}).exit_code != 0) {
-        why = "tar failed";
-        return "";
-    }
-    const auto imported = run_podman(o, {"import", (dir / "rootfs.tar").string(), name + ":test"});
+    const fs::path tar = anvil::test::engine_rootfs_tar(dir.path(), ANVIL_ENGINE, why);
+    if (tar.empty()) return "";
+    const auto imported = run_podman(o, {"import", tar.string(), name + ":test"});
     if (!imported.ok()) {
         why = "podman import failed: " + imported.err;
         return "";

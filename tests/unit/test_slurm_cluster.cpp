@@ -184,7 +184,7 @@ TEST_CASE("placement: local, or a Slurm cluster with every key checked", "[slurm
     CHECK_FALSE(parse_config(R"({"placement": {"kind": "local"}})", "/etc/anvil/anvild.json").slurm);
     const auto c = parse_config(R"({"placement": {"kind": "slurm", "rest": "http://ctl:6820/", "user": "anvil",
         "token_file": "slurm.jwt", "partition": "gpu", "account": "ml", "time_limit_minutes": 720,
-        "gpu_memory_mib": {"h100": 81559, "*": 40960}, "timeout_seconds": 5}})",
+        "gpu_memory_mib": {"h100": 81559, "*": 40960}, "timeout_seconds": 5, "environment": {"HOME": "/scratch/anvil"}}})",
                                 "/etc/anvil/anvild.json");
     REQUIRE(c.slurm);
     CHECK(c.slurm->rest.address == "http://ctl:6820");
@@ -195,6 +195,7 @@ TEST_CASE("placement: local, or a Slurm cluster with every key checked", "[slurm
     CHECK(c.slurm->time_limit == std::chrono::minutes(720));
     CHECK(c.slurm->gpu_memory_mib.at("h100") == 81559);
     CHECK(c.slurm->rest.timeout == std::chrono::seconds(5));
+    CHECK(c.slurm->environment == std::map<std::string, std::string>{{"HOME", "/scratch/anvil"}});
 
     auto problems = [](const std::string& text) {
         try {
@@ -207,13 +208,16 @@ TEST_CASE("placement: local, or a Slurm cluster with every key checked", "[slurm
     CHECK_THAT(problems(R"({"placement": "cluster"})"), Catch::Contains("/placement: expected \"local\" or a placement object"));
     CHECK_THAT(problems(R"({"placement": {"kind": "k8s"}})"), Catch::Contains("/placement/kind: expected \"local\" or \"slurm\""));
     const std::string all = problems(R"({"placement": {"kind": "slurm", "rest": "ctl:6820", "user": "root",
-        "time_limit_minutes": -1, "gpu_memory_mib": {"h100": "80G"}, "nodes": 2}})");
+        "time_limit_minutes": -1, "gpu_memory_mib": {"h100": "80G"}, "nodes": 2,
+        "environment": {"ANVIL_JOB_ARGV": "[]", "TMPDIR": 1}}})");
     CHECK_THAT(all, Catch::Contains("/placement/rest: expected slurmrestd's address"));
     CHECK_THAT(all, Catch::Contains("/placement/user: expected the user jobs run as: not root"));
     CHECK_THAT(all, Catch::Contains("/placement/token_file: expected a file holding the user's JWT"));
     CHECK_THAT(all, Catch::Contains("/placement/time_limit_minutes"));
     CHECK_THAT(all, Catch::Contains("/placement/gpu_memory_mib/h100: expected one GPU's memory in MiB"));
     CHECK_THAT(all, Catch::Contains("/placement/nodes"));
+    CHECK_THAT(all, Catch::Contains("/placement/environment/ANVIL_JOB_ARGV: expected a variable name without '='"));
+    CHECK_THAT(all, Catch::Contains("/placement/environment/TMPDIR: expected the variable's value as a string"));
     CHECK_THAT(problems(R"({"placement": {"kind": "slurm", "rest": "unix:/run/slurmrestd.sock", "user": "anvil", "token_file": "t"},
         "inventory": {"gpus": []}})"),
                Catch::Contains("/inventory: expected \"auto\" or nothing with a Slurm placement"));

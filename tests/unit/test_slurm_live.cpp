@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include <httplib.h>
 
@@ -123,7 +124,20 @@ std::map<std::string, std::int64_t> live_jobs(const SlurmRest& rest) {
 // The engine serving the default, as GET /api/v1/engines lists it: its engine id, or "".
 std::string serving_engine(const anvil::test::daemon::Daemon& d) {
     for (const auto& e : d.get("/api/v1/engines").second.value("data", json::array()))
-        if (e["role"] == "serving" && e["health"] == "healthy") return e["engine_id"].get<std::string>();
+        if (e["role"] == "serving" && e["health"] == "healthy" && e["tracked"] == true) return e["engine_id"].get<std::string>();
+    return "";
+}
+
+// tests/slurm/cluster.sh COMMAND on the cluster run.sh started (rest-stop, rest-start).
+void cluster(const std::string& command) {
+    const auto r = anvil::test::run({"bash", env("ANVIL_SLURM_CLUSTER_SCRIPT"), command, env("ANVIL_SLURM_CLUSTER_DIR")});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+}
+
+std::string condition_reason(const anvil::test::daemon::Daemon& d, const std::string& type) {
+    for (const auto& c : d.get("/api/v1/status").second.value("conditions", json::array()))
+        if (c["type"] == type) return c["reason"].get<std::string>();
     return "";
 }
 
@@ -181,6 +195,23 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
     CHECK(live_jobs(rest) == jobs_now);
     CHECK(completes(d));
 
+    // SIGKILL with slurmrestd down as well: the restarted anvild cannot see the job, keeps its
+    // record, and submits nothing until slurmrestd answers; then it adopts that same job.
+    d.kill();
+    cluster("rest-stop");
+    d.start();
+    REQUIRE(eventually([&] { return condition_reason(d, "DefaultServing") == "AwaitingAdoption"; }, 30s));
+    std::this_thread::sleep_for(3s);  // several passes
+    CHECK(condition_reason(d, "DefaultServing") == "AwaitingAdoption");
+    const json untracked = d.get("/api/v1/engines").second["data"];
+    REQUIRE(untracked.size() == 1);
+    CHECK(untracked[0]["engine_id"] == first);
+    CHECK(untracked[0]["tracked"] == false);
+    cluster("rest-start");
+    REQUIRE(eventually([&] { return serving_engine(d) == first; }, 60s));
+    CHECK(live_jobs(rest) == jobs_now);
+    CHECK(completes(d));
+
     // scancel from outside: an engine exit, and the default is started again as a new job.
     rest.remove("/slurm/v0.0.38/job/" + std::to_string(jobs_now[first]));
     REQUIRE(eventually([&] { const auto e = serving_engine(d); return !e.empty() && e != first; }, 120s));
@@ -200,5 +231,93 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
 
     d.stop();  // stop_engines_on_exit: the job is cancelled
     CHECK(eventually([&] { return live_jobs(rest).empty(); }, 60s));
+}
+#endif
+
+#ifdef ANVILD
+namespace {
+
+std::string trimmed(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, and its stop removes the container", "[.][slurm-live]") {
+    using namespace anvil::test::daemon;
+    if (anvil::test::run({"podman", "--version"}).exit_code != 0) {
+        WARN("podman is not installed: the container case is left out (scripts/install-deps.sh installs it)");
+        return;
+    }
+    const std::string user = env("ANVIL_SLURM_USER");
+    Daemon d;
+    const auto jobs = d.dir / "jobs";
+    std::filesystem::create_directories(jobs);
+    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    // The job user's own podman, as a site would give it: rootless, its storage under its HOME,
+    // which the placement's environment names (this cluster's user has no home of its own).
+    const auto home = jobs / "home";
+    std::filesystem::create_directories(home);
+    REQUIRE(anvil::test::run({"chown", user, home.string()}).exit_code == 0);
+    const std::vector<std::string> runtime_arguments = {"--root", (home / "storage").string(), "--runroot", (home / "run").string(),
+                                                        "--cgroup-manager", "cgroupfs", "--events-backend", "file"};
+    const auto as_user = [&](const std::vector<std::string>& arguments) {
+        std::vector<std::string> argv = {"runuser", "-u", user, "--", "env", "HOME=" + home.string(), "podman"};
+        argv.insert(argv.end(), runtime_arguments.begin(), runtime_arguments.end());
+        argv.insert(argv.end(), arguments.begin(), arguments.end());
+        return anvil::test::run(argv, home);
+    };
+    std::string why;
+    const auto tar = anvil::test::engine_rootfs_tar(d.dir.path(), ANVIL_ENGINE, why);
+    REQUIRE(!tar.empty());
+    const auto imported = as_user({"import", tar.string(), "localhost/anvil-slurm:test"});
+    INFO(imported.output);
+    REQUIRE(imported.exit_code == 0);
+    const std::string digest = trimmed(as_user({"image", "inspect", "--format", "{{.Digest}}", "localhost/anvil-slurm:test"}).output);
+    REQUIRE(digest.rfind("sha256:", 0) == 0);
+
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["placement"] = {{"kind", "slurm"},
+                           {"rest", env("ANVIL_SLURM_REST")},
+                           {"user", user},
+                           {"token_file", env("ANVIL_SLURM_TOKEN_FILE")},
+                           {"partition", "gpu"},
+                           {"job_directory", jobs.string()},
+                           {"environment", {{"HOME", home.string()}}}};
+    config["container_runtime_arguments"] = runtime_arguments;
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    json recipe = json::parse(embedded_recipe("tiny-box", "f32", d.digest));
+    recipe["hardware_id"] = "cpu";
+    recipe["launch"] = {{"kind", "docker"},
+                        {"image", "localhost/anvil-slurm@" + digest},
+                        {"mounts", {{{"source", "${MODEL_ROOT}"}, {"target", "/models"}, {"read_only", true}}}},
+                        {"arguments",
+                         {"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-f32", "--host", "${HOST}", "--port",
+                          "${PORT}", "--max-context", "512", "--max-seqs", "4"}},
+                        {"environment", json::object()}};
+    d.repo.write("recipes/tiny-box.json", recipe.dump(2));
+    d.repo.commit("a container recipe");
+    d.start();
+
+    const bool promoted = eventually([&] { return d.status_of("tiny-box") == "promoted"; }, 60s);
+    INFO(d.get("/api/v1/recipes/tiny-box/history").second.dump());
+    REQUIRE(promoted);
+    REQUIRE(eventually([&] { return !serving_engine(d).empty() && d.serving() == "tiny-box"; }, 120s));
+    const auto engines = d.get("/api/v1/engines").second["data"];
+    REQUIRE(engines.size() == 1);
+    CHECK(engines[0]["driver"] == "slurm-container");
+    CHECK(completes(d));
+    // The container runs under the job user's podman, named for the engine, with its labels.
+    const std::string name = "anvil-" + engines[0]["engine_id"].get<std::string>();
+    const auto labels = as_user({"inspect", "--format", "{{index .Config.Labels \"anvil.recipe\"}}", name});
+    INFO(labels.output);
+    CHECK(trimmed(labels.output) == "tiny-box");
+
+    // Stopping anvild cancels the job; podman removes the container as it ends.
+    d.stop();
+    const SlurmRest rest(live());
+    CHECK(eventually([&] { return live_jobs(rest).empty(); }, 60s));
+    CHECK(eventually([&] { return trimmed(as_user({"ps", "--all", "--format", "{{.Names}}"}).output).empty(); }, 30s));
 }
 #endif

@@ -89,6 +89,14 @@ TEST_CASE("a file written by every earlier schema version is migrated with its d
             db.exec("INSERT INTO transitions (id, revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, actor, created_at) "
                     "VALUES (1, 1, NULL, 'candidate', 'ingested', '[]', '[]', 'reconciler', '2026-01-01T00:00:00.000Z')");
             db.exec("INSERT INTO revision_status VALUES (1, 'candidate', 'default', 1)");
+            // An engine still running, from the version that added engines (2) on; a Slurm job's from 7.
+            if (version >= 2 && version < 7)
+                db.exec("INSERT INTO engines (id, revision_id, driver, pid, port, started_at, health, health_at) "
+                        "VALUES (5, 1, 'process', 4242, 8000, '2026-01-01T00:00:00.000Z', 'healthy', '2026-01-01T00:00:00.000Z')");
+            if (version >= 7)
+                db.exec("INSERT INTO engines (id, revision_id, driver, port, started_at, health, health_at, engine_key, role, job_id) "
+                        "VALUES (5, 1, 'slurm-embedded', 8000, '2026-01-01T00:00:00.000Z', 'healthy', '2026-01-01T00:00:00.000Z', "
+                        "'e-old', 'serving', '77')");
         }
         Store store(file);
         CHECK(store.schema_version() == current_schema_version());
@@ -96,6 +104,13 @@ TEST_CASE("a file written by every earlier schema version is migrated with its d
         REQUIRE(detail);
         CHECK(detail->history.size() == 1);
         CHECK(store.status_of(1) == Status::candidate);
+        if (version >= 2) {
+            const auto engines = store.running_engines();
+            REQUIRE(engines.size() == 1);
+            CHECK(engines[0].id == 5);
+            CHECK(engines[0].port == 8000);
+            if (version >= 7) CHECK(engines[0].job_id == "77");
+        }
         store.transition(move(1, Status::rejected));
         CHECK(store.statuses() == store.statuses_from_ledger());
         CHECK(store.integrity_check() == "ok");
