@@ -21,6 +21,7 @@ std::shared_ptr<const Reconciler::GateInputs> Reconciler::gate_inputs() const {
     std::lock_guard lock(mutex_);
     std::string key;
     for (const auto& watch : watches_) key += watch->catalog().commit() + ":" + std::to_string(watch->catalog().size()) + ";";
+    key += "inventory:" + std::to_string(inventory_generation_);
     if (gate_inputs_ && gate_inputs_key_ == key) return gate_inputs_;
     auto inputs = std::make_shared<GateInputs>();
     for (const auto& watch : watches_) {
@@ -34,6 +35,7 @@ std::shared_ptr<const Reconciler::GateInputs> Reconciler::gate_inputs() const {
         }
     }
     inputs->host_memory = registry::measure_host_memory();
+    inputs->inventory = inventory_;
     gate_inputs_ = std::move(inputs);
     gate_inputs_key_ = key;
     return gate_inputs_;
@@ -41,7 +43,7 @@ std::shared_ptr<const Reconciler::GateInputs> Reconciler::gate_inputs() const {
 
 registry::GateContext Reconciler::gate_context(const registry::Recipe& recipe, const std::shared_ptr<const GateInputs>& inputs) const {
     registry::GateContext ctx;
-    ctx.inventory = inventory_ ? &*inventory_ : nullptr;
+    ctx.inventory = inputs->inventory.get();
     ctx.requirements = config_.requirements ? &*config_.requirements : nullptr;
     ctx.policy.commercial = config_.commercial;
     ctx.licences = &inputs->licences;
@@ -136,6 +138,7 @@ std::optional<nlohmann::json> Reconciler::feasibility_of(const std::string& reci
     nlohmann::json out = a.to_json();
     out["source"] = source;
     out["commit"] = commit;
+    std::lock_guard lock(mutex_);
     out["inventory"] = inventory_note_;
     return out;
 }

@@ -47,11 +47,15 @@ std::optional<registry::Inventory> cluster_inventory(const driver::SlurmPlacemen
         spdlog::info("GPU inventory: {}", note);
         return inventory;
     } catch (const driver::SlurmError& e) {
-        note = std::string(e.what()) + ": GPU gates stay unknown until anvild reloads";
+        note = std::string(e.what()) + ": GPU gates stay unknown until slurmrestd answers (asked again every 15 s)";
         spdlog::warn("GPU inventory: {}", note);
         return std::nullopt;
     }
 }
+
+// The cluster changes under anvild (nodes drained, added, failed): read again this often.
+constexpr auto kClusterInventoryEvery = std::chrono::seconds(60);
+constexpr auto kClusterInventoryRetry = std::chrono::seconds(15);  // while slurmrestd does not answer
 
 }  // namespace
 
@@ -75,24 +79,41 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
             if (head.source_url == source.url) paths.emplace(head.recipe_id, head.path);
         watches_.back()->remember_recipe_paths(paths);
     }
+    std::optional<registry::Inventory> inventory;
     if (config.slurm) {
-        inventory_ = cluster_inventory(*config.slurm, inventory_note_);
+        inventory = cluster_inventory(*config.slurm, inventory_note_);
+        next_inventory_read_ = std::chrono::steady_clock::now() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
     } else if (config.inventory_mode == "declared" && config.inventory) {
-        inventory_ = config.inventory;
+        inventory = config.inventory;
         inventory_note_ = "declared in " + config.config_file.string();
     } else if (config.inventory_mode == "auto") {
-        inventory_ = measure_inventory(inventory_note_);
+        inventory = measure_inventory(inventory_note_);
     } else {
         inventory_note_ = "no inventory (configuration says none): GPU gates stay unknown";
     }
     // A collective probe (`anvil probe collectives`) proves or disproves the GPUs' all-reduce path
     // for the tensor-parallel gate; its newest receipt counts only over exactly these GPUs.
-    if (inventory_ && !inventory_->gpus.empty()) {
+    if (!config.slurm && inventory && !inventory->gpus.empty()) {
         if (auto receipt = hardware::latest_probe_receipt(config.data_dir / "receipts" / "collectives")) {
-            hardware::apply_probe_receipt(*inventory_, *receipt);
+            hardware::apply_probe_receipt(*inventory, *receipt);
             inventory_note_ += "; collectives from probe receipt " + receipt->path.filename().string();
         }
     }
+    if (inventory) inventory_ = std::make_shared<const registry::Inventory>(std::move(*inventory));
+}
+
+void Reconciler::inventory_step() {
+    if (!config_.slurm || std::chrono::steady_clock::now() < next_inventory_read_) return;
+    std::string note;
+    auto inventory = cluster_inventory(*config_.slurm, note);
+    next_inventory_read_ = std::chrono::steady_clock::now() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
+    std::lock_guard lock(mutex_);
+    // A changed node set or GPU count shows in the note; the first answer after none is a change too.
+    if (note == inventory_note_ && bool(inventory) == bool(inventory_)) return;
+    spdlog::info("GPU inventory now: {}", note);
+    inventory_ = inventory ? std::make_shared<const registry::Inventory>(std::move(*inventory)) : nullptr;
+    inventory_note_ = note;
+    ++inventory_generation_;
 }
 
 Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics)
@@ -150,6 +171,7 @@ void Reconciler::pass() {
         (this->*run)();
         steps[name] = ms_since(t);
     };
+    step("inventory_ms", &Reconciler::inventory_step);
     step("registry_ms", &Reconciler::registry_step);
     step("retire_ms", &Reconciler::retire_step);
     step("judge_ms", &Reconciler::judge_stragglers);
@@ -250,7 +272,10 @@ json Reconciler::last_pass() const {
     return last_pass_;
 }
 
-std::pair<std::optional<registry::Inventory>, std::string> Reconciler::inventory() const { return {inventory_, inventory_note_}; }
+std::pair<std::optional<registry::Inventory>, std::string> Reconciler::inventory() const {
+    std::lock_guard lock(mutex_);
+    return {inventory_ ? std::optional(*inventory_) : std::nullopt, inventory_note_};
+}
 
 std::vector<Reconciler::SourceView> Reconciler::sources() const {
     std::vector<SourceView> out;

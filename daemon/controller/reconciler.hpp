@@ -133,6 +133,7 @@ private:
         std::shared_ptr<std::map<std::string, registry::ModelShapeReading>> model_shapes =
             std::make_shared<std::map<std::string, registry::ModelShapeReading>>();
         std::shared_ptr<std::mutex> model_shapes_mutex = std::make_shared<std::mutex>();
+        std::shared_ptr<const registry::Inventory> inventory;  // as it was when these were gathered
     };
     Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics);  // both constructors' common part
 
@@ -146,6 +147,9 @@ private:
     // Feasibility of new revisions: a verdict each, and `rejected` for what cannot or must not run.
     void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);  // judge_step.cpp
     void judge_stragglers();
+    // Under a Slurm placement, the cluster's nodes read again: every minute, every 15 s while
+    // slurmrestd does not answer (inventory_step.cpp).
+    void inventory_step();
     void engine_step();         // engine_step.cpp
     void promotion_step();      // promotion_step.cpp
     void serving_step();        // serving_step.cpp
@@ -189,8 +193,12 @@ private:
 
     mutable std::mutex mutex_;  // guards what API threads read, below and in each watch
     std::vector<std::unique_ptr<RegistryWatch>> watches_;
-    std::optional<registry::Inventory> inventory_;  // set at construction, read-only after
+    // Set at construction; under a Slurm placement read again by inventory_step (replaced whole,
+    // under mutex_, so a reader keeps the one it took).
+    std::shared_ptr<const registry::Inventory> inventory_;
     std::string inventory_note_;
+    std::uint64_t inventory_generation_ = 0;                  // moves when inventory_ is replaced
+    std::chrono::steady_clock::time_point next_inventory_read_{};  // the reconciler's thread only
     std::map<std::string, Condition> conditions_;
     nlohmann::json last_pass_ = nullptr;
     bool force_sync_ = false;

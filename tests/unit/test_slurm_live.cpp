@@ -207,10 +207,14 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
     REQUIRE(untracked.size() == 1);
     CHECK(untracked[0]["engine_id"] == first);
     CHECK(untracked[0]["tracked"] == false);
+    const auto judging_source = [&] { return d.get("/api/v1/inventory").second["data"]["judging_with"].value("source", std::string()); };
+    CHECK_THAT(judging_source(), Catch::Contains("GPU gates stay unknown until slurmrestd answers"));
     cluster("rest-start");
     REQUIRE(eventually([&] { return serving_engine(d) == first; }, 60s));
     CHECK(live_jobs(rest) == jobs_now);
     CHECK(completes(d));
+    // The inventory is read again once slurmrestd answers, without a reload.
+    CHECK(eventually([&] { return judging_source().find("the largest Slurm node") != std::string::npos; }, 30s));
 
     // scancel from outside: an engine exit, and the default is started again as a new job.
     rest.remove("/slurm/v0.0.38/job/" + std::to_string(jobs_now[first]));
