@@ -87,9 +87,12 @@ EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& st
 
 EngineSupervisor::~EngineSupervisor() = default;
 
+std::string EngineSupervisor::driver_kind(const std::string& launch_kind) const {
+    return (settings_.slurm ? "slurm-" : "") + driver_kind_for(launch_kind);
+}
+
 Driver& EngineSupervisor::driver_for(const std::string& launch_kind) {
-    const std::string kind = (settings_.slurm ? "slurm-" : "") + driver_kind_for(launch_kind);
-    auto it = drivers_.find(kind);
+    auto it = drivers_.find(driver_kind(launch_kind));
     if (it == drivers_.end()) throw LaunchError("launch kind '" + launch_kind + "' cannot be run by anvild");
     return *it->second;
 }
@@ -149,7 +152,7 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     if (auto why = startable(recipe)) throw EngineError("recipe " + recipe.id + " cannot start: " + *why);
     // Nothing starts where engines of an earlier run may still run unadopted: a job submitted now
     // could not be told from theirs, and adoption then would take or retire it.
-    const std::string kind = (settings_.slurm ? "slurm-" : "") + driver_kind_for(recipe.launch.kind);
+    const std::string kind = driver_kind(recipe.launch.kind);
     if (unadopted(kind)) adopt_kinds({kind});
     if (const auto why = unadopted(kind))
         throw EngineError("recipe " + recipe.id + " cannot start yet: the " + kind + " engines of an earlier run are not adopted (" + *why + ")");
@@ -281,8 +284,7 @@ std::vector<RunningEngine> EngineSupervisor::adopt_kinds(const std::vector<std::
         // Only ask the container runtime when the ledger says a container of ours may run. (The
         // Slurm drivers ask the cluster only when they hold a record, which they write before
         // submitting: a job submitted by a run killed before the ledger knew it is found and stopped.)
-        const bool any = std::any_of(rows.begin(), rows.end(), [&](const state::EngineRow& r) { return r.driver == kind; });
-        if (!any && kind == "container") {
+        if (kind == "container" && std::none_of(rows.begin(), rows.end(), [](const state::EngineRow& r) { return r.driver == "container"; })) {
             answered.insert(kind);
             continue;
         }

@@ -75,6 +75,7 @@ public:
 private:
     static constexpr std::chrono::seconds kAdoptionRetry{10};
 
+    std::string driver_kind(const std::string& launch_kind) const;  // drivers_' key for a launch kind
     Driver& driver_for(const std::string& launch_kind);
     std::vector<RunningEngine> adopt_kinds(const std::vector<std::string>& kinds);
     std::optional<std::string> unadopted(const std::string& kind) const;  // why kind's adoption failed

@@ -65,17 +65,36 @@ TEST_CASE("slurmrestd: the cluster's node and its GPUs, and a bad token or addre
 }
 
 #ifdef ANVILD
-TEST_CASE("anvild with a Slurm placement judges by the cluster's node and shows the cluster", "[.][slurm-live]") {
-    using namespace anvil::test::daemon;
-    Daemon d;
+namespace {
+
+// d's configuration placed on this cluster: its address, user and token, partition gpu, and
+// `extra` merged into the placement; `top` into the whole configuration.
+void place_on_cluster(const anvil::test::daemon::Daemon& d, const json& extra, const json& top = json::object()) {
     json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
     config["placement"] = {{"kind", "slurm"},
                            {"rest", env("ANVIL_SLURM_REST")},
                            {"user", env("ANVIL_SLURM_USER")},
                            {"token_file", env("ANVIL_SLURM_TOKEN_FILE")},
-                           {"partition", "gpu"},
-                           {"gpu_memory_mib", {{"*", 81559}}}};
+                           {"partition", "gpu"}};
+    config["placement"].update(extra);
+    config.update(top);
     anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+}
+
+// Where the jobs, which run as the token's user, write their output (and read the model beside it).
+std::filesystem::path job_directory(const anvil::test::daemon::Daemon& d) {
+    const auto jobs = d.dir / "jobs";
+    std::filesystem::create_directories(jobs);
+    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    return jobs;
+}
+
+}  // namespace
+
+TEST_CASE("anvild with a Slurm placement judges by the cluster's node and shows the cluster", "[.][slurm-live]") {
+    using namespace anvil::test::daemon;
+    Daemon d;
+    place_on_cluster(d, {{"gpu_memory_mib", {{"*", 81559}}}});
     json eight = json::parse(unpinned_container_recipe("eight-gpus"));
     eight["hardware_id"] = "h100-80gb";
     eight["hardware_count"] = 8;
@@ -128,6 +147,15 @@ std::string serving_engine(const anvil::test::daemon::Daemon& d) {
     return "";
 }
 
+// Waits until `recipe` is promoted and the endpoint forwards to it through a tracked job.
+void promoted_and_served(const anvil::test::daemon::Daemon& d, const std::string& recipe) {
+    using namespace std::chrono_literals;
+    const bool promoted = anvil::test::daemon::eventually([&] { return d.status_of(recipe) == "promoted"; }, 60s);
+    INFO(d.get("/api/v1/recipes/" + recipe + "/history").second.dump());
+    REQUIRE(promoted);
+    REQUIRE(anvil::test::daemon::eventually([&] { return !serving_engine(d).empty() && d.serving() == recipe; }, 120s));
+}
+
 // tests/slurm/cluster.sh COMMAND on the cluster run.sh started (rest-stop, rest-start).
 void cluster(const std::string& command) {
     const auto r = anvil::test::run({"bash", env("ANVIL_SLURM_CLUSTER_SCRIPT"), command, env("ANVIL_SLURM_CLUSTER_DIR")});
@@ -157,22 +185,13 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
     const SlurmRest rest(live());
     Daemon d;
     // The jobs run as the token's user on the node: they write their output here and read the model.
-    const auto jobs = d.dir / "jobs";
-    std::filesystem::create_directories(jobs);
-    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
-    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
-    config["placement"] = {{"kind", "slurm"},          {"rest", env("ANVIL_SLURM_REST")}, {"user", env("ANVIL_SLURM_USER")},
-                           {"token_file", env("ANVIL_SLURM_TOKEN_FILE")}, {"partition", "gpu"}, {"job_directory", jobs.string()}};
-    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    place_on_cluster(d, {{"job_directory", job_directory(d).string()}});
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
     d.repo.commit("one embedded recipe");
     d.start();
 
     // Qualified by a job, promoted, and served by a job; the endpoint answers through it.
-    const bool promoted = eventually([&] { return d.status_of("tiny-f32") == "promoted"; }, 40s);
-    INFO(d.get("/api/v1/recipes/tiny-f32/history").second.dump());
-    REQUIRE(promoted);
-    REQUIRE(eventually([&] { return !serving_engine(d).empty() && d.serving() == "tiny-f32"; }, 120s));
+    promoted_and_served(d, "tiny-f32");
     const std::string first = serving_engine(d);
     auto jobs_now = live_jobs(rest);
     REQUIRE(jobs_now.count(first) == 1);
@@ -256,9 +275,7 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     }
     const std::string user = env("ANVIL_SLURM_USER");
     Daemon d;
-    const auto jobs = d.dir / "jobs";
-    std::filesystem::create_directories(jobs);
-    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    const auto jobs = job_directory(d);
     // The job user's own podman, as a site would give it: rootless, its storage under its HOME,
     // which the placement's environment names (this cluster's user has no home of its own).
     const auto home = jobs / "home";
@@ -281,16 +298,8 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     const std::string digest = trimmed(as_user({"image", "inspect", "--format", "{{.Digest}}", "localhost/anvil-slurm:test"}).output);
     REQUIRE(digest.rfind("sha256:", 0) == 0);
 
-    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
-    config["placement"] = {{"kind", "slurm"},
-                           {"rest", env("ANVIL_SLURM_REST")},
-                           {"user", user},
-                           {"token_file", env("ANVIL_SLURM_TOKEN_FILE")},
-                           {"partition", "gpu"},
-                           {"job_directory", jobs.string()},
-                           {"environment", {{"HOME", home.string()}}}};
-    config["container_runtime_arguments"] = runtime_arguments;
-    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    place_on_cluster(d, {{"job_directory", jobs.string()}, {"environment", {{"HOME", home.string()}}}},
+                     {{"container_runtime_arguments", runtime_arguments}});
     json recipe = json::parse(embedded_recipe("tiny-box", "f32", d.digest));
     recipe["hardware_id"] = "cpu";
     recipe["launch"] = {{"kind", "docker"},
@@ -304,10 +313,7 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     d.repo.commit("a container recipe");
     d.start();
 
-    const bool promoted = eventually([&] { return d.status_of("tiny-box") == "promoted"; }, 60s);
-    INFO(d.get("/api/v1/recipes/tiny-box/history").second.dump());
-    REQUIRE(promoted);
-    REQUIRE(eventually([&] { return !serving_engine(d).empty() && d.serving() == "tiny-box"; }, 120s));
+    promoted_and_served(d, "tiny-box");
     const auto engines = d.get("/api/v1/engines").second["data"];
     REQUIRE(engines.size() == 1);
     CHECK(engines[0]["driver"] == "slurm-container");
