@@ -7,7 +7,9 @@
 # usage: scripts/run-example.sh [--exit-when-settled]
 #   --exit-when-settled  stop the daemon once every recipe has settled (the test of the main job)
 # environment: ANVIL_WORK (default .anvil), ANVIL_BUILD_DIR (default build/release),
-#              ANVIL_API (default 127.0.0.1:7700), ANVIL_SERVE (default 127.0.0.1:7701)
+#              ANVIL_API (default 127.0.0.1:7700), ANVIL_SERVE (default 127.0.0.1:7701),
+#              ANVIL_PLACEMENT: a JSON file holding a configuration's "placement" (a Slurm
+#              cluster, docs/SCALE.md), so that the engines run as jobs there; by default here
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -62,6 +64,19 @@ digest=$("$build/daemon/anvil" model digest "$model")
 sed "s#\"\\.\\./\\.anvil/#\"$work/#g" examples/anvild.json >"$work/anvild.json"
 # A run that exits when settled leaves nothing behind; otherwise engines outlive anvild, to be adopted.
 if $exit_when_settled; then sed -i 's/"stop_engines_on_exit": false/"stop_engines_on_exit": true/' "$work/anvild.json"; fi
+if [ -n "${ANVIL_PLACEMENT:-}" ]; then
+  python3 - "$work/anvild.json" "$ANVIL_PLACEMENT" <<'EOF'
+import json, sys
+config_file, placement_file = sys.argv[1:3]
+config = json.load(open(config_file))
+try:
+    config["placement"] = json.load(open(placement_file))
+except (OSError, ValueError) as e:
+    sys.exit("run-example: ANVIL_PLACEMENT=%s: %s" % (placement_file, e))
+json.dump(config, open(config_file, "w"), indent=2)
+EOF
+  echo "== engines placed by $ANVIL_PLACEMENT"
+fi
 
 echo "== anvild: web console on http://$api/, API on $api, stable endpoint on $serve, data in $work/data"
 "$build/daemon/anvild" --config "$work/anvild.json" --listen "$api" --serve "$serve" 2>"$work/anvild.log" &

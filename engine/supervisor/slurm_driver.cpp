@@ -135,7 +135,10 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
                 {"comment", json{{"anvil", labels}}.dump()},
                 {"tasks", 1},
                 {"cpus_per_task", std::max(options_.placement.cpus_per_engine, command.cpus)},
-                {"requeue", false}};
+                // Never requeued: a job Slurm ends is an engine exit the reconciler replaces, and a
+                // requeued one would come back later under the same id on another node. slurmrestd
+                // 22.05 takes sbatch's --no-requeue; it reads "requeue": false as --requeue.
+                {"no_requeue", true}};
     if (!options_.placement.partition.empty()) request["partition"] = options_.placement.partition;
     if (!options_.placement.account.empty()) request["account"] = options_.placement.account;
     if (options_.placement.time_limit.count() > 0) request["time_limit"] = options_.placement.time_limit.count();

@@ -7,6 +7,7 @@
 #   cluster.sh stop DIR           stops every daemon it started
 #   cluster.sh rest-stop DIR      stops slurmrestd alone (the cluster runs on: its jobs too)
 #   cluster.sh rest-start DIR     starts it again on the same address
+#   cluster.sh node-fail DIR      marks the node DOWN (its jobs end NODE_FAIL), then has it back
 #
 # Exit code 77 (the tests' "skipped") with the reason on stderr where Slurm cannot start here: not
 # root, or the packages missing (scripts/install-deps.sh installs them).
@@ -75,6 +76,21 @@ rest-start)
     start_rest
     rest_answers || { echo "slurmrestd did not answer: $(tail -3 "$dir/slurmrestd.log")" >&2; exit 1; }
     exit 0
+    ;;
+node-fail)
+    # What a node failure does to its jobs: slurmctld ends them NODE_FAIL and kills what they ran.
+    # Its slurmd still answers, so the node returns (ReturnToService=2); resumed if it has not.
+    export SLURM_CONF=$dir/slurm.conf
+    node=$(sed -n 's/^ANVIL_SLURM_NODE=//p' "$dir/env")
+    scontrol update nodename="$node" state=down reason="anvil test: node failure"
+    for _ in $(seq 100); do
+        state=$(scontrol show node "$node" -o | sed -n 's/.*State=\([A-Z+]*\).*/\1/p')
+        [[ $state == IDLE* || $state == MIXED* || $state == ALLOCATED* ]] && exit 0
+        sleep 0.2
+        [[ $state == DOWN* ]] && scontrol update nodename="$node" state=resume 2>/dev/null || true
+    done
+    echo "the node did not come back after its failure (state ${state:-unknown})" >&2
+    exit 1
     ;;
 start) ;;
 *)

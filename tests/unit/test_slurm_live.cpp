@@ -1,16 +1,24 @@
 // Against a real Slurm (tests/slurm/run.sh starts one from Debian's packages and runs these, which
 // are hidden from a plain run): slurmrestd answers the client, bad tokens and addresses fail in one
-// line that says what to do, and anvild with a Slurm placement judges by the cluster's node and
-// shows it in GET /api/v1/inventory and `anvil gpus --cluster`.
+// line that says what to do, anvild with a Slurm placement judges by the cluster's node and shows
+// it in GET /api/v1/inventory and `anvil gpus --cluster`, places embedded and container engines as
+// jobs, and the main job runs on the cluster.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <thread>
 
 #include <httplib.h>
+#include <sqlite3.h>
 
+#include "daemon/anvild/config.hpp"
 #include "daemon_fixture.hpp"
+#include "engine/supervisor/engine_supervisor.hpp"
+#include "main_job.hpp"
+#include "registry/document.hpp"
+#include "state/store.hpp"
 #include "engine/supervisor/slurm_driver.hpp"
 #include "engine/supervisor/slurm_rest.hpp"
 #include "test_support.hpp"
@@ -179,7 +187,7 @@ bool completes(const anvil::test::daemon::Daemon& d) {
 
 }  // namespace
 
-TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts after SIGKILL, restarts after scancel and a time limit",
+TEST_CASE("anvild places engines as Slurm jobs: promotes, adopts after SIGKILL, restarts after scancel, time limit, node failure",
           "[.][slurm-live]") {
     using namespace anvil::test::daemon;
     const SlurmRest rest(live());
@@ -204,6 +212,7 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
     const json labels = json::parse(job["comment"].get<std::string>())["anvil"];
     CHECK(labels["engine_id"] == first);
     CHECK(labels["recipe_id"] == "tiny-f32");
+    CHECK(job["requeue"] == false);  // a job Slurm ends is an exit, never brought back under the same id
     const auto log = d.get("/api/v1/engines/" + std::to_string(engines[0]["id"].get<std::int64_t>()) + "/log").second;
     CHECK_THAT(log["data"]["text"].get<std::string>(), Catch::Contains("listening"));
 
@@ -252,6 +261,16 @@ TEST_CASE("anvild places engines as Slurm jobs: qualifies and promotes, adopts a
     CHECK(live_jobs(rest).size() == 1);
     CHECK(completes(d));
 
+    // A node failure: Slurm ends the job (NODE_FAIL) and anvild starts another once the node is back.
+    const std::string third = serving_engine(d);
+    jobs_now = live_jobs(rest);
+    REQUIRE(jobs_now.count(third) == 1);
+    cluster("node-fail");
+    REQUIRE(eventually([&] { const auto e = serving_engine(d); return !e.empty() && e != third; }, 120s));
+    CHECK(rest.get("/slurm/v0.0.38/job/" + std::to_string(jobs_now[third]))["jobs"][0]["job_state"] == "NODE_FAIL");
+    CHECK(live_jobs(rest).size() == 1);
+    CHECK(completes(d));
+
     d.stop();  // stop_engines_on_exit: the job is cancelled
     CHECK(eventually([&] { return live_jobs(rest).empty(); }, 60s));
 }
@@ -278,13 +297,17 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     const auto jobs = job_directory(d);
     // The job user's own podman, as a site would give it: rootless, its storage under its HOME,
     // which the placement's environment names (this cluster's user has no home of its own).
-    const auto home = jobs / "home";
-    std::filesystem::create_directories(home);
-    REQUIRE(anvil::test::run({"chown", user, home.string()}).exit_code == 0);
+    // Its runtime directory is the test's too, so that the pause process rootless podman leaves
+    // holding the user's namespace is this test's to end.
+    const auto home = jobs / "home", runtime_dir = home / "xdg";
+    std::filesystem::create_directories(runtime_dir);
+    std::filesystem::permissions(runtime_dir, std::filesystem::perms::owner_all);
+    REQUIRE(anvil::test::run({"chown", "-R", user, home.string()}).exit_code == 0);
     const std::vector<std::string> runtime_arguments = {"--root", (home / "storage").string(), "--runroot", (home / "run").string(),
                                                         "--cgroup-manager", "cgroupfs", "--events-backend", "file"};
     const auto as_user = [&](const std::vector<std::string>& arguments) {
-        std::vector<std::string> argv = {"runuser", "-u", user, "--", "env", "HOME=" + home.string(), "podman"};
+        std::vector<std::string> argv = {"runuser", "-u", user, "--", "env", "HOME=" + home.string(), "XDG_RUNTIME_DIR=" + runtime_dir.string(),
+                                         "podman"};
         argv.insert(argv.end(), runtime_arguments.begin(), runtime_arguments.end());
         argv.insert(argv.end(), arguments.begin(), arguments.end());
         return anvil::test::run(argv, home);
@@ -298,7 +321,7 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     const std::string digest = trimmed(as_user({"image", "inspect", "--format", "{{.Digest}}", "localhost/anvil-slurm:test"}).output);
     REQUIRE(digest.rfind("sha256:", 0) == 0);
 
-    place_on_cluster(d, {{"job_directory", jobs.string()}, {"environment", {{"HOME", home.string()}}}},
+    place_on_cluster(d, {{"job_directory", jobs.string()}, {"environment", {{"HOME", home.string()}, {"XDG_RUNTIME_DIR", runtime_dir.string()}}}},
                      {{"container_runtime_arguments", runtime_arguments}});
     json recipe = json::parse(embedded_recipe("tiny-box", "f32", d.digest));
     recipe["hardware_id"] = "cpu";
@@ -329,5 +352,156 @@ TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, 
     const SlurmRest rest(live());
     CHECK(eventually([&] { return live_jobs(rest).empty(); }, 60s));
     CHECK(eventually([&] { return trimmed(as_user({"ps", "--all", "--format", "{{.Names}}"}).output).empty(); }, 30s));
+    const auto pause = runtime_dir / "libpod" / "tmp" / "pause.pid";
+    if (std::filesystem::exists(pause)) ::kill(std::stoi(anvil::test::read_file(pause)), SIGKILL);
+}
+#endif
+
+#ifdef ANVILD
+TEST_CASE("a native recipe's engine runs as a Slurm job: ready on its node, answers, its log, stopped by scancel", "[.][slurm-live]") {
+    using namespace anvil::test::daemon;
+    // A native launch runs a host binary no digest pins, so anvild rejects such recipes on paper;
+    // the supervisor is what would run one, and it places it on the cluster as slurm-process.
+    anvil::test::TempDir dir;
+    const auto models = dir / "models";
+    REQUIRE(anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (models / "tiny").string(), "--preset", "tiny", "--seed", "3"}).exit_code == 0);
+    const auto jobs = dir / "jobs";
+    std::filesystem::create_directories(jobs);
+    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    json j = json::parse(anvil::test::read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
+    j["id"] = "tiny-native";
+    j["launch"] = {{"kind", "native"},
+                   {"arguments",
+                    {ANVIL_ENGINE, "serve", "--model", "${MODEL_ROOT}/tiny", "--served-model-name", "anvil-tiny-llama", "--host", "${HOST}", "--port", "${PORT}",
+                     "--max-context", "512", "--max-seqs", "2", "--threads", "1"}},
+                   {"environment", json::object()}};
+    const auto doc = anvil::registry::parse_document(j.dump(), {"test", "", "recipes/tiny-native.json", "", ""});
+    REQUIRE(doc.valid());
+    anvil::state::Store store(dir / "state.db");
+    const auto revision = store.ingest_revision(0, doc).revision_id;
+
+    anvil::daemon::DaemonConfig config;
+    config.data_dir = dir / "data";
+    config.model_root = models;
+    config.port_first = 24300;
+    config.port_last = 24399;
+    config.engine_ready_timeout = 60s;
+    anvil::driver::SlurmPlacement placement;
+    placement.rest = live();
+    placement.partition = "gpu";
+    placement.job_directory = jobs;
+    config.slurm = placement;
+    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
+    REQUIRE_FALSE(supervisor.unsupported(*doc.recipe()));
+
+    const auto engine = supervisor.start(revision, *doc.recipe(), anvil::driver::EngineRole::qualification);
+    CHECK(engine.handle.driver == "slurm-process");
+    REQUIRE_FALSE(engine.handle.job_id.empty());
+    CHECK(supervisor.answers(engine));
+    // It listens on every address of its node, so it takes only its own key.
+    REQUIRE_FALSE(engine.handle.api_key.empty());
+    httplib::Client client(engine.handle.host, engine.handle.port);
+    client.set_read_timeout(30);
+    const std::string body = R"({"model": "anvil-tiny-llama", "prompt": "Hello", "max_tokens": 4, "temperature": 0})";
+    const auto refused = client.Post("/v1/completions", body, "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 401);
+    client.set_bearer_token_auth(engine.handle.api_key);
+    const auto answer = client.Post("/v1/completions", body, "application/json");
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+    const SlurmRest rest(live());
+    const json job = rest.get("/slurm/v0.0.38/job/" + engine.handle.job_id)["jobs"][0];
+    CHECK(job["job_state"] == "RUNNING");
+    CHECK(json::parse(job["comment"].get<std::string>())["anvil"]["recipe_id"] == "tiny-native");
+    CHECK_THAT(supervisor.logs(engine, 50), Catch::Contains("listening"));
+
+    supervisor.stop(engine, 5s);
+    CHECK(supervisor.engines().empty());
+    CHECK(live_jobs(rest).empty());
+    const json ended = rest.get("/slurm/v0.0.38/job/" + engine.handle.job_id)["jobs"][0];
+    CHECK(ended["job_state"] == "CANCELLED");
+}
+#endif
+
+#if defined(ANVILD) && defined(ANVIL_MAIN_JOB_BUILD_DIR)
+namespace {
+
+struct EngineSpan {
+    std::int64_t revision = 0;
+    std::string driver, job_id, role, started_at, stopped_at;
+};
+
+// Every engine the ledger at `database` recorded, oldest first (the store keeps only the running
+// ones at hand).
+std::vector<EngineSpan> engine_spans(const std::filesystem::path& database) {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(database.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    sqlite3_stmt* query = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "SELECT revision_id, driver, coalesce(job_id, ''), role, started_at, coalesce(stopped_at, '') "
+                               "FROM engines ORDER BY id",
+                               -1, &query, nullptr) == SQLITE_OK);
+    std::vector<EngineSpan> out;
+    const auto text = [&](int column) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(query, column))); };
+    while (sqlite3_step(query) == SQLITE_ROW)
+        out.push_back({sqlite3_column_int64(query, 0), text(1), text(2), text(3), text(4), text(5)});
+    sqlite3_finalize(query);
+    sqlite3_close(db);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the main job on the cluster: the example recipes' engines run as Slurm jobs, candidates beside their control", "[.][slurm-live]") {
+    anvil::test::TempDir work;
+    const auto jobs = work / "jobs";
+    std::filesystem::create_directories(jobs);
+    std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+    const auto placement = work / "placement.json";
+    anvil::test::write_file(placement, json{{"kind", "slurm"},
+                                            {"rest", env("ANVIL_SLURM_REST")},
+                                            {"user", env("ANVIL_SLURM_USER")},
+                                            {"token_file", env("ANVIL_SLURM_TOKEN_FILE")},
+                                            {"partition", "gpu"},
+                                            {"job_directory", jobs.string()}}
+                                           .dump(2));
+    const auto run = work / "run";
+    const auto result = anvil::test::main_job::run(run, 16796, placement);
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    CHECK_THAT(result.output, Catch::Contains("== engines placed by " + placement.string()));
+    CHECK_THAT(result.output, Catch::Contains("source Slurm: the largest Slurm node (" + env("ANVIL_SLURM_NODE")));
+    anvil::test::main_job::check(run, result.output);
+
+    // Every engine was a Slurm job, and each candidate was measured while the default it was
+    // compared with served from a job of its own.
+    const auto spans = engine_spans(run / "data" / "anvil.db");
+    REQUIRE(spans.size() >= 5);  // four qualifications and at least the first default's serving job
+    std::size_t beside = 0;
+    for (const auto& e : spans) {
+        INFO(e.role << " engine of revision " << e.revision);
+        CHECK(e.driver == "slurm-embedded");
+        CHECK_FALSE(e.job_id.empty());
+        CHECK_FALSE(e.stopped_at.empty());
+        if (e.role != "qualification") continue;
+        for (const auto& serving : spans)
+            if (serving.role == "serving" && serving.revision != e.revision && serving.started_at <= e.started_at && e.stopped_at <= serving.stopped_at)
+                ++beside;
+    }
+    CHECK(beside >= 3);  // every qualification after the first default's
+
+    // The unpinned GPU recipe is rejected on paper; the pinned one needs 2 of the node's 4 GPUs,
+    // whose memory no record gives, so it is tried, and its job cannot start on this cluster's
+    // stand-in GPUs: failed at startup, never validated.
+    anvil::state::Store store(run / "data" / "anvil.db");
+    const auto unpinned = store.recipe("glm53-flash-exl3-q4-rtxpro6000-sglang-tp4");
+    REQUIRE(unpinned);
+    CHECK(unpinned->revisions.front().status == anvil::state::Status::rejected);
+    const auto tried = store.recipe("glm53-flash-exl3-tr3-4bpw-dflash2-rtxpro6000-vllm-tp2");
+    REQUIRE(tried);
+    const auto status = tried->revisions.front().status;
+    CHECK((status == anvil::state::Status::failed || status == anvil::state::Status::rejected));
+    CHECK(live_jobs(SlurmRest(live())).empty());
 }
 #endif
