@@ -200,28 +200,53 @@ std::optional<SlurmCluster> parse_slurm_nodes(const json& answer, std::string_vi
     return cluster;
 }
 
-std::optional<Inventory> best_node_inventory(const SlurmCluster& cluster, std::string_view partition,
-                                             const GpuMemoryByType& memory, std::string& why) {
-    auto gpu_mib = [&](const std::string& type) -> std::optional<std::int64_t> {
-        if (auto it = memory.find(type); it != memory.end()) return it->second;
-        if (auto it = memory.find("*"); it != memory.end()) return it->second;
-        return std::nullopt;
-    };
+namespace {
+
+std::optional<std::int64_t> gpu_mib(const GpuMemoryByType& memory, const std::string& type) {
+    if (auto it = memory.find(type); it != memory.end()) return it->second;
+    if (auto it = memory.find("*"); it != memory.end()) return it->second;
+    return std::nullopt;
+}
+
+}  // namespace
+
+const SlurmNode* best_node(const SlurmCluster& cluster, std::string_view partition, const GpuMemoryByType& memory,
+                           std::size_t* candidates) {
     auto node_gpu_mib = [&](const SlurmNode& n) {
         std::int64_t total = 0;
-        for (const auto& g : n.gpus) total += g.count * gpu_mib(g.type).value_or(0);
+        for (const auto& g : n.gpus) total += g.count * gpu_mib(memory, g.type).value_or(0);
         return total;
     };
+    auto rank = [&](const SlurmNode& x) { return std::make_tuple(x.gpu_count(), node_gpu_mib(x), x.cpus, x.real_memory_mib); };
     const SlurmNode* best = nullptr;
-    std::size_t candidates = 0;
+    std::size_t usable = 0;
     for (const auto& n : cluster.nodes) {
         const bool in_partition =
             partition.empty() || std::find(n.partitions.begin(), n.partitions.end(), partition) != n.partitions.end();
         if (!in_partition || !n.usable()) continue;
-        ++candidates;
-        auto rank = [&](const SlurmNode& x) { return std::make_tuple(x.gpu_count(), node_gpu_mib(x), x.cpus, x.real_memory_mib); };
+        ++usable;
         if (!best || rank(n) > rank(*best)) best = &n;
     }
+    if (candidates) *candidates = usable;
+    return best;
+}
+
+std::string gpu_gres_request(const SlurmNode* judged, std::int64_t count) {
+    std::string type;
+    bool one_type = judged != nullptr;
+    if (judged)
+        for (const auto& g : judged->gpus) {
+            if (g.count <= 0) continue;
+            if (g.type.empty() || (!type.empty() && g.type != type)) one_type = false;
+            type = g.type;
+        }
+    return one_type && !type.empty() ? "gpu:" + type + ":" + std::to_string(count) : "gpu:" + std::to_string(count);
+}
+
+std::optional<Inventory> best_node_inventory(const SlurmCluster& cluster, std::string_view partition,
+                                             const GpuMemoryByType& memory, std::string& why) {
+    std::size_t candidates = 0;
+    const SlurmNode* best = best_node(cluster, partition, memory, &candidates);
     const std::string where = partition.empty() ? "the cluster" : "partition " + std::string(partition);
     if (!best) {
         why = "no usable node in " + where + " (" + std::to_string(cluster.nodes.size()) + " nodes listed by " + cluster.source + ")";
@@ -231,7 +256,7 @@ std::optional<Inventory> best_node_inventory(const SlurmCluster& cluster, std::s
     inv.source = cluster.source + ", node " + best->name;
     inv.scope = "the largest Slurm node (" + best->name + ", of " + std::to_string(candidates) + " usable in " + where + ")";
     for (const auto& group : best->gpus) {
-        const auto mib = gpu_mib(group.type);
+        const auto mib = gpu_mib(memory, group.type);
         for (std::int64_t i = 0; i < group.count; ++i) {
             Gpu gpu;
             gpu.uuid = "slurm:" + best->name + ":gpu" + (group.type.empty() ? "" : ":" + group.type) + ":" + std::to_string(i);

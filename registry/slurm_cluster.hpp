@@ -66,12 +66,20 @@ std::optional<SlurmCluster> parse_slurm_nodes(const json& answer, std::string_vi
 // memory. "*" applies to every type not named.
 using GpuMemoryByType = std::map<std::string, std::int64_t>;  // MiB
 
-// The node a recipe is judged against, as an inventory: among the usable nodes in `partition`
-// (empty: every partition), the one with the most GPUs, then the most GPU memory, then CPUs and
-// memory. Its GPUs' memory is `confirmed` from `memory` where configured and `unknown` otherwise.
-// The inventory's `scope` names the node and how many it was chosen from. Nullopt when no node is
-// usable, with `why` saying so.
+// The node a recipe is judged against: among the usable nodes in `partition` (empty: every
+// partition), the one with the most GPUs, then the most GPU memory, then CPUs and memory. Null
+// when none is usable; `candidates` counts the usable ones.
+const SlurmNode* best_node(const SlurmCluster& cluster, std::string_view partition, const GpuMemoryByType& memory,
+                           std::size_t* candidates = nullptr);
+// That node as an inventory. Its GPUs' memory is `confirmed` from `memory` where configured and
+// `unknown` otherwise. The inventory's `scope` names the node and how many it was chosen from.
+// Nullopt when no node is usable, with `why` saying so.
 std::optional<Inventory> best_node_inventory(const SlurmCluster& cluster, std::string_view partition,
                                              const GpuMemoryByType& memory, std::string& why);
+// The GRES a job asks for to get `count` GPUs of the kind the gates judged by (on `judged`, the
+// best node): "gpu:<type>:<count>" when that node's GPUs are all of one named type, so the job
+// cannot land on a smaller kind of GPU elsewhere in the partition; "gpu:<count>" when the cluster
+// names no type, the node mixes types, or no node is known.
+std::string gpu_gres_request(const SlurmNode* judged, std::int64_t count);
 
 }  // namespace anvil::registry

@@ -205,6 +205,10 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
 }
 
 void EngineSupervisor::stop(const RunningEngine& engine, std::chrono::milliseconds grace) {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_.insert(engine.row_id);
+    }
     auto it = drivers_.find(engine.handle.driver);
     std::optional<std::int64_t> code;
     if (it != drivers_.end()) {
@@ -223,6 +227,7 @@ void EngineSupervisor::stop(const RunningEngine& engine, std::chrono::millisecon
     std::lock_guard lock(mutex_);
     engines_.erase(std::remove_if(engines_.begin(), engines_.end(), [&](const RunningEngine& e) { return e.row_id == engine.row_id; }),
                    engines_.end());
+    stopping_.erase(engine.row_id);
 }
 
 std::string EngineSupervisor::logs(const RunningEngine& engine, std::size_t lines) const {
@@ -235,8 +240,14 @@ std::vector<RunningEngine> EngineSupervisor::check() {
     for (const auto& engine : engines()) {
         auto it = drivers_.find(engine.handle.driver);
         if (it == drivers_.end()) continue;
+        const auto being_stopped = [&] {
+            std::lock_guard lock(mutex_);
+            return stopping_.count(engine.row_id) > 0;
+        };
+        if (being_stopped()) continue;
         const Probe p = it->second->probe(engine.handle);
-        if (p.state == RunState::running) continue;
+        // A stop that began while it was probed ends the engine too, and records that itself.
+        if (p.state == RunState::running || being_stopped()) continue;
         spdlog::warn("engine {} ({} revision {}) exited{}", engine.handle.engine_id, to_string(engine.role), engine.revision_id,
                      p.exit_code ? " with code " + std::to_string(*p.exit_code) : std::string());
         store_.record_engine_stop(engine.row_id, p.exit_code);

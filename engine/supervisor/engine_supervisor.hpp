@@ -86,6 +86,8 @@ private:
     mutable std::mutex mutex_;
     std::mutex adoption_mutex_;
     std::vector<RunningEngine> engines_;
+    // Engines being stopped (row ids): their end is no exit for check() to report.
+    std::set<state::Id> stopping_;
     std::map<std::string, std::string> unadopted_;  // driver kind → why its adopt() failed
     std::chrono::steady_clock::time_point next_adoption_;
 };

@@ -104,6 +104,18 @@ std::optional<SlurmJob> SlurmDriver::job(const std::string& job_id) const {
     }
 }
 
+std::string SlurmDriver::gres_request(std::int64_t gpus) const {
+    // The cluster as it is now: the node the gates judge by may have changed since they did.
+    registry::SlurmCluster cluster;
+    try {
+        cluster = rest_.nodes();
+    } catch (const SlurmError& error) {
+        spdlog::warn("asking for {} GPUs of any type: the nodes could not be read: {}", gpus, error.what());
+        return registry::gpu_gres_request(nullptr, gpus);
+    }
+    return registry::gpu_gres_request(registry::best_node(cluster, options_.placement.partition, options_.placement.gpu_memory_mib), gpus);
+}
+
 std::string SlurmDriver::node_address(const std::string& node) const {
     for (const auto& n : rest_.nodes().nodes)
         if (n.name == node) return n.address.empty() ? n.name : n.address;
@@ -143,7 +155,7 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
     if (!options_.placement.account.empty()) request["account"] = options_.placement.account;
     if (options_.placement.time_limit.count() > 0) request["time_limit"] = options_.placement.time_limit.count();
     if (const auto mib = job_memory_mib(options_.placement, launch)) request["memory_per_node"] = *mib;
-    if (launch.gpu_count > 0) request["gres"] = "gpu:" + std::to_string(launch.gpu_count);
+    if (launch.gpu_count > 0) request["gres"] = gres_request(launch.gpu_count);
 
     // The record first, without a job id: a crash between the submission and the record leaves a
     // labelled job that adoption finds by its name rather than one nobody knows about.
@@ -161,8 +173,9 @@ EngineHandle SlurmDriver::start(const RecipeRevision& recipe, const ResolvedLaun
     }
     e.job_id = std::to_string(answer["job_id"].get<std::int64_t>());
     write_record(e);
-    spdlog::info("submitted engine {} (recipe {} at {}) as Slurm job {}, port {}, output {}", e.engine_id, recipe.recipe_id,
-                 recipe.revision, e.job_id, e.port, e.log_path.string());
+    spdlog::info("submitted engine {} (recipe {} at {}) as Slurm job {}, port {}{}, output {}", e.engine_id, recipe.recipe_id,
+                 recipe.revision, e.job_id, e.port, request.contains("gres") ? ", gres " + request["gres"].get<std::string>() : "",
+                 e.log_path.string());
 
     // Until Slurm starts it, the job has no node to probe: wait, within the launch's ready timeout.
     const auto deadline = std::chrono::steady_clock::now() + launch.ready_timeout;
@@ -225,7 +238,13 @@ Probe SlurmDriver::probe(const EngineHandle& e) {
     // Slurm reports 0 for the script it killed, which is no exit code of the engine's.
     if (j->state != "COMPLETED" && j->state != "FAILED") {
         p.exit_code.reset();
-        spdlog::warn("engine {}: Slurm job {} ended {}{}", e.engine_id, e.job_id, j->state, j->reason.empty() ? "" : " (" + j->reason + ")");
+        bool asked;
+        {
+            std::lock_guard lock(cancelled_mutex_);
+            asked = cancelled_.count(e.job_id) > 0;
+        }
+        if (!asked || j->state != "CANCELLED")
+            spdlog::warn("engine {}: Slurm job {} ended {}{}", e.engine_id, e.job_id, j->state, j->reason.empty() ? "" : " (" + j->reason + ")");
     }
     return p;
 }
@@ -234,6 +253,10 @@ void SlurmDriver::stop(const EngineHandle& e, std::chrono::milliseconds grace) {
     if (!e.job_id.empty()) {
         try {
             // DELETE is scancel: SIGTERM now, SIGKILL after the cluster's KillWait.
+            {
+                std::lock_guard lock(cancelled_mutex_);
+                cancelled_.insert(e.job_id);
+            }
             rest_.remove(std::string(kApi) + "/job/" + e.job_id);
         } catch (const SlurmError& error) {
             spdlog::warn("engine {}: cancelling Slurm job {}: {}", e.engine_id, e.job_id, error.what());

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
+#include <set>
 
 #include "engine/supervisor/driver.hpp"
 #include "engine/supervisor/slurm_rest.hpp"
@@ -67,11 +69,16 @@ public:
     std::optional<SlurmJob> job(const std::string& job_id) const;
 
 private:
+    // The job's GRES for `gpus` GPUs: of the type the gates judge by (gpu_gres_request).
+    std::string gres_request(std::int64_t gpus) const;
     // A node's address as slurmrestd lists it (its NodeAddr), or the name when it lists none.
     std::string node_address(const std::string& node) const;
 
     SlurmDriverOptions options_;
     SlurmRest rest_;
+    // Jobs this driver cancelled: their CANCELLED end is the stop asked for, not news to warn of.
+    mutable std::mutex cancelled_mutex_;
+    std::set<std::string> cancelled_;
 };
 
 }  // namespace anvil::driver

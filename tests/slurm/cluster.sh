@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real one-node Slurm cluster for tests, from Debian's packages, run as root in a directory of its
-# own: munged, slurmctld, slurmd (GPUs declared as GRES by count: no device files) and slurmrestd
-# with JWT authentication, each on a free loopback port, so it never touches /etc or a system one.
+# own: munged, slurmctld, slurmd (GPUs declared as GRES of a type, "standin", by count: no device
+# files) and slurmrestd with JWT authentication, each on a free loopback port, so it never touches
+# /etc or a system one.
 #
 #   cluster.sh start DIR [GPUS]   starts it; DIR/env holds SLURM_CONF, the REST address, a token
 #   cluster.sh stop DIR           stops every daemon it started
@@ -166,7 +167,7 @@ KillWait=5
 MinJobAge=60
 # Without it a job takes the whole node's memory, and a candidate cannot run beside the default.
 DefMemPerCPU=1024
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb Gres=gpu:standin:$gpus State=UNKNOWN
 PartitionName=gpu Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
 # slurmd drops GPUs declared without device files; with task/none nothing opens them, so plain
@@ -174,7 +175,7 @@ EOF
 mkdir -p "$dir/dev"
 for ((i = 0; i < gpus; ++i)); do : >"$dir/dev/gpu$i"; done
 cat >"$dir/gres.conf" <<EOF
-NodeName=$node Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]
+NodeName=$node Name=gpu Type=standin File=$dir/dev/gpu[0-$((gpus - 1))]
 EOF
 export SLURM_CONF=$dir/slurm.conf
 

@@ -160,6 +160,27 @@ TEST_CASE("recipes are judged against the largest usable node of the partition",
     CHECK_THAT(why, Catch::Contains("no usable node in partition nowhere"));
 }
 
+TEST_CASE("jobs ask for GPUs of the type of the node the gates judged by, untyped where the cluster names none", "[slurm]") {
+    const SlurmCluster c = cluster_of(json::array({
+        node("small", "gpu:l4:2", "gpu:l4:0", 16),
+        node("mid", "gpu:a100:4", "gpu:a100:0", 32),
+    }));
+    // A 1-GPU recipe judged by mid's a100 memory must not land on small's l4.
+    const SlurmNode* judged = best_node(c, "gpu", {});
+    REQUIRE(judged);
+    CHECK(judged->name == "mid");
+    CHECK(gpu_gres_request(judged, 1) == "gpu:a100:1");
+    CHECK(gpu_gres_request(judged, 4) == "gpu:a100:4");
+
+    const SlurmCluster untyped = cluster_of(json::array({node("n", "gpu:4", "gpu:0", 16)}));
+    CHECK(gpu_gres_request(best_node(untyped, "gpu", {}), 2) == "gpu:2");
+    // A node of two kinds: the gates judged by both, so neither is asked for.
+    const SlurmCluster mixed = cluster_of(json::array({node("m", "gpu:h100:4,gpu:l4:2", "gpu:h100:0,gpu:l4:0", 32)}));
+    CHECK(gpu_gres_request(best_node(mixed, "gpu", {}), 2) == "gpu:2");
+    CHECK(gpu_gres_request(nullptr, 1) == "gpu:1");
+    CHECK(best_node(c, "nowhere", {}) == nullptr);
+}
+
 TEST_CASE("a recipe needing more GPUs than any node has is infeasible, and the reason says so", "[slurm]") {
     const SlurmCluster c = cluster_of(json::array({node("n1", "gpu:a100:4", "gpu:a100:0", 32), node("n2", "gpu:a100:4", "gpu:a100:0", 32)}));
     std::string why;

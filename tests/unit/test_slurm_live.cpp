@@ -467,6 +467,7 @@ TEST_CASE("the main job on the cluster: the example recipes' engines run as Slur
                                             {"job_directory", jobs.string()}}
                                            .dump(2));
     const auto run = work / "run";
+    setenv("ANVIL_LOG", "info", 1);  // anvild's default, which the daemon cases above turned down
     const auto result = anvil::test::main_job::run(run, 16796, placement);
     INFO(result.output);
     REQUIRE(result.exit_code == 0);
@@ -501,7 +502,10 @@ TEST_CASE("the main job on the cluster: the example recipes' engines run as Slur
     const auto tried = store.recipe("glm53-flash-exl3-tr3-4bpw-dflash2-rtxpro6000-vllm-tp2");
     REQUIRE(tried);
     const auto status = tried->revisions.front().status;
-    CHECK((status == anvil::state::Status::failed || status == anvil::state::Status::rejected));
+    CHECK(status == anvil::state::Status::failed);
+    // Its job asked for GPUs of the type of the node it was judged by.
+    CHECK_THAT(anvil::test::read_file(run / "anvild.log"), Catch::Contains("(recipe glm53-flash-exl3-tr3-4bpw-dflash2-rtxpro6000-vllm-tp2 at ") &&
+                                                               Catch::Contains("gres gpu:standin:2"));
     CHECK(live_jobs(SlurmRest(live())).empty());
 }
 #endif
