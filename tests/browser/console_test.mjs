@@ -331,12 +331,17 @@ try {
   assert.equal(await page.textContent('#recipes-summary'), `1–100 of ${total.toLocaleString('en-US')}`);
   const top = await page.$$eval('#recipes-table tbody tr', (rows) => rows.map((r) => r.cells[0].textContent));
   assert.deepEqual(top, (await api('/api/v1/recipes?sort=-status&limit=100')).data.map((r) => r.id));
+  const lastOffset = Math.floor((total - 1) / 100) * 100;
+  const lastSummary = `${(lastOffset + 1).toLocaleString('en-US')}–${total.toLocaleString('en-US')} of ${total.toLocaleString('en-US')}`;
   started = Date.now();
   await page.click('text=last »');
-  await page.waitForFunction(() => location.hash.includes('offset=') && document.querySelector('main[aria-busy="false"] #recipes-summary'));
+  // Waits for the last page's own summary: right after the click, the first page's is still drawn
+  // and not busy, until the hash change starts the next draw.
+  await page.waitForFunction(
+    (expected) => location.hash.includes('offset=') && document.querySelector('main[aria-busy="false"] #recipes-summary')?.textContent === expected,
+    lastSummary, { timeout: 30000 }).catch(() => {});
   const lastPageMs = Date.now() - started;
-  const lastOffset = Math.floor((total - 1) / 100) * 100;
-  assert.equal(await page.textContent('#recipes-summary'), `${(lastOffset + 1).toLocaleString('en-US')}–${total.toLocaleString('en-US')} of ${total.toLocaleString('en-US')}`);
+  assert.equal(await page.textContent('#recipes-summary'), lastSummary);
   await page.fill('#f-q', 'load-09999');
   await page.press('#f-q', 'Enter');
   await page.waitForFunction(() => location.hash.includes('q=load-09999') && document.querySelector('main[aria-busy="false"] #recipes-summary')?.textContent === '1–1 of 1');
