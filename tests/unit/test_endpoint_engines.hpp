@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/endpoint/stable_endpoint.hpp"
+#include "engine/supervisor/process_spawn.hpp"
 #include "test_support.hpp"
 
 namespace anvil::test::endpoint {
@@ -151,7 +152,26 @@ public:
     anvil::endpoint::Upstream upstream() const {
         return {"127.0.0.1", port_, name_, "engine-" + name_, "recipe-" + name_};
     }
-    void signal(int sig) { process_->kill(sig); }
+    // SIGSTOP returns once the engine is stopped: kill() only queues the signal, and a request sent
+    // at once was answered in CI (under ASan) before it took effect.
+    void signal(int sig) {
+        process_->kill(sig);
+        if (sig != SIGSTOP) return;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        const auto all_stopped = [&] {  // every thread: the HTTP ones answer requests
+            std::error_code ec;
+            for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(process_->pid()) + "/task", ec)) {
+                const auto stat = anvil::driver::read_proc_stat(std::stoi(task.path().filename().string()));
+                if (stat && stat->state != 'T') return false;
+            }
+            return true;
+        };
+        while (std::chrono::steady_clock::now() < deadline) {
+            if (all_stopped()) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        throw std::runtime_error("engine " + name_ + " did not stop on SIGSTOP within 10 s");
+    }
     void kill() {
         process_->kill(SIGKILL);
         process_->wait();
