@@ -13,6 +13,10 @@
 
 namespace anvil::engine {
 
+namespace {
+constexpr int kHeadsTogether = 4;  // query heads of one kv head that attention_heads takes at once
+}  // namespace
+
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, const RunnerOptions& options)
     : config_(config),
       weights_(weights),
@@ -42,7 +46,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
     att_.resize(n * config.q_dim());
     hb_.resize(n * config.hidden_dim);
     hb2_.resize(n * config.hidden_dim);
-    scores_.resize(size_t(threads_) * options.max_context);
+    scores_.resize(size_t(threads_) * kHeadsTogether * options.max_context);
     final_.resize(size_t(options.max_logit_rows) * config.dim);
     logits_.resize(size_t(options.max_logit_rows) * config.vocab_size);
 }
@@ -79,6 +83,7 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
     const int n = batch.size();
     const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim, half = hd / 2;
     const int group = c.n_heads / c.n_kv_heads;
+    const int chunks = (group + kHeadsTogether - 1) / kHeadsTogether;
     const float scale = 1.0f / std::sqrt(float(hd));
     const int block_size = options_.block_size;
 
@@ -119,15 +124,17 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
         }
 
         const kernels::PagedKv kv = kv_.layer(l);
+        // A work item is up to four query heads of one kv head: they read its keys and values once.
 #pragma omp parallel for schedule(dynamic, 1) collapse(2) if (attention_work >= kParallelAttention)
         for (int i = 0; i < n; ++i)
-            for (int h = 0; h < c.n_heads; ++h) {
+            for (int item = 0; item < c.n_kv_heads * chunks; ++item) {
+                const int kv_head = item / chunks, h = kv_head * group + (item % chunks) * kHeadsTogether;
                 const int position = batch.positions[i];
                 const int first = c.sliding_window > 0 ? std::max(0, position + 1 - c.sliding_window) : 0;
-                float* scores = &scores_[size_t(omp_get_thread_num()) * options_.max_context];
-                kernels::attention(&q_[size_t(i) * q_dim + h * hd], kv, h / group,
-                                   batch.block_tables[size_t(batch.sequence[i])], first, position + 1 - first, scale,
-                                   scores, &att_[size_t(i) * q_dim + h * hd]);
+                float* scores = &scores_[size_t(omp_get_thread_num()) * kHeadsTogether * options_.max_context];
+                kernels::attention_heads(&q_[size_t(i) * q_dim + h * hd], std::min(kHeadsTogether, group - (item % chunks) * kHeadsTogether),
+                                         kv, kv_head, batch.block_tables[size_t(batch.sequence[i])], first,
+                                         position + 1 - first, scale, scores, &att_[size_t(i) * q_dim + h * hd]);
             }
 
         kernels::matmul(w.wo, att_.data(), n, xb2_.data());

@@ -86,7 +86,7 @@ private:
     std::vector<float> att_;       // [max_batch_tokens][q_dim]
     std::vector<float> hb_;        // [max_batch_tokens][hidden_dim]
     std::vector<float> hb2_;       // [max_batch_tokens][hidden_dim]
-    std::vector<float> scores_;    // [threads][max_context] attention weights
+    std::vector<float> scores_;    // [threads][4][max_context] attention weights
     std::vector<float> final_;     // [max_logit_rows][dim]
     std::vector<float> logits_;    // [max_logit_rows][vocab]
 };

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/avx2_math.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/weight_matrix.hpp"
 
@@ -26,6 +27,7 @@ void walk_slots(const PagedKv& kv, const int32_t* block_table, int first, int co
     }
 }
 
+// One head at a time, for head dimensions that are not whole vectors.
 template <typename Element>
 void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count, float scale,
             float* scores, float* out) {
@@ -43,12 +45,89 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
     walk_slots(kv, block_table, first, count, [&](int j, size_t slot) { add_scaled(out, scores[j], values + slot * stride, d); });
 }
 
+// N (1 to 4) query heads of one kv head, head_dim a multiple of 8: each key and value is read once
+// for all of them, and the sums stay in registers across positions (the per-head kernel above
+// called a dot product and an add to memory per position and head). A head's sums run over the
+// positions in order, as there, so a token's result does not depend on the batch it is in.
+template <int N, typename Element>
+void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count,
+                  float scale, float* scores, float* out) {
+    const int d = kv.head_dim;
+    const size_t stride = size_t(kv.kv_heads) * size_t(d);
+    const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * size_t(d);
+    const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * size_t(d);
+    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
+        const Element* k = keys + slot * stride;
+        __m256 sum[N][2];
+        for (int h = 0; h < N; ++h) sum[h][0] = sum[h][1] = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= d; i += 16) {
+            const __m256 k0 = load8(k + i), k1 = load8(k + i + 8);
+            for (int h = 0; h < N; ++h) {
+                sum[h][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i), k0, sum[h][0]);
+                sum[h][1] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i + 8), k1, sum[h][1]);
+            }
+        }
+        if (i < d) {
+            const __m256 k0 = load8(k + i);
+            for (int h = 0; h < N; ++h) sum[h][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i), k0, sum[h][0]);
+        }
+        for (int h = 0; h < N; ++h) scores[size_t(h) * count + j] = horizontal_sum(_mm256_add_ps(sum[h][0], sum[h][1])) * scale;
+    });
+    for (int h = 0; h < N; ++h) softmax(scores + size_t(h) * count, count);
+    // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers.
+    for (int i = 0; i < d; i += 16) {
+        const bool two = i + 16 <= d;
+        __m256 sum[N][2];
+        for (int h = 0; h < N; ++h) sum[h][0] = sum[h][1] = _mm256_setzero_ps();
+        walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
+            const Element* v = values + slot * stride + i;
+            const __m256 v0 = load8(v), v1 = two ? load8(v + 8) : _mm256_setzero_ps();
+            for (int h = 0; h < N; ++h) {
+                const __m256 p = _mm256_broadcast_ss(scores + size_t(h) * count + j);
+                sum[h][0] = _mm256_fmadd_ps(p, v0, sum[h][0]);
+                sum[h][1] = _mm256_fmadd_ps(p, v1, sum[h][1]);
+            }
+        });
+        for (int h = 0; h < N; ++h) {
+            _mm256_storeu_ps(out + h * d + i, sum[h][0]);
+            if (two) _mm256_storeu_ps(out + h * d + i + 8, sum[h][1]);
+        }
+    }
+}
+
+template <typename Element>
+void attend_group(const float* q, int heads, const PagedKv& kv, int kv_head, const int32_t* block_table, int first,
+                  int count, float scale, float* scores, float* out) {
+    const int d = kv.head_dim;
+    if (d % 8 != 0) {
+        for (int h = 0; h < heads; ++h)
+            attend<Element>(q + h * d, kv, kv_head, block_table, first, count, scale, scores, out + h * d);
+        return;
+    }
+    for (int h = 0; h < heads; h += 4) {
+        const float* hq = q + h * d;
+        float* hout = out + h * d;
+        switch (std::min(4, heads - h)) {
+            case 1: attend_heads<1, Element>(hq, kv, kv_head, block_table, first, count, scale, scores, hout); break;
+            case 2: attend_heads<2, Element>(hq, kv, kv_head, block_table, first, count, scale, scores, hout); break;
+            case 3: attend_heads<3, Element>(hq, kv, kv_head, block_table, first, count, scale, scores, hout); break;
+            default: attend_heads<4, Element>(hq, kv, kv_head, block_table, first, count, scale, scores, hout); break;
+        }
+    }
+}
+
 }  // namespace
 
 void attention(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count,
                float scale, float* scores, float* out) {
-    if (kv.type == KvType::F32) attend<float>(q, kv, kv_head, block_table, first, count, scale, scores, out);
-    else attend<uint16_t>(q, kv, kv_head, block_table, first, count, scale, scores, out);
+    attention_heads(q, 1, kv, kv_head, block_table, first, count, scale, scores, out);
+}
+
+void attention_heads(const float* q, int heads, const PagedKv& kv, int kv_head, const int32_t* block_table, int first,
+                     int count, float scale, float* scores, float* out) {
+    if (kv.type == KvType::F32) attend_group<float>(q, heads, kv, kv_head, block_table, first, count, scale, scores, out);
+    else attend_group<uint16_t>(q, heads, kv, kv_head, block_table, first, count, scale, scores, out);
 }
 
 void attention_reference(const float* q, const float* keys, const float* values, int kv_heads, int head_dim,

@@ -23,6 +23,12 @@ struct PagedKv {
 void attention(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count,
                float scale, float* scores, float* out);
 
+// The same for `heads` query heads that share kv_head (grouped-query attention), their queries
+// and outputs each [heads][head_dim]: up to four heads read each key and value once together.
+// scores: scratch of at least min(heads, 4) * count floats.
+void attention_heads(const float* q, int heads, const PagedKv& kv, int kv_head, const int32_t* block_table, int first,
+                     int count, float scale, float* scores, float* out);
+
 // The same with the keys and values laid out contiguously ([positions][kv_heads][head_dim]) and
 // computed plainly in double: the reference the paged kernel is checked against.
 void attention_reference(const float* q, const float* keys, const float* values, int kv_heads, int head_dim,

@@ -4,25 +4,11 @@
 
 #include <cmath>
 
+#include "kernels/avx2_math.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::kernels {
 
-namespace {
-
-// Eight consecutive bf16 values widened to floats.
-inline __m256 load_bf16x8(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
-float horizontal_sum(__m256 v) {
-    __m128 low = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    low = _mm_add_ps(low, _mm_movehl_ps(low, low));
-    low = _mm_add_ss(low, _mm_movehdup_ps(low));
-    return _mm_cvtss_f32(low);
-}
-
-}  // namespace
 
 float dot(const float* a, const float* b, int n) {
     __m256 acc = _mm256_setzero_ps();
@@ -90,20 +76,43 @@ void rope_pairs(float* vec, int n_heads, int head_dim, const float* cos, const f
 }
 
 void softmax(float* x, int n) {
-    float largest = x[0];
-    // A comparison, not std::fmax: that is a library call per element here.
-    for (int i = 1; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - largest);
-        sum += x[i];
+    // max keeps the running value where an element is NaN, as the comparison it replaced did.
+    __m256 running = _mm256_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) running = _mm256_max_ps(_mm256_loadu_ps(x + i), running);
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(running), _mm256_extractf128_ps(running, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float largest = _mm_cvtss_f32(m);
+    for (; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
+    const __m256 top = _mm256_set1_ps(largest);
+    __m256 total = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), top));
+        _mm256_storeu_ps(x + i, e);
+        total = _mm256_add_ps(total, e);
     }
-    const float inverse = 1.0f / sum;
-    for (int i = 0; i < n; ++i) x[i] *= inverse;
+    if (i < n) {
+        const __m256i lanes = first_lanes(n - i);
+        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, lanes), top)), _mm256_castsi256_ps(lanes));
+        _mm256_maskstore_ps(x + i, lanes, e);
+        total = _mm256_add_ps(total, e);
+    }
+    const __m256 inverse = _mm256_set1_ps(1.0f / horizontal_sum(total));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inverse));
+    for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inverse);
 }
 
+// gate / (1 + e^-gate) * up, eight at a time.
 void silu_mul(float* gate, const float* up, int n) {
-    for (int i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    auto silu = [&](__m256 g, __m256 u) { return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, sign)))), u); };
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, silu(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i lanes = first_lanes(n - i);
+        _mm256_maskstore_ps(gate + i, lanes, silu(_mm256_maskload_ps(gate + i, lanes), _mm256_maskload_ps(up + i, lanes)));
+    }
 }
 
 void add(float* x, const float* y, int n) {

@@ -3,7 +3,9 @@
 // bandwidth / bytes-per-token is the ceiling it is compared with.
 //
 // usage: bench_engine [--threads N] [--tokens N] [--keep DIR] [--weights f32,bf16,q8] [--served yes|no]
-//        (default: all cores, 32 tokens, every format, the served figures too)
+//        (default: all cores, 32 tokens, f32, bf16 and q8, the served figures too). --weights also
+//        takes GGUF file types (q8_0, q4_0, q4_k_m, q6_k, f16): the bench model is written as that
+//        GGUF file (anvil-engine convert) and served from it as stored, as `--model FILE.gguf` is.
 //        bench_engine --draft self-q8,self-bf16,model,layers,ngram [--draft-tokens K] [--tokens N]
 //        speculative decoding instead (bench_engine_draft.hpp; default K 4, 64 tokens)
 #include <omp.h>
@@ -24,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/engine.hpp"
+#include "engine/gguf_convert.hpp"
 #include "engine/make_model.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/server.hpp"
@@ -197,17 +200,33 @@ int main(int argc, char** argv) {
     const double bandwidth = anvil::bench::read_bandwidth();
     std::printf("baseline  memory read bandwidth            %8.2f GB/s\n", bandwidth / 1e9);
 
-    for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
-        if (("," + formats + ",").find("," + std::string(weight_format_name(format)) + ",") == std::string::npos) continue;
-        ModelWeights weights(config, model, format);
-        const DecodeResult d = decode(config, weights, tokens);
+    auto report = [&](const char* name, const ModelConfig& c, const ModelWeights& weights) {
+        const DecodeResult d = decode(c, weights, tokens);
         const double ceiling = bandwidth / d.bytes_per_token;
-        std::printf("decode    %-4s batch 1   %7.2f tok/s  %7.1f MB/token  ceiling %7.2f tok/s  fraction %.2f  (cpu share %.2f)\n",
-                    weight_format_name(format), d.tokens_per_second, d.bytes_per_token / 1e6, ceiling,
-                    d.tokens_per_second / ceiling, d.cpu_share);
-        const double p = prefill(config, weights, 512);
-        std::printf("prefill   %-4s 512 tokens %7.1f tok/s  (%.1f x decode)\n", weight_format_name(format), p,
-                    p / d.tokens_per_second);
+        std::printf("decode    %-6s batch 1 %7.2f tok/s  %7.1f MB/token  ceiling %7.2f tok/s  fraction %.2f  (cpu share %.2f)\n",
+                    name, d.tokens_per_second, d.bytes_per_token / 1e6, ceiling, d.tokens_per_second / ceiling, d.cpu_share);
+        const double p = prefill(c, weights, 512);
+        std::printf("prefill   %-6s 512 tokens %7.1f tok/s  (%.1f x decode)\n", name, p, p / d.tokens_per_second);
+    };
+    std::string rest;  // the formats that are GGUF file types
+    for (size_t at = 0; at <= formats.size();) {
+        size_t end = formats.find(',', at);
+        if (end == std::string::npos) end = formats.size();
+        const std::string name = formats.substr(at, end - at);
+        at = end + 1;
+        if (name.empty()) continue;
+        if (name == "f32" || name == "bf16" || name == "q8") {
+            const WeightFormat format = parse_weight_format(name);
+            ModelWeights weights(config, model, format);
+            report(weight_format_name(format), config, weights);
+            continue;
+        }
+        const std::filesystem::path file = scratch / ("bench." + name + ".gguf");
+        convert_to_gguf(model, file, parse_gguf_type(name));  // throws naming the accepted types
+        const ModelConfig gguf_config = load_config(file);
+        ModelWeights weights(gguf_config, file, WeightFormat::Stored);
+        report(name.c_str(), gguf_config, weights);
+        std::filesystem::remove(file);
     }
     for (int clients : {1, 4, 16}) {
         if (served != "yes") break;

@@ -242,6 +242,49 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
     }
 }
 
+TEST_CASE("grouped-query attention of several heads at once equals each head's own attention", "[kernels]") {
+    // 64 and 128: whole 16-value steps; 24: an 8-value step at the end; 20: not whole vectors
+    // (the head-at-a-time fallback). Six heads: a chunk of four, then two.
+    const int hd = GENERATE(64, 128, 24, 20);
+    const int heads = GENERATE(1, 3, 6);
+    const int kv_heads = 2, block = 16, positions = 77;
+    const auto keys = random_vector(size_t(positions) * kv_heads * hd, 31);
+    const auto values = random_vector(size_t(positions) * kv_heads * hd, 32);
+    const auto q = random_vector(size_t(heads) * hd, 33);
+    const std::vector<int32_t> table = {0, 8, 6, 9, 7};  // five blocks, scrambled in a pool of ten
+    const int pool = 10;
+    std::vector<float> k_pool(size_t(pool) * block * kv_heads * hd, NAN), v_pool(k_pool.size(), NAN);
+    for (int p = 0; p < positions; ++p)
+        for (int i = 0; i < kv_heads * hd; ++i) {
+            const size_t slot = (size_t(table[size_t(p / block)]) * block + size_t(p % block)) * kv_heads * hd + size_t(i);
+            k_pool[slot] = keys[size_t(p) * kv_heads * hd + size_t(i)];
+            v_pool[slot] = values[size_t(p) * kv_heads * hd + size_t(i)];
+        }
+    std::vector<uint16_t> k16(k_pool.size()), v16(v_pool.size());
+    detail::f32_to_bf16_scalar(k_pool.data(), k16.data(), k16.size());
+    detail::f32_to_bf16_scalar(v_pool.data(), v16.data(), v16.size());
+    const PagedKv f32{KvType::F32, k_pool.data(), v_pool.data(), block, kv_heads, hd};
+    const PagedKv bf16{KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd};
+    for (int first : {0, 30}) {
+        const int count = positions - first;
+        std::vector<float> together(size_t(heads) * hd), alone(hd), expected(hd), scores(size_t(4) * positions);
+        for (const PagedKv& kv : {f32, bf16}) {
+            attention_heads(q.data(), heads, kv, 1, table.data(), first, count, 0.125f, scores.data(), together.data());
+            for (int h = 0; h < heads; ++h) {
+                INFO("head dim " << hd << ", head " << h << " of " << heads << ", from " << first << (kv.type == KvType::BF16 ? ", bf16" : ", f32"));
+                attention(q.data() + h * hd, kv, 1, table.data(), first, count, 0.125f, scores.data(), alone.data());
+                // Each head's own sums in the same order: the same floats, whichever heads it shares a pass with.
+                for (int i = 0; i < hd; ++i) CHECK(together[size_t(h * hd + i)] == alone[size_t(i)]);
+                if (kv.type == KvType::F32) {
+                    attention_reference(q.data() + h * hd, keys.data(), values.data(), kv_heads, hd, 1, first, count, 0.125f,
+                                        expected.data());
+                    for (int i = 0; i < hd; ++i) CHECK(alone[size_t(i)] == Approx(expected[size_t(i)]).margin(1e-5));
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
