@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/matmul_tiling.hpp"
 #include "kernels/ops.hpp"
 #include "kernel_matrices.hpp"
 
@@ -240,6 +242,31 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
             for (int i = 0; i < hd; ++i) CHECK(got[size_t(i)] == Approx(expected[size_t(i)]).margin(2e-2));
         }
     }
+}
+
+TEST_CASE("decode's contiguous shares hand every item to exactly one thread, whatever the team", "[kernels]") {
+    for (int threads : {1, 2, 3, 7})
+        for (int items : {0, 1, 5, 64, 1001})
+            for (int chunk : {1, 2, 8}) {
+                INFO(threads << " threads, " << items << " items, chunks of " << chunk);
+                std::vector<std::atomic<int>> seen(static_cast<size_t>(items));
+                std::vector<int> order;  // with a team of one: the items in the order it took them
+                detail::Share shares[detail::kMaxShares];
+                // Shares for more threads than the team runs: the team finishes the missing ones.
+                const int count = detail::start_shares(shares, threads + 1, items);
+                CHECK(count == threads + 1);
+#pragma omp parallel num_threads(threads)
+                detail::work_shares(shares, count, chunk, [&](int item) {
+                    seen[size_t(item)].fetch_add(1);
+                    if (threads == 1) order.push_back(item);
+                });
+                int once = 0;
+                for (auto& s : seen) once += s.load() == 1;
+                CHECK(once == items);
+                // One thread reads the rows as one stream: its share, then the next, in order.
+                if (threads == 1)
+                    for (int i = 0; i < items; ++i) CHECK(order[size_t(i)] == i);
+            }
 }
 
 TEST_CASE("grouped-query attention of several heads at once equals each head's own attention", "[kernels]") {
