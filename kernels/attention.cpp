@@ -53,7 +53,7 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
 // multiplied: a kv head is read a few hundred bytes per position, at strides and across blocks,
 // and by the time a layer's attention runs the weights streamed since have pushed the cache out of
 // the caches. Waiting for those loads was most of attention's time (a layer of the bench model at
-// 80 positions, caches cold: 35 us without, 21 with).
+// 80 positions, caches cold: 35 us without, 21-29 with).
 constexpr int kAttentionPrefetch = 4;
 
 template <typename Element>
@@ -64,15 +64,15 @@ inline void prefetch_head(const Element* p, int d) {
 
 // Values v[i .. i + 8W) of N heads summed over every position, weighted by each head's scores.
 template <int N, int W, typename Element>
-void weigh_values(const Element* values, const size_t* slots, size_t stride, int count, int i, const float* scores,
-                  float* out, int d) {
+void weigh_values(const PagedKv& kv, const int32_t* block_table, int first, const Element* values, size_t stride, int count,
+                  int i, const float* scores, float* out, int d) {
     __m256 sum[N][W];
     ANVIL_UNROLL
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) sum[h][w] = _mm256_setzero_ps();
-    for (int j = 0; j < count; ++j) {
-        const Element* v = values + slots[j] * stride + i;
+    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
+        const Element* v = values + slot * stride + i;
         __m256 vw[W];
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) vw[w] = load8(v + 8 * w);
@@ -82,7 +82,7 @@ void weigh_values(const Element* values, const size_t* slots, size_t stride, int
             ANVIL_UNROLL
             for (int w = 0; w < W; ++w) sum[h][w] = _mm256_fmadd_ps(p, vw[w], sum[h][w]);
         }
-    }
+    });
     ANVIL_UNROLL
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
@@ -100,15 +100,15 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
     const size_t stride = size_t(kv.kv_heads) * size_t(d);
     const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * size_t(d);
     const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * size_t(d);
-    thread_local std::vector<size_t> slots;  // grown only: decode reuses it without allocating
-    if (slots.size() < size_t(count)) slots.resize(size_t(count));
-    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) { slots[size_t(j)] = slot; });
-    for (int j = 0; j < count; ++j) {
+    const size_t block_size = size_t(kv.block_size);
+    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
         if (j + kAttentionPrefetch < count) {
-            prefetch_head(keys + slots[size_t(j + kAttentionPrefetch)] * stride, d);
-            prefetch_head(values + slots[size_t(j + kAttentionPrefetch)] * stride, d);
+            const size_t ahead = size_t(first + j + kAttentionPrefetch);
+            const size_t ahead_slot = size_t(block_table[ahead / block_size]) * block_size + ahead % block_size;
+            prefetch_head(keys + ahead_slot * stride, d);
+            prefetch_head(values + ahead_slot * stride, d);
         }
-        const Element* k = keys + slots[size_t(j)] * stride;
+        const Element* k = keys + slot * stride;
         __m256 sum[N][2];
         ANVIL_UNROLL
         for (int h = 0; h < N; ++h) sum[h][0] = sum[h][1] = _mm256_setzero_ps();
@@ -128,13 +128,13 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
         }
         ANVIL_UNROLL
         for (int h = 0; h < N; ++h) scores[size_t(h) * count + j] = horizontal_sum(_mm256_add_ps(sum[h][0], sum[h][1])) * scale;
-    }
+    });
     for (int h = 0; h < N; ++h) softmax(scores + size_t(h) * count, count);
     // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers. The
     // keys' pass above has brought the values into the cache.
     int i = 0;
-    for (; i + 16 <= d; i += 16) weigh_values<N, 2>(values, slots.data(), stride, count, i, scores, out, d);
-    if (i < d) weigh_values<N, 1>(values, slots.data(), stride, count, i, scores, out, d);
+    for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, block_table, first, values, stride, count, i, scores, out, d);
+    if (i < d) weigh_values<N, 1>(kv, block_table, first, values, stride, count, i, scores, out, d);
 }
 
 template <typename Element>
