@@ -50,7 +50,6 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
 // guided (large chunks first) already beat it. Decode's products on the bench model, 2 threads,
 // runs of the two builds interleaved: Q4_K_M 3.35 -> 3.00 ms a token, Q4_0 2.99 -> 2.44, q8 6.96 ->
 // 5.84; beside a busy process, as fast as before (docs/PERFORMANCE.md).
-// Call from inside the parallel region; `shares` was set by start_shares before it.
 struct alignas(64) Share {
     std::atomic<int> next{0};
     int end = 0;
@@ -67,6 +66,8 @@ inline int start_shares(Share* shares, int count, int items) {
     return count;
 }
 
+// Every thread of the team calls this inside the parallel region, with the shares start_shares set
+// before it; a team smaller than `count` still covers every share.
 template <typename Body>
 void work_shares(Share* shares, int count, int chunk, Body body) {
     const int own = omp_get_thread_num() % count;
