@@ -51,8 +51,8 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
 
 // Positions ahead whose key and value lines are fetched (into L2) while this one's key is
 // multiplied: a kv head is read a few hundred bytes per position, at strides and across blocks,
-// and by the time a layer's attention runs the weights streamed since have pushed the cache out of
-// the caches. Waiting for those loads was most of attention's time (a layer of the bench model at
+// and by the time a layer's attention runs, the weights streamed since have pushed the KV cache's
+// lines out of every cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
 // 80 positions, caches cold: 35 us without, 21-29 with).
 constexpr int kAttentionPrefetch = 4;
 
