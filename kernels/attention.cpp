@@ -5,8 +5,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "kernels/avx2_math.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/weight_matrix.hpp"
