@@ -82,6 +82,15 @@ void work_shares(Share* shares, int count, int chunk, Body body) {
     }
 }
 
+// A product of one chunk of tokens: its items in contiguous shares, on every thread when `parallel`.
+template <typename Body>
+void run_shared(bool parallel, int items, int chunk, Body body) {
+    Share shares[kMaxShares];
+    const int count = start_shares(shares, parallel ? omp_get_max_threads() : 1, items);
+#pragma omp parallel if (parallel)
+    work_shares(shares, count, chunk, body);
+}
+
 // Row tile `rt` of w for tokens c0..c1: whole RT x TT tiles, then the leftover tokens and rows
 // one at a time. `Input` is what the tiles read the activations as (f32, or bf16 bits).
 template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT, typename Input>
@@ -119,13 +128,7 @@ void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const Input*
     };
     // Small products are not worth waking the other threads for.
     const bool parallel = work >= kParallelWork;
-    if (n_tokens <= kTokenChunk) {
-        Share shares[kMaxShares];
-        const int count = start_shares(shares, parallel ? omp_get_max_threads() : 1, tiles);
-#pragma omp parallel if (parallel)
-        work_shares(shares, count, 8, [&](int item) { tile(item, 0, n_tokens); });
-        return;
-    }
+    if (n_tokens <= kTokenChunk) return run_shared(parallel, tiles, 8, [&](int item) { tile(item, 0, n_tokens); });
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
@@ -153,13 +156,7 @@ void run_items(const WeightMatrix* ws, float* const* ys, int count, int n_tokens
         run_item(ws[m], item - first_item[m], c0, c1, ys[m]);
     };
     const bool parallel = work >= kParallelWork;
-    if (n_tokens <= kTokenChunk) {
-        Share shares[kMaxShares];
-        const int count = start_shares(shares, parallel ? omp_get_max_threads() : 1, items);
-#pragma omp parallel if (parallel)
-        work_shares(shares, count, 2, [&](int item) { one(item, 0, n_tokens); });
-        return;
-    }
+    if (n_tokens <= kTokenChunk) return run_shared(parallel, items, 2, [&](int item) { one(item, 0, n_tokens); });
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);

@@ -209,6 +209,35 @@ TEST_CASE("rmsnorm, rope, softmax and silu match their definitions", "[kernels]"
     CHECK(gate[2] == Approx(2.0 / (1 + std::exp(-2.0)) * -1.0));
 }
 
+namespace {
+
+// Keys and values given position by position ([positions][kv_heads][head_dim]) written into a
+// paged cache's blocks, block_table[p / block] holding position p, in a pool whose other slots
+// are NaN; as f32 and as bf16.
+struct PagedCache {
+    int block, kv_heads, hd;
+    std::vector<float> k, v;
+    std::vector<uint16_t> k16, v16;
+    PagedCache(const std::vector<float>& keys, const std::vector<float>& values, const std::vector<int32_t>& table, int pool,
+               int block_, int kv_heads_, int hd_)
+        : block(block_), kv_heads(kv_heads_), hd(hd_), k(size_t(pool) * block * kv_heads * hd, NAN), v(k.size(), NAN),
+          k16(k.size()), v16(k.size()) {
+        const size_t width = size_t(kv_heads) * hd, positions = keys.size() / width;
+        for (size_t p = 0; p < positions; ++p)
+            for (size_t i = 0; i < width; ++i) {
+                const size_t slot = (size_t(table[p / size_t(block)]) * block + p % size_t(block)) * width + i;
+                k[slot] = keys[p * width + i];
+                v[slot] = values[p * width + i];
+            }
+        detail::f32_to_bf16_scalar(k.data(), k16.data(), k16.size());
+        detail::f32_to_bf16_scalar(v.data(), v16.data(), v16.size());
+    }
+    PagedKv f32() const { return {KvType::F32, k.data(), v.data(), block, kv_heads, hd}; }
+    PagedKv bf16() const { return {KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd}; }
+};
+
+}  // namespace
+
 TEST_CASE("paged attention matches contiguous double-precision attention, f32 and bf16 caches", "[kernels]") {
     // 20: a head dimension that is not a whole number of vectors.
     const int hd = GENERATE(16, 20);
@@ -219,26 +248,15 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
     // Blocks in scrambled order in a larger pool.
     const std::vector<int32_t> table = {5, 1, 7, 0, 3, 6};
     const int pool = 8;
-    std::vector<float> k_pool(size_t(pool) * block * kv_heads * hd, NAN), v_pool(k_pool.size(), NAN);
-    for (int p = 0; p < positions; ++p)
-        for (int i = 0; i < kv_heads * hd; ++i) {
-            const size_t slot = (size_t(table[size_t(p / block)]) * block + size_t(p % block)) * kv_heads * hd + size_t(i);
-            k_pool[slot] = keys[size_t(p) * kv_heads * hd + size_t(i)];
-            v_pool[slot] = values[size_t(p) * kv_heads * hd + size_t(i)];
-        }
-    std::vector<uint16_t> k16(k_pool.size()), v16(v_pool.size());
-    detail::f32_to_bf16_scalar(k_pool.data(), k16.data(), k16.size());
-    detail::f32_to_bf16_scalar(v_pool.data(), v16.data(), v16.size());
+    const PagedCache cache(keys, values, table, pool, block, kv_heads, hd);
     for (int first : {0, 9}) {
         const int count = positions - first;
         std::vector<float> expected(hd), got(hd), scores(positions);
         for (int head = 0; head < kv_heads; ++head) {
             attention_reference(q.data(), keys.data(), values.data(), kv_heads, hd, head, first, count, 0.25f, expected.data());
-            attention(q.data(), PagedKv{KvType::F32, k_pool.data(), v_pool.data(), block, kv_heads, hd}, head, table.data(),
-                      first, count, 0.25f, scores.data(), got.data());
+            attention(q.data(), cache.f32(), head, table.data(), first, count, 0.25f, scores.data(), got.data());
             for (int i = 0; i < hd; ++i) CHECK(got[size_t(i)] == Approx(expected[size_t(i)]).margin(1e-5));
-            attention(q.data(), PagedKv{KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd}, head, table.data(), first,
-                      count, 0.25f, scores.data(), got.data());
+            attention(q.data(), cache.bf16(), head, table.data(), first, count, 0.25f, scores.data(), got.data());
             for (int i = 0; i < hd; ++i) CHECK(got[size_t(i)] == Approx(expected[size_t(i)]).margin(2e-2));
         }
     }
@@ -280,18 +298,8 @@ TEST_CASE("grouped-query attention of several heads at once equals each head's o
     const auto q = random_vector(size_t(heads) * hd, 33);
     const std::vector<int32_t> table = {0, 8, 6, 9, 7};  // five blocks, scrambled in a pool of ten
     const int pool = 10;
-    std::vector<float> k_pool(size_t(pool) * block * kv_heads * hd, NAN), v_pool(k_pool.size(), NAN);
-    for (int p = 0; p < positions; ++p)
-        for (int i = 0; i < kv_heads * hd; ++i) {
-            const size_t slot = (size_t(table[size_t(p / block)]) * block + size_t(p % block)) * kv_heads * hd + size_t(i);
-            k_pool[slot] = keys[size_t(p) * kv_heads * hd + size_t(i)];
-            v_pool[slot] = values[size_t(p) * kv_heads * hd + size_t(i)];
-        }
-    std::vector<uint16_t> k16(k_pool.size()), v16(v_pool.size());
-    detail::f32_to_bf16_scalar(k_pool.data(), k16.data(), k16.size());
-    detail::f32_to_bf16_scalar(v_pool.data(), v16.data(), v16.size());
-    const PagedKv f32{KvType::F32, k_pool.data(), v_pool.data(), block, kv_heads, hd};
-    const PagedKv bf16{KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd};
+    const PagedCache cache(keys, values, table, pool, block, kv_heads, hd);
+    const PagedKv f32 = cache.f32(), bf16 = cache.bf16();
     for (int first : {0, 30}) {
         const int count = positions - first;
         std::vector<float> together(size_t(heads) * hd), alone(hd), expected(hd), scores(size_t(4) * positions);
