@@ -529,6 +529,9 @@ void Server::routes() {
                 res.set_chunked_content_provider(
                     "application/json",
                     [stream, state, finished, last_write, heartbeat](size_t, httplib::DataSink& sink) {
+                        // A client that left is seen here, within a token, rather than when a heartbeat
+                        // write fails (the first write after the peer closed still succeeds).
+                        if (!sink.is_writable()) return false;
                         if (auto event = stream->pop(kPoll)) {
                             std::string data;
                             if (!event->error.empty()) {
