@@ -132,8 +132,11 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
                 const __m256 wv = load_weights<T>(rows[r], k);
                 // The next tile's bytes at the same offset, once per cache line (as the q8 products do).
                 constexpr int kPerLine = 64 / (T == WeightType::F32 ? 32 : 16);
-                if ((k / kLanes) % kPerLine == 0)
-                    _mm_prefetch(static_cast<const char*>(rows[r]) + (T == WeightType::F32 ? 4 : 2) * (size_t(k) + size_t(RT) * cols), _MM_HINT_T0);
+                if ((k / kLanes) % kPerLine == 0) {
+                    const char* here = static_cast<const char*>(rows[r]) + (T == WeightType::F32 ? 4 : 2) * size_t(k);
+                    _mm_prefetch(here + 1024, _MM_HINT_T0);
+                    _mm_prefetch(here + (T == WeightType::F32 ? 4 : 2) * size_t(RT) * cols, _MM_HINT_T1);
+                }
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
             }

@@ -88,7 +88,10 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 ANVIL_UNROLL
                 for (int b = 0; b < BT; ++b) {
                     const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
-                    if (s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    if (s % 2 == 0) {
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
+                    }
                     const __m256i v = load256(at);
                     const __m256i lo = _mm256_and_si256(v, low4);
                     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -185,7 +188,9 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 for (int s = 2 * s2; s < 2 * s2 + 2; ++s) {
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
                     __m256i q[4];
                     q6_k_step_values(at, q);
                     ANVIL_UNROLL
@@ -232,8 +237,11 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     for (int i = 0; i < per_row; ++i) {
         const uint8_t* tile = block + size_t(i) * kQ4_0Packed8Bytes;
         _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchFar, _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchFar + 64, _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + 128, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchFar + 128, _MM_HINT_T1);
         __m256i sum[TT];
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) sum[t] = _mm256_setzero_si256();

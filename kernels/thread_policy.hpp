@@ -3,7 +3,7 @@
 
 namespace anvil::kernels {
 
-// Re-executes the program with OMP_WAIT_POLICY=passive (and GOMP_SPINCOUNT=300, a spin of a few
+// Re-executes the program with OMP_WAIT_POLICY=passive (and GOMP_SPINCOUNT=1000, a spin of about ten
 // microseconds before sleeping, unless the environment sets one) unless the environment already
 // chooses a policy. Spinning workers are fastest on idle cores, but on a shared machine a spinning
 // or descheduled worker makes every region's closing barrier wait for a scheduler time slice: a
