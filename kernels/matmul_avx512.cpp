@@ -124,6 +124,14 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
             ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const __m512 wv = load_weights<T>(rows[r], k);
+                // Once a cache line: 1 KB ahead in the row into L1, the next tile's line at this
+                // offset into L2 (as matmul_avx2.cpp's float tiles).
+                constexpr int kBytes = T == WeightType::F32 ? 4 : 2;
+                if ((k * kBytes) % 64 == 0) {
+                    const char* here = static_cast<const char*>(rows[r]) + kBytes * size_t(k);
+                    _mm_prefetch(here + 1024, _MM_HINT_T0);
+                    _mm_prefetch(here + kBytes * size_t(RT) * cols, _MM_HINT_T1);
+                }
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
             }

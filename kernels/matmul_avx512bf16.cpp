@@ -55,7 +55,17 @@ struct Tile {
             }
         };
         int k = 0;
-        for (; k + kPairs <= cols; k += kPairs) step(k, [](const uint16_t* p) { return load_bf16(p); });
+        for (; k + kPairs <= cols; k += kPairs) {
+            // A cache line a row and step: 1 KB ahead in the row into L1, and the next tile's
+            // line at this offset into L2 (as matmul_avx2.cpp's float tiles).
+            ANVIL_UNROLL
+            for (int r = 0; r < RT; ++r) {
+                const char* here = reinterpret_cast<const char*>(rows[r] + k);
+                _mm_prefetch(here + 1024, _MM_HINT_T0);
+                _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
+            }
+            step(k, [](const uint16_t* p) { return load_bf16(p); });
+        }
         if (k < cols) {
             // Zeros past the row's end add nothing.
             const __mmask32 mask = __mmask32((uint64_t(1) << (cols - k)) - 1);
