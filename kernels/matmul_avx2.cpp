@@ -130,7 +130,8 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
             ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const __m256 wv = load_weights<T>(rows[r], k);
-                // The next tile's bytes at the same offset, once per cache line (as the q8 products do).
+                // Once a cache line: 1 KB ahead in the row into L1, and the next tile's line at
+                // this offset into L2 (a tile's rows are too short for the hardware prefetcher).
                 constexpr int kPerLine = 64 / (T == WeightType::F32 ? 32 : 16);
                 if ((k / kLanes) % kPerLine == 0) {
                     const char* here = static_cast<const char*>(rows[r]) + (T == WeightType::F32 ? 4 : 2) * size_t(k);

@@ -108,12 +108,12 @@ void packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0
 
 // Items of kBlocks blocks (the last may have fewer). Pairs of tokens take two blocks a tile, which
 // is as many accumulators as there are registers. A lone token (decode) takes one block a tile: one
-// stream of weights, which the tile prefetches ahead in (near into L1, far into L2: the next block
-// at the same offset, as before, took 1-thread decode on the Intel VM 90 rather than 111 tok/s,
-// 2 threads 213 rather than 267). Four blocks a
-// tile (four independent sums per step, but four streams 8 KB apart) ran at 0.6 of one thread's
-// read bandwidth on the 2-core EPYC VM, one block at 0.9-1.2 (decode of the bench model's Q8_0 file,
-// AVX2, 1 thread: 90 -> 140-146 tok/s; llama.cpp's haswell build 131-136).
+// stream of weights. Four blocks a tile (four independent sums per step, but four streams 8 KB
+// apart) ran at 0.6 of one thread's read bandwidth on the 2-core EPYC VM, one block at 0.9-1.2
+// (decode of the bench model's Q8_0 file, AVX2, 1 thread: 90 -> 140-146 tok/s; llama.cpp's haswell
+// build 131-136). The tile prefetches ahead in its own stream, near into L1 and far into L2:
+// prefetching the next block at the same offset instead held the Intel VM's decode to 90 rather
+// than 111 tok/s on one thread, 213 rather than 267 on two.
 constexpr int kBlocks = 4;
 
 void packed8_item(const WeightMatrix& w, int item, const QuantizedInput* x, int c0, int c1, float* y) {

@@ -37,7 +37,7 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // tile) to 15-23 GB/s (one stream, 2 KB ahead), on the EPYC VM. And further ahead into L2 only: on
 // the Intel VM (a 480 MB L3 that holds the bench model) the hardware prefetchers kept too few
 // lines in flight, and the far requests took bench-model decode, 1 thread, Q4_K_M 218 -> 274
-// tok/s, Q4_0 246 -> 334, Q6_K 118 -> 151 (AVX2 level).
+// tok/s, Q4_0 246 -> 334, Q6_K 121 -> 147 (AVX2 level).
 constexpr int kPrefetchAhead = 2048;  // into L1
 constexpr int kPrefetchFar = 8192;    // into L2
 
