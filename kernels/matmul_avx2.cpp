@@ -135,7 +135,7 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
                 constexpr int kPerLine = 64 / (T == WeightType::F32 ? 32 : 16);
                 if ((k / kLanes) % kPerLine == 0) {
                     const char* here = static_cast<const char*>(rows[r]) + (T == WeightType::F32 ? 4 : 2) * size_t(k);
-                    _mm_prefetch(here + 1024, _MM_HINT_T0);
+                    _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
                     _mm_prefetch(here + (T == WeightType::F32 ? 4 : 2) * size_t(RT) * cols, _MM_HINT_T1);
                 }
                 ANVIL_UNROLL

@@ -65,8 +65,8 @@ void packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0
                 // A cache line (two steps) at a time, ahead in this block's own stream: 1 KB into
                 // L1 and 8 KB into L2.
                 if (quad % 2 == 0) {
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + 1024, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + 8192, _MM_HINT_T1);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchNear, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                 }
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) {

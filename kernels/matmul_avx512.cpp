@@ -129,7 +129,7 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
                 constexpr int kBytes = T == WeightType::F32 ? 4 : 2;
                 if ((k * kBytes) % 64 == 0) {
                     const char* here = static_cast<const char*>(rows[r]) + kBytes * size_t(k);
-                    _mm_prefetch(here + 1024, _MM_HINT_T0);
+                    _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
                     _mm_prefetch(here + kBytes * size_t(RT) * cols, _MM_HINT_T1);
                 }
                 ANVIL_UNROLL

@@ -61,7 +61,7 @@ struct Tile {
             ANVIL_UNROLL
             for (int r = 0; r < RT; ++r) {
                 const char* here = reinterpret_cast<const char*>(rows[r] + k);
-                _mm_prefetch(here + 1024, _MM_HINT_T0);
+                _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
                 _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
             }
             step(k, [](const uint16_t* p) { return load_bf16(p); });

@@ -163,8 +163,8 @@ void packed_tile(const WeightMatrix& w, int b0, const Int8Input* x, int t0, floa
                 const __m512i wv = _mm512_loadu_si512(at);
                 // Ahead in this block's own stream, a cache line a step: 1 KB into L1, 8 KB into L2
                 // (as matmul_avx2_packed.cpp).
-                _mm_prefetch(reinterpret_cast<const char*>(at) + 1024, _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(at) + 8192, _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchNear, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) dot[b][t] = _mm512_dpbusd_epi32(dot[b][t], wv, xv[t]);
             }

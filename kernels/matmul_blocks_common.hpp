@@ -38,8 +38,7 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // the Intel VM (a 480 MB L3 that holds the bench model) the hardware prefetchers kept too few
 // lines in flight, and the far requests took bench-model decode, 1 thread, Q4_K_M 218 -> 274
 // tok/s, Q4_0 246 -> 334, Q6_K 121 -> 147 (AVX2 level).
-constexpr int kPrefetchAhead = 2048;  // into L1
-constexpr int kPrefetchFar = 8192;    // into L2
+constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hpp) into L2
 
 // A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit
 // pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.

@@ -23,6 +23,13 @@ namespace {
 constexpr int kTokenChunk = 64;            // tokens whose activations stay in L2 while the rows stream by
 constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thread does it all
 
+// How far ahead of its reads a decode tile asks for weight bytes: near into L1 and far into L2. On
+// the Intel VM (480 MB L3) the hardware prefetchers alone kept too few lines in flight
+// (docs/PERFORMANCE.md, session 20). The GGUF block kernels ask nearer into L1 at 2 KB
+// (matmul_blocks_common.hpp), measured apart.
+constexpr int kPrefetchNear = 1024;
+constexpr int kPrefetchFar = 8192;
+
 inline const void* row_pointer(const WeightMatrix& w, int r) {
     const size_t offset = size_t(r) * w.cols;
     switch (w.type) {

@@ -22,8 +22,9 @@
 namespace anvil::bench {
 
 // One thread's share of a read: its lines summed in four 16-byte lanes, with the requests ahead
-// that the kernels make (1 KB into L1, 8 KB into L2). Without them a plain summing loop read the
-// Intel VM's L3 at about a third of what the decode kernels do, and would be no ceiling at all.
+// that the kernels make (1 KB and 8 KB: kPrefetchNear and kPrefetchFar, kernels/matmul_tiling.hpp).
+// Without them a plain summing loop read the Intel VM's L3 at about a third of what the decode
+// kernels do, and would be no ceiling at all.
 inline uint64_t read_lines(const __m128i* line, size_t count) {
     __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
     for (size_t i = 0; i < count; ++i, line += 4) {
