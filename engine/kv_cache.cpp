@@ -17,13 +17,14 @@ kernels::KvType parse_kv_type(const std::string& text) {
 const char* kv_type_name(kernels::KvType type) { return type == kernels::KvType::F32 ? "f32" : "bf16"; }
 
 namespace {
-uint8_t* allocate_zeroed(size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+// Attention reads a sequence's keys and values every token, as decode reads the weights: huge
+// pages for the same reason (kernels/streamed_memory.hpp).
+kernels::StreamedBuffer allocate_zeroed(size_t bytes) {
+    kernels::StreamedBuffer p = kernels::allocate_streamed(bytes);
     if (!p) throw std::runtime_error("cannot allocate the KV cache (" + std::to_string(bytes >> 20) +
                                      " MB): lower --max-seqs or --max-context");
-    std::memset(p, 0, rounded);
-    return static_cast<uint8_t*>(p);
+    std::memset(p.get(), 0, bytes);
+    return p;
 }
 }  // namespace
 
@@ -36,8 +37,8 @@ KvCache::KvCache(kernels::KvType type, int n_layers, int n_blocks, int block_siz
       element_size_(type == kernels::KvType::F32 ? 4 : 2),
       layer_bytes_(size_t(n_blocks) * block_size * kv_heads * head_dim * element_size_),
       bytes_(2 * layer_bytes_ * n_layers),
-      keys_(allocate_zeroed(layer_bytes_ * n_layers), &std::free),
-      values_(allocate_zeroed(layer_bytes_ * n_layers), &std::free) {}
+      keys_(allocate_zeroed(layer_bytes_ * n_layers)),
+      values_(allocate_zeroed(layer_bytes_ * n_layers)) {}
 
 kernels::PagedKv KvCache::layer(int layer) const {
     kernels::PagedKv kv;

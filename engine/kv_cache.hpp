@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/attention.hpp"
+#include "kernels/streamed_memory.hpp"
 
 namespace anvil::engine {
 
@@ -35,8 +36,8 @@ private:
     kernels::KvType type_;
     int n_blocks_, block_size_, kv_heads_, head_dim_;
     size_t element_size_, layer_bytes_, bytes_;
-    std::unique_ptr<uint8_t, void (*)(void*)> keys_;    // [layers][blocks][block_size][kv_heads][head_dim]
-    std::unique_ptr<uint8_t, void (*)(void*)> values_;  // the same
+    kernels::StreamedBuffer keys_;    // [layers][blocks][block_size][kv_heads][head_dim], on huge pages
+    kernels::StreamedBuffer values_;  // the same
 };
 
 }  // namespace anvil::engine

@@ -59,11 +59,8 @@ size_t matrix_bytes(const WeightMatrix& m) {
 }
 
 void* ModelWeights::allocate(size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    void* p = owned_.allocate(bytes);
     if (!p) throw std::runtime_error("out of memory converting weights (" + std::to_string(bytes) + " bytes)");
-    owned_.emplace_back(p, &std::free);
-    owned_bytes_ += rounded;
     return p;
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/config.hpp"
 #include "engine/safetensors.hpp"
+#include "kernels/streamed_memory.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::engine {
@@ -50,7 +51,7 @@ public:
 
     // Weight bytes one decoded token reads: every matrix once, the embedding row aside.
     size_t bytes_per_token() const { return bytes_per_token_; }
-    size_t resident_bytes() const { return owned_bytes_; }
+    size_t resident_bytes() const { return owned_.used_bytes(); }
 
 private:
     kernels::WeightMatrix matrix(const std::string& name, int rows, int cols, WeightFormat format);
@@ -58,8 +59,7 @@ private:
     void* allocate(size_t bytes);
 
     std::unique_ptr<TensorStore> store_;
-    std::vector<std::unique_ptr<void, void (*)(void*)>> owned_;
-    size_t owned_bytes_ = 0;
+    kernels::StreamedArena owned_;  // what load converted, on huge pages: decode streams it
     size_t bytes_per_token_ = 0;
 };
 

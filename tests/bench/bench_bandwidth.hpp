@@ -6,7 +6,8 @@
 // which a buffer of that many bytes can be read again and again. Where the weights fit a large
 // last-level cache (the Intel VM's 480 MB L3 holds the bench model in every format but f32), that
 // is the cache's bandwidth, not DRAM's: a 1 GiB baseline there put decode at 1.1-1.6 of its
-// "ceiling" and measured nothing.
+// "ceiling" and measured nothing. The buffer is on huge pages where the kernel offers them, as the
+// weights and the KV cache are (kernels/streamed_memory.hpp): the ceiling of the same stream.
 #pragma once
 
 #include <emmintrin.h>
@@ -18,6 +19,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+
+#include "kernels/streamed_memory.hpp"
 
 namespace anvil::bench {
 
@@ -45,9 +48,9 @@ inline uint64_t read_lines(const __m128i* line, size_t count) {
 inline double read_bandwidth(size_t bytes = size_t(1) << 30) {
     using Clock = std::chrono::steady_clock;
     const size_t lines = std::max(bytes, size_t(1) << 20) / 64;
-    std::unique_ptr<void, decltype(&std::free)> buffer(std::aligned_alloc(64, lines * 64), &std::free);
-    auto* words = static_cast<uint64_t*>(buffer.get());
-    const auto* vectors = static_cast<const __m128i*>(buffer.get());
+    const kernels::StreamedBuffer buffer = kernels::allocate_streamed(lines * 64);
+    auto* words = reinterpret_cast<uint64_t*>(buffer.get());
+    const auto* vectors = reinterpret_cast<const __m128i*>(buffer.get());
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < lines * 8; ++i) words[i] = i;
     double best = 0;

@@ -14,6 +14,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/ggml_blocks.hpp"
+#include "kernels/streamed_memory.hpp"
 #include "kernels/thread_policy.hpp"
 #include "bench_bandwidth.hpp"
 #include "kernels/matmul.hpp"
@@ -23,12 +24,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// On huge pages, as the engine holds its weights (kernels/streamed_memory.hpp) and as the ceiling's
+// buffer is.
 struct Matrices {
-    std::vector<float> f32;
-    std::vector<uint16_t> bf16;
-    std::vector<int8_t> q8;
-    std::vector<uint8_t> packed;
-    std::vector<float> scales;
+    StreamedVector<float> f32;
+    StreamedVector<uint16_t> bf16;
+    StreamedVector<int8_t> q8;
+    StreamedVector<uint8_t> packed;
+    StreamedVector<float> scales;
     std::vector<WeightMatrix> views;
     size_t bytes = 0;
 };
@@ -40,7 +43,7 @@ Matrices make(WeightType type, int count, int rows, int cols) {
     std::vector<float> values(n);
     for (size_t i = 0; i < n; ++i) values[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-4f;
     const int groups = cols / kQ8Group;
-    if (type == WeightType::F32) m.f32 = values;
+    if (type == WeightType::F32) m.f32.assign(values.begin(), values.end());
     if (type == WeightType::BF16) {
         m.bf16.resize(n);
         f32_to_bf16_array(values.data(), m.bf16.data(), n);
@@ -58,15 +61,15 @@ Matrices make(WeightType type, int count, int rows, int cols) {
     }
     if (type == WeightType::Q8Packed) {  // rows is a multiple of 16 here: no padding
         m.packed.resize(n);
-        std::vector<float> packed_scales(m.scales.size());
+        StreamedVector<float> packed_scales(m.scales.size());
         for (int i = 0; i < count; ++i)
             pack_q8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
                     m.packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
         m.scales = std::move(packed_scales);
     }
     if (type == WeightType::Q8Packed8) {  // rows is a multiple of 8 here: no padding
-        std::vector<int8_t> packed(n);
-        std::vector<float> packed_scales(m.scales.size());
+        StreamedVector<int8_t> packed(n);
+        StreamedVector<float> packed_scales(m.scales.size());
         for (int i = 0; i < count; ++i)
             pack_q8_rows8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
                           packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
