@@ -154,7 +154,7 @@ private:
     // The draft: its own config (--draft-model), weights and runner (--draft-self, --draft-model;
     // none for --draft-layers, which runs the target's runner, and --draft-ngram).
     std::optional<ModelConfig> draft_config_;
-    std::unique_ptr<ModelWeights> draft_weights_;
+    std::unique_ptr<ModelWeights> draft_weights_;  // none when a self draft is the target's own format
     std::unique_ptr<ModelRunner> draft_runner_;
     Batch draft_batch_;
     struct Drafting {

@@ -46,11 +46,18 @@ void Engine::load_draft(const std::filesystem::path& model_dir) {
         config = &*draft_config_;
         dir = d.model_dir;
     }
-    draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights);
+    // A self draft in the target's own format is the target's tensors: held once (as the paper's
+    // memory counts it, registry/embedded_memory.cpp). So is one that keeps the same stored values.
+    const kernels::WeightType held = weights_->layers.front().wq.type;
+    const bool keeps_stored = weights_->kept_as_stored() &&
+                              (d.weights == WeightFormat::Stored || (d.weights == WeightFormat::F32 && held == kernels::WeightType::F32) ||
+                               (d.weights == WeightFormat::BF16 && held == kernels::WeightType::BF16));
+    const bool same_tensors = d.kind == DraftKind::Self && (d.weights == options_.weights || keeps_stored);
+    if (!same_tensors) draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights);
     // The draft's cache has the target's blocks, so one block table serves both.
     RunnerOptions r = runner_->options();
     r.max_logit_rows = options_.max_seqs;
-    draft_runner_ = std::make_unique<ModelRunner>(*config, *draft_weights_, r);
+    draft_runner_ = std::make_unique<ModelRunner>(*config, same_tensors ? *weights_ : *draft_weights_, r);
     spdlog::info("draft: {} ({} layers, dim {}, {} weights, {} MB cache), {} tokens a step", draft_kind_name(d.kind),
                  config->n_layers, config->dim, weight_format_name(d.weights), draft_runner_->kv_cache().bytes() >> 20,
                  d.tokens);

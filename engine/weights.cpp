@@ -1,5 +1,6 @@
 #include "engine/weights.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -99,7 +100,7 @@ void stored_row_to_f32(const TensorInfo& t, int64_t r, int cols, float* out) {
     }
 }
 
-WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, WeightFormat format) {
+WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, WeightFormat format, bool streamed) {
     const TensorInfo& t = store_->get(name, {rows, cols});
     WeightType type = WeightType::F32;
     switch (format) {
@@ -123,7 +124,22 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
     const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16) ||
                       (type == WeightType::F16 && t.dtype == Dtype::F16);
     if (same && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) {
-        m.data = t.data;  // zero copy: the kernels read the mapping
+        if (!streamed) {
+            m.data = t.data;  // read a row at a time: the mapping serves
+            return m;
+        }
+        kept_as_stored_ = true;
+        // Decode streams it every token: copied as it is onto huge pages (kernels/streamed_memory.hpp),
+        // where the file's mapping has 4 KB pages. Bench-model decode, f32 as stored, 2 threads on the
+        // Intel VM: 54 -> 70 tok/s (docs/PERFORMANCE.md).
+        const size_t bytes = matrix_bytes(m);
+        auto* copy = static_cast<uint8_t*>(allocate(bytes));
+        constexpr size_t kSlice = size_t(1) << 20;
+        const int64_t slices = int64_t((bytes + kSlice - 1) / kSlice);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < slices; ++i)
+            std::memcpy(copy + size_t(i) * kSlice, t.data + size_t(i) * kSlice, std::min(kSlice, bytes - size_t(i) * kSlice));
+        m.data = copy;
         return m;
     }
     if (kernels::is_ggml_block_type(type)) {
@@ -278,7 +294,8 @@ const float* ModelWeights::vector(const std::string& name, int n) {
 
 ModelWeights::ModelWeights(const ModelConfig& c, const std::filesystem::path& model_dir, WeightFormat format)
     : store_(std::make_unique<TensorStore>(model_dir)) {
-    embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.dim, format);
+    // Untied, the embedding is read a row a token; tied, it is the head as well, streamed whole.
+    embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.dim, format, c.tie_embeddings);
     layers.resize(size_t(c.n_layers));
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";

@@ -1,5 +1,7 @@
-// The model's tensors in the format the kernels multiply with: mapped straight from the files when
-// the stored format is the one asked for, converted once at load otherwise.
+// The model's tensors in the format the kernels multiply with: kept as stored when the stored format
+// is the one asked for, converted once at load otherwise. What decode streams every token is held
+// on huge pages (copied there when kept as stored); an untied embedding, read a row a token, and
+// the norms are read from the files' mapping.
 #pragma once
 
 #include <cstdint>
@@ -52,15 +54,20 @@ public:
     // Weight bytes one decoded token reads: every matrix once, the embedding row aside.
     size_t bytes_per_token() const { return bytes_per_token_; }
     size_t resident_bytes() const { return owned_.used_bytes(); }
+    // The matrices are the files' own f32, bf16 or f16 values, unconverted: any format that keeps
+    // them so holds the same tensors.
+    bool kept_as_stored() const { return kept_as_stored_; }
 
 private:
-    kernels::WeightMatrix matrix(const std::string& name, int rows, int cols, WeightFormat format);
+    // `streamed`: decode reads all of it every token (every matrix but an untied embedding).
+    kernels::WeightMatrix matrix(const std::string& name, int rows, int cols, WeightFormat format, bool streamed = true);
     const float* vector(const std::string& name, int n);
     void* allocate(size_t bytes);
 
     std::unique_ptr<TensorStore> store_;
     kernels::StreamedArena owned_;  // what load converted, on huge pages: decode streams it
     size_t bytes_per_token_ = 0;
+    bool kept_as_stored_ = false;
 };
 
 size_t matrix_bytes(const kernels::WeightMatrix& m);

@@ -14,7 +14,7 @@ using I = IntInterval;
 I exact(std::int64_t v) { return I::exact(v); }
 
 // The format a matrix is held in, after anvil-engine's --weights (engine/weights.cpp). The last three
-// are GGUF files' block formats, mapped as stored.
+// are GGUF files' block formats, held as stored.
 enum class Held { f32, bf16, f16, q8, q4_0, q4_k_m, q6_k };
 
 const char* name(Held h) {
@@ -104,9 +104,11 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
                   "', which anvil-engine does not serve as stored (f32, bf16, f16, q8_0, q4_0, q4_k_m, q6_k)"};
 }
 
-// The engine maps a tensor held in the format it is stored in instead of copying it; GGUF's Q4_0,
-// Q4_K and Q6_K it copies once, interleaved by 8 rows for the vector levels (kernels/ggml_blocks.hpp).
-bool mapped(Held held, const std::string& dtype) {
+// A matrix held in the float format it is stored in keeps the files' values: the engine copies them
+// as they are onto huge pages (a self draft that keeps them too shares the target's copy); GGUF's
+// Q4_0, Q4_K and Q6_K it copies once, interleaved by 8 rows for the vector levels
+// (kernels/ggml_blocks.hpp). The bytes are the same either way.
+bool as_stored(Held held, const std::string& dtype) {
     return (held == Held::f32 && dtype == "f32") || (held == Held::bf16 && dtype == "bf16") || (held == Held::f16 && dtype == "f16");
 }
 
@@ -282,7 +284,7 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
     part("target weights", [&] {
         const Held held = held_as(settings.weights, dtype, model_name);
         const ModelShape& s = need_target();
-        return std::pair{std::string(name(held)) + (mapped(held, dtype) ? ", mapped from its files" : ""),
+        return std::pair{std::string(name(held)) + (as_stored(held, dtype) ? ", as stored" : ""),
                          matrices_bytes(s, held, model_name) + vectors_bytes(s)};
     });
     part("target KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_target(), need_blocks(), settings.kv_dtype)}; });
@@ -295,12 +297,12 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
                     const Held held = held_as(d->weights.value_or(""), dtype, model_name);
                     const ModelShape& s = need_target();
                     // A second copy of the target's weights in the draft's format; what is held as
-                    // stored in both is the same mapping of the same files.
-                    const bool shares_matrices = mapped(held, dtype) && held == target_held;
+                    // stored in both is the target's own copy.
+                    const bool shares_matrices = as_stored(held, dtype) && held == target_held;
                     const bool shares_vectors = dtype == "f32";
                     I bytes = shares_matrices ? exact(0) : matrices_bytes(s, held, model_name);
                     if (!shares_vectors) bytes = bytes + vectors_bytes(s);
-                    return std::pair{std::string("self ") + name(held) + (shares_matrices ? ", the target's own mapping" : ""), bytes};
+                    return std::pair{std::string("self ") + name(held) + (shares_matrices ? ", the target's own tensors" : ""), bytes};
                 });
                 part("draft KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_target(), need_blocks(), settings.kv_dtype)}; });
                 break;

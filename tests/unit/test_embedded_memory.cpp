@@ -87,7 +87,7 @@ TEST_CASE("the target's weights and KV cache, by hand", "[feasibility][memory]")
     INFO(m.describe());
     CHECK(m.unknowns.empty());
     CHECK(part(m, "target weights").bytes == IntInterval::exact(kTargetWeightsF32));
-    CHECK(part(m, "target weights").how == "f32, mapped from its files");
+    CHECK(part(m, "target weights").how == "f32, as stored");
     CHECK(part(m, "target KV cache").bytes == IntInterval::exact(kTargetKv));
     CHECK(part(m, "target KV cache").how == "f32, 516 blocks of 16 tokens");
     CHECK(m.parts.size() == 2);
@@ -109,7 +109,7 @@ TEST_CASE("each draft kind adds what anvil-engine holds for it, and layers and n
         REQUIRE(m.unknowns.empty());
         return m.total - plain;
     };
-    // self: the matrices again (the f32 norms are the same mapping), and a cache as large as the target's.
+    // self: the matrices again (the f32 norms are the same mapping of the files), and a cache as large as the target's.
     CHECK(added({{"kind", "self"}, {"weights", "q8"}}) == IntInterval{kTargetMatricesQ8Min + kTargetKv, kTargetMatricesQ8Max + kTargetKv});
     CHECK(added({{"kind", "self"}, {"weights", "bf16"}}) == IntInterval::exact(kTargetMatricesBf16 + kTargetKv));
     // model: its weights as stored (f32) and one layer of cache over the target's blocks.
@@ -125,23 +125,23 @@ TEST_CASE("each draft kind adds what anvil-engine holds for it, and layers and n
     CHECK(part(layers, "draft").how == "early exit: the target's own weights and KV cache");
 }
 
-TEST_CASE("a bf16 model's self bf16 draft shares the target's mapping: its f32 norms are converted copies", "[feasibility][memory][draft]") {
+TEST_CASE("a bf16 model's self bf16 draft shares the target's tensors: its f32 norms are converted copies", "[feasibility][memory][draft]") {
     json j = recipe_json({{"kind", "self"}, {"weights", "bf16"}});
     j["launch"]["model"]["dtype"] = "bf16";
     j["launch"]["arguments"] = {"--weights", "stored", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
     const EmbeddedMemory m = estimate_embedded_memory(recipe_of(j), shapes);
     CHECK(part(m, "target weights").bytes == IntInterval::exact(kTargetMatricesBf16 + 1280));
     CHECK(part(m, "draft weights").bytes == IntInterval::exact(1280));
-    CHECK(part(m, "draft weights").how == "self bf16, the target's own mapping");
+    CHECK(part(m, "draft weights").how == "self bf16, the target's own tensors");
 }
 
-TEST_CASE("an f16 model served as stored is held as f16, mapped from its files", "[feasibility][memory]") {
+TEST_CASE("an f16 model served as stored is held as f16, as stored", "[feasibility][memory]") {
     json j = recipe_json(nullptr);
     j["launch"]["model"]["dtype"] = "f16";
     j["launch"]["arguments"] = {"--weights", "stored", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
     const EmbeddedMemory m = estimate_embedded_memory(recipe_of(j), shapes);
     CHECK(part(m, "target weights").bytes == IntInterval::exact(kTargetMatricesBf16 + 1280));  // two bytes a weight
-    CHECK(part(m, "target weights").how == "f16, mapped from its files");
+    CHECK(part(m, "target weights").how == "f16, as stored");
 }
 
 TEST_CASE("what cannot be sized leaves the total unbounded and says why", "[feasibility][memory]") {
@@ -212,7 +212,7 @@ TEST_CASE("the host_memory gate judges an embedded recipe's estimate against thi
     ctx.policy.commercial = false;
     ctx.model_shapes = shapes;
     const std::string estimate = "the embedded engine needs " + std::to_string(need) +
-                                 " bytes, estimated: target weights (f32, mapped from its files) 424192 + target KV cache (f32, 516 blocks "
+                                 " bytes, estimated: target weights (f32, as stored) 424192 + target KV cache (f32, 516 blocks "
                                  "of 16 tokens) 4227072 + draft weights (self bf16) 211456 + draft KV cache (f32, 516 blocks of 16 tokens) "
                                  "4227072";
     SECTION("fits: passes") {
@@ -328,7 +328,7 @@ TEST_CASE("without --max-context the cache follows the model's own context lengt
     j["launch"]["model"]["dtype"] = "q4_k_m";
     const EmbeddedMemory q4_k_m = estimate_embedded_memory(recipe_of(j), shapes);
     CHECK(part(q4_k_m, "target weights").bytes == IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});
-    CHECK(part(q4_k_m, "target weights").how == "q4_k_m");  // the blocks are packed: copies, not the mapping
+    CHECK(part(q4_k_m, "target weights").how == "q4_k_m");  // the blocks are packed: copies of their own
     j["launch"]["model"]["dtype"] = "q6_k";
     CHECK(part(estimate_embedded_memory(recipe_of(j), shapes), "target weights").bytes ==
           IntInterval{kTargetMatricesQ8Min + 1280, kTargetMatricesQ8Max + 1280});

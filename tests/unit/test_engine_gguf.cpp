@@ -142,9 +142,11 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
             engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgufFileType::F32);
             auto plain = load_model(dir / "m", WeightFormat::Stored);
             auto gguf = load_model(dir / "m.gguf", WeightFormat::Stored);
-            // Mapped as stored, no copy.
+            // Kept as stored: the streamed matrices copied as they are (onto huge pages), nothing
+            // widened or converted; the untied embedding is read from the mapping.
             CHECK(gguf.weights->layers[0].wq.type == kernels::WeightType::F32);
-            CHECK(gguf.weights->resident_bytes() == 0);
+            CHECK(gguf.weights->kept_as_stored());
+            CHECK(gguf.weights->resident_bytes() == gguf.weights->bytes_per_token());
             const int vocab = plain.config.vocab_size;
             const auto seqs = prompts(vocab, arch == "mistral");
             const auto expected = run_sequences(plain, seqs, 0);
@@ -174,9 +176,9 @@ TEST_CASE("F32, F16 and BF16 GGUF files compute the directory's logits, and the 
             const auto file = dir / (type == GgufFileType::F16 ? "m.f16.gguf" : "m.bf16.gguf");
             engine::convert_to_gguf(dir / "m", file, type);
             auto model = load_model(file, WeightFormat::Stored);
-            // Kept as stored, mapped from the file: never widened to f32.
+            // Kept as stored, never widened to f32: two bytes a weight.
             CHECK(model.weights->layers[0].w_up.type == (type == GgufFileType::BF16 ? kernels::WeightType::BF16 : kernels::WeightType::F16));
-            CHECK(model.weights->resident_bytes() == 0);
+            CHECK(model.weights->resident_bytes() == model.weights->bytes_per_token());
             const int vocab = model.config.vocab_size;
             const auto seqs = prompts(vocab, false);
             const auto logits = run_sequences(model, seqs, 0);
