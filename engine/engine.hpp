@@ -79,6 +79,9 @@ public:
     const EngineOptions& options() const { return options_; }
     Metrics& metrics() { return metrics_; }
     size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
+    // What the draft's own weights hold: 0 without one, or when it is the target's own tensors
+    // (a self draft in the target's format).
+    size_t draft_weight_bytes() const { return draft_weights_ ? draft_weights_->resident_bytes() : 0; }
     const DraftOptions& draft() const { return options_.draft; }
 
 private:

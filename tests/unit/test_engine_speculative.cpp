@@ -711,6 +711,24 @@ TEST_CASE("speculative: greedy output with --draft-self q8 and bf16 is the outpu
         }
 }
 
+TEST_CASE("speculative: a self draft in the target's own format is the target's tensors, held once, and every draft is accepted",
+          "[speculative]") {
+    EngineOptions same = engine_options(draft_self(WeightFormat::Q8, 4));
+    same.weights = WeightFormat::Q8;
+    Engine engine(model("plain"), same);
+    CHECK(engine.draft_weight_bytes() == 0);
+    const Baseline b = baseline(model("plain"));
+    run_requests(engine, b.requests, 3);
+    check_idle(engine);
+    CHECK(engine.metrics().draft_proposed.load() > 0);
+    CHECK(engine.metrics().draft_accepted.load() == engine.metrics().draft_proposed.load());
+
+    EngineOptions other = engine_options(draft_self(WeightFormat::BF16, 4));
+    other.weights = WeightFormat::Q8;
+    const Engine converted(model("plain"), other);
+    CHECK(converted.draft_weight_bytes() > 0);
+}
+
 TEST_CASE("speculative: greedy output with --draft-model (another model, the same tokenizer) is the output without a draft",
           "[speculative]") {
     // make-model's tokenizer depends only on the preset and the architecture: another seed has it.
