@@ -46,13 +46,15 @@ void Engine::load_draft(const std::filesystem::path& model_dir) {
         config = &*draft_config_;
         dir = d.model_dir;
     }
-    // A self draft in the target's own format is the target's tensors: held once (as the paper's
-    // memory counts it, registry/embedded_memory.cpp). So is one that keeps the same stored values.
-    const kernels::WeightType held = weights_->layers.front().wq.type;
-    const bool keeps_stored = weights_->kept_as_stored() &&
-                              (d.weights == WeightFormat::Stored || (d.weights == WeightFormat::F32 && held == kernels::WeightType::F32) ||
-                               (d.weights == WeightFormat::BF16 && held == kernels::WeightType::BF16));
-    const bool same_tensors = d.kind == DraftKind::Self && (d.weights == options_.weights || keeps_stored);
+    // A self draft held as the target is held is the target's tensors: it runs on them, nothing
+    // copied (as the paper's memory counts it, registry/embedded_memory.cpp). That is the same
+    // --weights, the stored bf16 values kept by both, or q8 from a GGUF Q8_0 file that is q8 already.
+    using kernels::WeightType;
+    const WeightType held = weights_->layers.front().wq.type;
+    const bool q8_held = held == WeightType::Q8 || held == WeightType::Q8Packed || held == WeightType::Q8Packed8;
+    const bool same_tensors = d.kind == DraftKind::Self &&
+                              (d.weights == options_.weights || (d.weights == WeightFormat::Q8 && q8_held) ||
+                               (d.weights == WeightFormat::BF16 && held == WeightType::BF16 && weights_->kept_as_stored()));
     if (!same_tensors) draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights);
     // The draft's cache has the target's blocks, so one block table serves both.
     RunnerOptions r = runner_->options();

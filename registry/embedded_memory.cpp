@@ -105,7 +105,7 @@ Held held_as(const std::string& format, const std::string& dtype, const std::str
 }
 
 // A matrix held in the float format it is stored in keeps the files' values: the engine copies them
-// as they are onto huge pages (a self draft that keeps them too shares the target's copy); GGUF's
+// as they are onto huge pages; GGUF's
 // Q4_0, Q4_K and Q6_K it copies once, interleaved by 8 rows for the vector levels
 // (kernels/ggml_blocks.hpp). The bytes are the same either way.
 bool as_stored(Held held, const std::string& dtype) {
@@ -296,13 +296,13 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
                     const Held target_held = held_as(settings.weights, dtype, model_name);
                     const Held held = held_as(d->weights.value_or(""), dtype, model_name);
                     const ModelShape& s = need_target();
-                    // A second copy of the target's weights in the draft's format; what is held as
-                    // stored in both is the target's own copy.
-                    const bool shares_matrices = as_stored(held, dtype) && held == target_held;
-                    const bool shares_vectors = dtype == "f32";
-                    I bytes = shares_matrices ? exact(0) : matrices_bytes(s, held, model_name);
+                    // A second copy of the target's weights in the draft's format; held as the
+                    // target is held, the draft runs on the target's own tensors and adds nothing.
+                    if (held == target_held) return std::pair{std::string("self ") + name(held) + ", the target's own tensors", exact(0)};
+                    const bool shares_vectors = dtype == "f32";  // the norms, read from the files' mapping
+                    I bytes = matrices_bytes(s, held, model_name);
                     if (!shares_vectors) bytes = bytes + vectors_bytes(s);
-                    return std::pair{std::string("self ") + name(held) + (shares_matrices ? ", the target's own tensors" : ""), bytes};
+                    return std::pair{std::string("self ") + name(held), bytes};
                 });
                 part("draft KV cache", [&] { return std::pair{kv_how(settings, need_blocks()), kv_bytes(need_target(), need_blocks(), settings.kv_dtype)}; });
                 break;

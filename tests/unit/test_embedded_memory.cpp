@@ -125,14 +125,21 @@ TEST_CASE("each draft kind adds what anvil-engine holds for it, and layers and n
     CHECK(part(layers, "draft").how == "early exit: the target's own weights and KV cache");
 }
 
-TEST_CASE("a bf16 model's self bf16 draft shares the target's tensors: its f32 norms are converted copies", "[feasibility][memory][draft]") {
+TEST_CASE("a self draft held as the target is held runs on the target's tensors and adds nothing", "[feasibility][memory][draft]") {
     json j = recipe_json({{"kind", "self"}, {"weights", "bf16"}});
     j["launch"]["model"]["dtype"] = "bf16";
     j["launch"]["arguments"] = {"--weights", "stored", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
     const EmbeddedMemory m = estimate_embedded_memory(recipe_of(j), shapes);
     CHECK(part(m, "target weights").bytes == IntInterval::exact(kTargetMatricesBf16 + 1280));
-    CHECK(part(m, "draft weights").bytes == IntInterval::exact(1280));
+    CHECK(part(m, "draft weights").bytes == IntInterval::exact(0));
     CHECK(part(m, "draft weights").how == "self bf16, the target's own tensors");
+    // q8 from a GGUF Q8_0 file, which is q8 already, and a q8 target's q8 draft.
+    j["launch"]["model"]["dtype"] = "q8_0";
+    j["launch"]["draft"]["weights"] = "q8";
+    CHECK(part(estimate_embedded_memory(recipe_of(j), shapes), "draft weights").bytes == IntInterval::exact(0));
+    j["launch"]["model"]["dtype"] = "f32";
+    j["launch"]["arguments"] = {"--weights", "q8", "--kv-dtype", "f32", "--max-context", "2048", "--max-seqs", "4"};
+    CHECK(part(estimate_embedded_memory(recipe_of(j), shapes), "draft weights").how == "self q8, the target's own tensors");
 }
 
 TEST_CASE("an f16 model served as stored is held as f16, as stored", "[feasibility][memory]") {
