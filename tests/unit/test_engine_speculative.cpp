@@ -394,8 +394,10 @@ struct Baseline {
 };
 
 // The mixed batch and what the target says to it without a draft.
-Baseline baseline(const fs::path& target_dir) {
-    Engine target(target_dir, engine_options());
+Baseline baseline(const fs::path& target_dir, WeightFormat weights = WeightFormat::Stored) {
+    EngineOptions options = engine_options();
+    options.weights = weights;
+    Engine target(target_dir, options);
     Baseline b;
     b.requests = mixed_requests(target);
     b.outcome = run_requests(target, b.requests, 3);
@@ -711,17 +713,20 @@ TEST_CASE("speculative: greedy output with --draft-self q8 and bf16 is the outpu
         }
 }
 
-TEST_CASE("speculative: a self draft in the target's own format is the target's tensors, held once, and every draft is accepted",
+TEST_CASE("speculative: a self draft in the target's own format is the target's tensors, held once, and lossless",
           "[speculative]") {
     EngineOptions same = engine_options(draft_self(WeightFormat::Q8, 4));
     same.weights = WeightFormat::Q8;
     Engine engine(model("plain"), same);
     CHECK(engine.draft_weight_bytes() == 0);
-    const Baseline b = baseline(model("plain"));
-    run_requests(engine, b.requests, 3);
+    const Baseline b = baseline(model("plain"), WeightFormat::Q8);  // the same target without the draft
+    check_same(b.outcome, run_requests(engine, b.requests, 3), b.requests);
     check_idle(engine);
-    CHECK(engine.metrics().draft_proposed.load() > 0);
-    CHECK(engine.metrics().draft_accepted.load() == engine.metrics().draft_proposed.load());
+    // The target's own distribution: nearly every draft is accepted. Not all: a request's
+    // constraints and penalties shape the target's choice, not the draft's (one of 206 in CI).
+    const uint64_t proposed = engine.metrics().draft_proposed.load(), accepted = engine.metrics().draft_accepted.load();
+    CHECK(proposed > 0);
+    CHECK(accepted * 20 >= proposed * 19);
 
     EngineOptions other = engine_options(draft_self(WeightFormat::BF16, 4));
     other.weights = WeightFormat::Q8;
