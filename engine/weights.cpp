@@ -131,7 +131,7 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         kept_as_stored_ = true;
         // Decode streams it every token: copied as it is onto huge pages (kernels/streamed_memory.hpp),
         // where the file's mapping has 4 KB pages. Bench-model decode, f32 as stored, 2 threads on the
-        // Intel VM: 54 -> 70 tok/s (docs/PERFORMANCE.md).
+        // Intel VM: 51-52 -> 54.4-54.6 tok/s (docs/PERFORMANCE.md).
         const size_t bytes = matrix_bytes(m);
         auto* copy = static_cast<uint8_t*>(allocate(bytes));
         constexpr size_t kSlice = size_t(1) << 20;
