@@ -4,8 +4,9 @@
 // unsigned weight bytes by signed activation bytes and adds each four products to an int32 lane
 // in one instruction, where AVX2 needs vpmaddubsw, an int16 add and, per sub-block, a vpmaddwd:
 // the sums stay int32 from the start and take the rows' scales with vpmulld; four tokens a tile
-// for Q4_0 and Q4_K (AVX-512's 32 registers; Q6_K's partial sums spill at four). 256 bits, because
-// the packed layout's 8 lanes are 8 rows (and Zen 4 splits 512-bit operations in two anyway).
+// for Q4_0 and Q4_K (AVX-512's 32 registers; Q6_K's partial sums spill at four). The tiles of
+// several tokens are 256 bits, because the packed layout's 8 lanes are 8 rows; a lone token's
+// (decode) takes two steps a 512-bit register, the halves added at the end (the *_token512 tiles).
 // Integer sums are exact either way, so every level gives the same products bit for bit up to the
 // float accumulation order, which is also the same.
 #include <immintrin.h>
@@ -129,6 +130,62 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         for (int t = 0; t < TT; ++t) store_rows8(acc[b][t], w.rows, (b0 + b) * kPack8Rows, t0 + t, y);
 }
 
+// One token's activations for two consecutive steps as 512 bits: the step's 4 bytes in lanes 0-7
+// (the 8 rows of the first step's 32 weight bytes), the next step's in lanes 8-15.
+inline __m512i two_steps(const int8_t* p) {
+    const __m512i order = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_epi32(order, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256i halves_added(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+// Q4_K for one token with two steps a 512-bit register: half the instructions a weight byte of the
+// 256-bit tile, which matters where a core multiplies 512 bits at once (Zen 5: one thread of the
+// 256-bit tile computed ~37 GB/s of weights, no faster than one thread can read memory). The same
+// int32 sums as the 256-bit tile, so the same results bit for bit.
+void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ4_KPacked8Bytes;
+    __m256 acc = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ4_KPacked8Bytes;
+        const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
+        __m256i sum = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int c = 0; c < 4; ++c) {
+            __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+            ANVIL_UNROLL
+            for (int s = 0; s < 8; s += 2) {
+                const uint8_t* at = tile + 160 + size_t(c * 8 + s) * 32;
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
+                const __m512i v = _mm512_loadu_si512(at);
+                lo_sum = _mm512_dpbusd_epi32(lo_sum, _mm512_and_si512(v, low4), two_steps(xs + 64 * c + 4 * s));
+                hi_sum = _mm512_dpbusd_epi32(hi_sum, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), two_steps(xs + 64 * c + 32 + 4 * s));
+            }
+            const __m256i scale_lo = widen_u8(tile + 32 + 16 * c);
+            const __m256i scale_hi = widen_u8(tile + 40 + 16 * c);
+            sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_mullo_epi32(halves_added(lo_sum), scale_lo),
+                                                         _mm256_mullo_epi32(halves_added(hi_sum), scale_hi)));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16)));
+        const int16_t* sums = x->sums32 + (size_t(t0) * supers + size_t(i)) * 8;
+        __m256i offsets = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int p = 0; p < 4; ++p) {
+            int32_t pair;
+            std::memcpy(&pair, sums + 2 * p, 4);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 96 + 16 * p)));
+            offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
+        }
+        const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0) * supers + i]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, x_scale), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc);
+    }
+    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+}
+
 // Q6_K: a sub-block's 16 values are four steps of one quarter; they add up in int32 before its
 // scale (int8, widened to int32) multiplies them.
 template <int TT>
@@ -203,6 +260,71 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
+// Q6_K for one token with two steps a 512-bit register (as q4_k_packed8_token512): steps s and
+// s + 1 are 96 bytes apart, so each of their three 32-byte parts is two loads.
+void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ6_KPacked8Bytes;
+    __m256 acc = _mm256_setzero_ps();
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    const auto both = [](const uint8_t* at) {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at)), load256(at + 96), 1);
+    };
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
+        const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
+        const int16_t* sums = x->sums + (size_t(t0) * supers + size_t(i)) * 16;
+        __m256i offset = _mm256_setzero_si256();
+        ANVIL_UNROLL
+        for (int p = 0; p < 8; ++p) {
+            int32_t pair;
+            std::memcpy(&pair, sums + 2 * p, 4);
+            const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
+            offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
+        }
+        __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        ANVIL_UNROLL
+        for (int h = 0; h < 2; ++h)
+            ANVIL_UNROLL
+            for (int s4 = 0; s4 < 2; ++s4) {
+                __m512i part[4];
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k) part[k] = _mm512_setzero_si512();
+                ANVIL_UNROLL
+                for (int s = 4 * s4; s < 4 * s4 + 4; s += 2) {
+                    const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
+                    ANVIL_UNROLL
+                    for (int line = 0; line < 192; line += 64) {
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + line, _MM_HINT_T0);
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
+                    }
+                    const __m512i a = both(at), b = both(at + 32), hb = both(at + 64);
+                    const __m512i q[4] = {
+                        _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45)),
+                        _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45)),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4), _mm512_and_si512(hb, bits45)),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
+                                        _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45))};
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 4; ++k) part[k] = _mm512_dpbusd_epi32(part[k], q[k], two_steps(xs + 128 * h + 32 * k + 4 * s));
+                }
+                ANVIL_UNROLL
+                for (int k = 0; k < 4; ++k) {
+                    const int j = 8 * h + 2 * k + s4;
+                    const __m128i pair = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * (j / 2)));
+                    const __m256i scale = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(pair, j % 2 ? odd : even));
+                    sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(halves_added(part[k]), scale));
+                }
+            }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0) * supers + i])), acc);
+    }
+    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+}
+
 template <int TT>
 void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0, float* y) {
     const int per_row = w.cols / kQ4_0Values;
@@ -249,6 +371,36 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
+// Q4_0 for one token with two steps a 512-bit register (as q4_k_packed8_token512).
+void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0, float* y) {
+    const int per_row = w.cols / kQ4_0Values;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(per_row) * kQ4_0Packed8Bytes;
+    __m256 acc = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < per_row; ++i) {
+        const uint8_t* tile = block + size_t(i) * kQ4_0Packed8Bytes;
+        ANVIL_UNROLL
+        for (int line = 0; line < 192; line += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + line, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchFar + line, _MM_HINT_T1);
+        }
+        const size_t g = size_t(t0) * per_row + size_t(i);
+        const int8_t* xv = x->values + g * kQ4_0Values;
+        __m512i sum = _mm512_setzero_si512();
+        ANVIL_UNROLL
+        for (int s = 0; s < 4; s += 2) {
+            const __m512i v = _mm512_loadu_si512(tile + 16 + 32 * s);
+            sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(v, low4), two_steps(xv + 4 * s));
+            sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), two_steps(xv + 16 + 4 * s));
+        }
+        // The stored values are q + 8: less 8 x the activations' sum.
+        const __m256i total = _mm256_add_epi32(halves_added(sum), _mm256_set1_epi32(-8 * int(x->sums[g])));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[g])), acc);
+    }
+    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+}
+
 }  // namespace
 
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
@@ -256,15 +408,15 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q6_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512>(w, item, q256, c0, c1, y);
             });
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+                packed8_item<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512>(w, item, q32, c0, c1, y);
             });
         default: break;  // matmul_group_with sends only packed GGUF blocks here
     }
