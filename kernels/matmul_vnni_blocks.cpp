@@ -34,6 +34,34 @@ inline __m256i broadcast4(const int8_t* p) {
 // 8 unsigned bytes from p as 8 int32 lanes.
 inline __m256i widen_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
 
+// A Q4_K tile's 8 rows' sums of min x activations over the super-block: each sub-block's 8 mins
+// (u8) times its 32 activations' sum, two sub-blocks an instruction.
+inline __m256i q4_k_min_offsets(const uint8_t* tile, const int16_t* sums32) {
+    __m256i offsets = _mm256_setzero_si256();
+    ANVIL_UNROLL
+    for (int p = 0; p < 4; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, sums32 + 2 * p, 4);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 96 + 16 * p)));
+        offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
+    }
+    return offsets;
+}
+
+// A Q6_K tile's starting sums: its values are stored as q + 32, so -32 x each sub-block's scale x
+// its 16 activations' sum, for the 8 rows.
+inline __m256i q6_k_start_sums(const uint8_t* tile, const int16_t* sums) {
+    __m256i offset = _mm256_setzero_si256();
+    ANVIL_UNROLL
+    for (int p = 0; p < 8; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, sums + 2 * p, 4);
+        const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
+        offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
+    }
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+}
+
 template <int BT, int TT>
 void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     const int supers = w.cols / kSuperBlock;
@@ -109,15 +137,7 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 16)));
             ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) {
-                const int16_t* sums = x->sums32 + (size_t(t0 + t) * supers + size_t(i)) * 8;
-                __m256i offsets = _mm256_setzero_si256();
-                ANVIL_UNROLL
-                for (int p = 0; p < 4; ++p) {
-                    int32_t pair;
-                    std::memcpy(&pair, sums + 2 * p, 4);
-                    const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 96 + 16 * p)));
-                    offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
-                }
+                const __m256i offsets = q4_k_min_offsets(tiles[b], x->sums32 + (size_t(t0 + t) * supers + size_t(i)) * 8);
                 const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i]);
                 acc[b][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[b][t]), _mm256_mul_ps(d, x_scale), acc[b][t]);
                 acc[b][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc[b][t]);
@@ -170,15 +190,7 @@ void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
         }
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16)));
-        const int16_t* sums = x->sums32 + (size_t(t0) * supers + size_t(i)) * 8;
-        __m256i offsets = _mm256_setzero_si256();
-        ANVIL_UNROLL
-        for (int p = 0; p < 4; ++p) {
-            int32_t pair;
-            std::memcpy(&pair, sums + 2 * p, 4);
-            const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 96 + 16 * p)));
-            offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
-        }
+        const __m256i offsets = q4_k_min_offsets(tile, x->sums32 + (size_t(t0) * supers + size_t(i)) * 8);
         const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0) * supers + i]);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, x_scale), acc);
         acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc);
@@ -206,16 +218,7 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
-            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
-            __m256i offset = _mm256_setzero_si256();
-            ANVIL_UNROLL
-            for (int p = 0; p < 8; ++p) {
-                int32_t pair;
-                std::memcpy(&pair, sums + 2 * p, 4);
-                const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
-                offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
-            }
-            sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+            sum[t] = q6_k_start_sums(tile, x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16);
         }
         ANVIL_UNROLL
         for (int h = 0; h < 2; ++h)
@@ -276,16 +279,7 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
     for (int i = 0; i < supers; ++i) {
         const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
         const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
-        const int16_t* sums = x->sums + (size_t(t0) * supers + size_t(i)) * 16;
-        __m256i offset = _mm256_setzero_si256();
-        ANVIL_UNROLL
-        for (int p = 0; p < 8; ++p) {
-            int32_t pair;
-            std::memcpy(&pair, sums + 2 * p, 4);
-            const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
-            offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
-        }
-        __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        __m256i sum = q6_k_start_sums(tile, x->sums + (size_t(t0) * supers + size_t(i)) * 16);
         ANVIL_UNROLL
         for (int h = 0; h < 2; ++h)
             ANVIL_UNROLL
