@@ -34,32 +34,27 @@ inline __m256i broadcast4(const int8_t* p) {
 // 8 unsigned bytes from p as 8 int32 lanes.
 inline __m256i widen_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
 
-// A Q4_K tile's 8 rows' sums of min x activations over the super-block: each sub-block's 8 mins
-// (u8) times its 32 activations' sum, two sub-blocks an instruction.
-inline __m256i q4_k_min_offsets(const uint8_t* tile, const int16_t* sums32) {
-    __m256i offsets = _mm256_setzero_si256();
+// For a tile's 8 rows, the sum over Pairs pairs of sub-blocks of each sub-block's per-row byte
+// (16 bytes a pair, two per row; signed or not) times its activations' sum (two int16 a pair).
+template <int Pairs, bool Signed>
+inline __m256i sub_block_products(const uint8_t* bytes, const int16_t* sums) {
+    __m256i total = _mm256_setzero_si256();
     ANVIL_UNROLL
-    for (int p = 0; p < 4; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, sums32 + 2 * p, 4);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 96 + 16 * p)));
-        offsets = _mm256_dpwssd_epi32(offsets, mins, _mm256_set1_epi32(pair));
-    }
-    return offsets;
-}
-
-// A Q6_K tile's starting sums: its values are stored as q + 32, so -32 x each sub-block's scale x
-// its 16 activations' sum, for the 8 rows.
-inline __m256i q6_k_start_sums(const uint8_t* tile, const int16_t* sums) {
-    __m256i offset = _mm256_setzero_si256();
-    ANVIL_UNROLL
-    for (int p = 0; p < 8; ++p) {
+    for (int p = 0; p < Pairs; ++p) {
         int32_t pair;
         std::memcpy(&pair, sums + 2 * p, 4);
-        const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
-        offset = _mm256_dpwssd_epi32(offset, scales, _mm256_set1_epi32(pair));
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * p));
+        const __m256i wide = Signed ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+        total = _mm256_dpwssd_epi32(total, wide, _mm256_set1_epi32(pair));
     }
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+    return total;
+}
+// Q4_K: the mins (u8, at byte 96) times the 32-value sums.
+inline __m256i q4_k_min_offsets(const uint8_t* tile, const int16_t* sums32) { return sub_block_products<4, false>(tile + 96, sums32); }
+// Q6_K: its values are stored as q + 32, so a tile's sums start at -32 x the scales (i8, at byte
+// 16) times the 16-value sums.
+inline __m256i q6_k_start_sums(const uint8_t* tile, const int16_t* sums) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sub_block_products<8, true>(tile + 16, sums), 5));
 }
 
 template <int BT, int TT>
