@@ -164,8 +164,8 @@ int main(int, char** argv) {
         // The kernel's own rate, its weights held in cache: the first matrix's first 1024 rows (under
         // a megabyte for the GGUF blocks, 2-4 MB for bf16 and f32) read again and again. Where this
         // is not well above the streamed rate, the product is bound by its instructions, not by
-        // memory (one Zen 5 core reads 35-42 GB/s). Fewer rows measure the call's fixed cost more
-        // than the kernel: 256 rows of Q4_0 took 6.5 us, half of it outside the tile.
+        // memory (one Zen 5 core reads 35-42 GB/s). Fewer rows measure the call's fixed cost (a few
+        // microseconds) more than the kernel.
         for (Isa isa : isas) {
             if (skip(isa)) continue;
             WeightMatrix w = m.views[0];
