@@ -10,11 +10,13 @@
 #include "kernels/attention.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/team.hpp"
 
 namespace anvil::engine {
 
 namespace {
 constexpr int kHeadsTogether = 4;  // query heads of one kv head that attention_heads takes at once
+constexpr int kTeamTokens = 64;    // batches up to this many tokens run as one team
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, const RunnerOptions& options)
@@ -47,6 +49,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
     hb_.resize(n * config.hidden_dim);
     hb2_.resize(n * config.hidden_dim);
     scores_.resize(size_t(threads_) * kHeadsTogether * options.max_context);
+    if (threads_ > 1) team_ = std::make_unique<kernels::Team>(std::min(threads_, kernels::kMaxTeam));
     final_.resize(size_t(options.max_logit_rows) * config.dim);
     logits_.resize(size_t(options.max_logit_rows) * config.vocab_size);
 }
@@ -75,10 +78,21 @@ void ModelRunner::check(const Batch& batch) const {
 void ModelRunner::forward(const Batch& batch, int exit_after) {
     check(batch);
     if (exit_after < 0 || exit_after > config_.n_layers) throw std::logic_error("early exit after a layer the model lacks");
-    const int layers = exit_after > 0 ? exit_after : config_.n_layers;
     // OpenMP's thread count is per calling thread: fix it here, whichever thread runs the model,
     // because the attention scratch is sized for exactly this many.
     omp_set_num_threads(threads_);
+    const int layers = exit_after > 0 ? exit_after : config_.n_layers;
+    // Decode and short batches: the threads run the whole pass as one team, meeting between steps
+    // (kernels/team.hpp) rather than forking a region for each of ~49 products a token. Longer
+    // prefill chunks keep a region a product: its fork is small beside the product.
+    if (team_ && batch.size() <= kTeamTokens) kernels::run_as_team(*team_, [&] { run_layers(batch, layers); });
+    else run_layers(batch, layers);
+}
+
+// Every step goes through share_items, which ends at the team's barrier when there is a team: the
+// per-token steps are shared out token by token (a lone token's norm is one thread's, the others
+// wait at the barrier), the products row by row inside the kernels.
+void ModelRunner::run_layers(const Batch& batch, int layers) {
     const ModelConfig& c = config_;
     const int n = batch.size();
     const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim, half = hd / 2;
@@ -86,23 +100,37 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
     const int chunks = (group + kHeadsTogether - 1) / kHeadsTogether;
     const float scale = 1.0f / std::sqrt(float(hd));
     const int block_size = options_.block_size;
+    // Elementwise steps over [n][width] in pieces of this many values: pieces of whole vectors
+    // share the work without changing any value.
+    constexpr int kPiece = 1024;
+    auto in_pieces = [&](int width, auto&& body) {
+        const int total = n * width;
+        kernels::share_items(false, (total + kPiece - 1) / kPiece, 1, [&](int piece) {
+            const int first = piece * kPiece;
+            body(first, std::min(kPiece, total - first));
+        });
+    };
 
-    for (int i = 0; i < n; ++i) kernels::dequantize_row(weights_.embedding, batch.tokens[i], &x_[size_t(i) * dim]);
+    kernels::share_items(false, n, 1, [&](int i) {
+        kernels::dequantize_row(weights_.embedding, batch.tokens[size_t(i)], &x_[size_t(i) * dim]);
+    });
     // Attention is spread over threads only when there is enough of it to pay for waking them.
     constexpr double kParallelAttention = 1 << 16;
     double attention_work = 0;
-    for (int i = 0; i < n; ++i) attention_work += double(batch.positions[i] + 1) * c.n_heads * hd;
+    for (int i = 0; i < n; ++i) attention_work += double(batch.positions[size_t(i)] + 1) * c.n_heads * hd;
 
     for (int l = 0; l < layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
-        for (int i = 0; i < n; ++i)
+        // The previous layer's feed-forward output joins the residual stream here, with this layer's norm.
+        kernels::share_items(false, n, 1, [&](int i) {
+            if (l > 0) kernels::add(&x_[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
             kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);
+        });
         const kernels::WeightMatrix qkv[] = {w.wq, w.wk, w.wv};
         float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
         kernels::matmul_group(qkv, qkv_out, 3, xb_.data(), n);
 
-#pragma omp parallel for schedule(static) if (n > 1)
-        for (int i = 0; i < n; ++i) {
+        kernels::share_items(n > 1, n, 1, [&](int i) {
             float* q = &q_[size_t(i) * q_dim];
             float* k = &k_[size_t(i) * kv_dim];
             float* v = &v_[size_t(i) * kv_dim];
@@ -115,45 +143,48 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
                 for (int h = 0; h < c.n_heads; ++h) kernels::rmsnorm(q + h * hd, q + h * hd, w.q_norm, hd, c.norm_eps);
                 for (int h = 0; h < c.n_kv_heads; ++h) kernels::rmsnorm(k + h * hd, k + h * hd, w.k_norm, hd, c.norm_eps);
             }
-            const size_t p = size_t(batch.positions[i]);
+            const size_t p = size_t(batch.positions[size_t(i)]);
             const auto rope = c.rope_pairs ? kernels::rope_pairs : kernels::rope;
             rope(q, c.n_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
             rope(k, c.n_kv_heads, hd, &rope_cos_[p * half], &rope_sin_[p * half]);
-            const int32_t* table = batch.block_tables[size_t(batch.sequence[i])];
+            const int32_t* table = batch.block_tables[size_t(batch.sequence[size_t(i)])];
             kv_.write(l, table[p / block_size], int(p % block_size), k, v);
-        }
+        });
 
         const kernels::PagedKv kv = kv_.layer(l);
         // A work item is up to four query heads of one kv head: they read its keys and values once.
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (attention_work >= kParallelAttention)
-        for (int i = 0; i < n; ++i)
-            for (int item = 0; item < c.n_kv_heads * chunks; ++item) {
-                const int kv_head = item / chunks, h = kv_head * group + (item % chunks) * kHeadsTogether;
-                const int position = batch.positions[i];
-                const int first = c.sliding_window > 0 ? std::max(0, position + 1 - c.sliding_window) : 0;
-                float* scores = &scores_[size_t(omp_get_thread_num()) * kHeadsTogether * options_.max_context];
-                kernels::attention_heads(&q_[size_t(i) * q_dim + h * hd], std::min(kHeadsTogether, group - (item % chunks) * kHeadsTogether),
-                                         kv, kv_head, batch.block_tables[size_t(batch.sequence[i])], first,
-                                         position + 1 - first, scale, scores, &att_[size_t(i) * q_dim + h * hd]);
-            }
+        const int items = c.n_kv_heads * chunks;
+        kernels::share_items(attention_work >= kParallelAttention, n * items, 1, [&](int work) {
+            const int i = work / items, item = work % items;
+            const int kv_head = item / chunks, h = kv_head * group + (item % chunks) * kHeadsTogether;
+            const int position = batch.positions[size_t(i)];
+            const int first = c.sliding_window > 0 ? std::max(0, position + 1 - c.sliding_window) : 0;
+            float* scores = &scores_[size_t(omp_get_thread_num()) * kHeadsTogether * options_.max_context];
+            kernels::attention_heads(&q_[size_t(i) * q_dim + h * hd], std::min(kHeadsTogether, group - (item % chunks) * kHeadsTogether),
+                                     kv, kv_head, batch.block_tables[size_t(batch.sequence[size_t(i)])], first,
+                                     position + 1 - first, scale, scores, &att_[size_t(i) * q_dim + h * hd]);
+        });
 
         kernels::matmul(w.wo, att_.data(), n, xb2_.data());
-        kernels::add(x_.data(), xb2_.data(), n * dim);
-        for (int i = 0; i < n; ++i)
+        kernels::share_items(false, n, 1, [&](int i) {
+            kernels::add(&x_[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
             kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.ffn_norm, dim, c.norm_eps);
+        });
         const kernels::WeightMatrix gate_up[] = {w.w_gate, w.w_up};
         float* const gate_up_out[] = {hb_.data(), hb2_.data()};
         kernels::matmul_group(gate_up, gate_up_out, 2, xb_.data(), n);
-        kernels::silu_mul(hb_.data(), hb2_.data(), n * c.hidden_dim);
+        in_pieces(c.hidden_dim, [&](int first, int count) { kernels::silu_mul(&hb_[size_t(first)], &hb2_[size_t(first)], count); });
         kernels::matmul(w.w_down, hb_.data(), n, xb2_.data());
-        kernels::add(x_.data(), xb2_.data(), n * dim);
     }
+    if (layers > 0)
+        in_pieces(dim, [&](int first, int count) { kernels::add(&x_[size_t(first)], &xb2_[size_t(first)], count); });
 
     const int rows = int(batch.logit_tokens.size());
     if (rows == 0) return;
-    for (int r = 0; r < rows; ++r)
+    kernels::share_items(false, rows, 1, [&](int r) {
         kernels::rmsnorm(&final_[size_t(r) * dim], &x_[size_t(batch.logit_tokens[size_t(r)]) * dim], weights_.final_norm,
                          dim, c.norm_eps);
+    });
     kernels::matmul(weights_.lm_head, final_.data(), rows, logits_.data());
 }
 

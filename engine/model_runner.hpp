@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/config.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/weights.hpp"
+#include "kernels/team.hpp"
 
 namespace anvil::engine {
 
@@ -68,12 +70,14 @@ public:
 
 private:
     void check(const Batch& batch) const;
+    void run_layers(const Batch& batch, int layers);
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
     RunnerOptions options_;
     KvCache kv_;
     int threads_;
+    std::unique_ptr<kernels::Team> team_;  // the threads of a short batch's pass; none for one thread
 
     std::vector<float> rope_cos_;  // [max_context][head_dim / 2]
     std::vector<float> rope_sin_;  // [max_context][head_dim / 2]

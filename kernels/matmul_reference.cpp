@@ -3,13 +3,13 @@
 #include <vector>
 
 #include "kernels/matmul.hpp"
+#include "kernels/team.hpp"
 
 namespace anvil::kernels::detail {
 
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y) {
     const int groups = w.cols / kQ8Group;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < w.rows; ++r) {
+    share_items(true, w.rows, 16, [&](int r) {
         // GGUF blocks: the row's exact values, then the plain product.
         thread_local std::vector<float> values;
         if (is_ggml_block_type(w.type)) {
@@ -58,8 +58,8 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                 case WeightType::Q4_K:
                 case WeightType::Q6_K:
                 case WeightType::Q4_KPacked8:
-        case WeightType::Q6_KPacked8:
-        case WeightType::Q4_0Packed8:
+                case WeightType::Q6_KPacked8:
+                case WeightType::Q4_0Packed8:
                     for (int k = 0; k < w.cols; ++k) sum += values[size_t(k)] * xt[k];
                     break;
                 case WeightType::Q8Packed8: {
@@ -74,7 +74,7 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
             }
             y[size_t(t) * w.rows + r] = sum;
         }
-    }
+    });
 }
 
 }  // namespace anvil::kernels::detail

@@ -1,6 +1,6 @@
 // The part of the vector products that does not depend on the instruction set: where a row
 // starts, how a row tile walks the tokens, and how the tiles of up to kMaxMatmulGroup matrices are
-// shared out among the OpenMP threads. matmul_avx2.cpp, matmul_avx512.cpp and
+// shared out among the threads (kernels/team.hpp). matmul_avx2.cpp, matmul_avx512.cpp and
 // matmul_avx512bf16.cpp each supply their `Tile<T, RT, TT>::run` and instantiate `run_tiles` with it.
 //
 // Everything here has internal linkage on purpose: each including file is compiled with its own
@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/matmul.hpp"
+#include "kernels/team.hpp"
 
 namespace anvil::kernels::detail {
 namespace {
@@ -47,58 +48,6 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
         case WeightType::Q4_0Packed8: break;  // GGUF blocks: matmul_avx2_blocks.cpp
     }
     return nullptr;
-}
-
-// Shares items 0 .. items-1 of a product with one chunk of tokens (decode, small batches) among the
-// team: thread t takes the t-th contiguous share, claiming `chunk` items at a time from that
-// share's counter, then claims what is left of the other shares. So each thread reads its rows in
-// one long stream the prefetchers follow, and a thread the OS preempts holds nobody up for long:
-// the others finish its share. OpenMP's dynamic schedule handed out alternating chunks instead;
-// guided (large chunks first) already beat it. Decode's products on the bench model, 2 threads,
-// runs of the two builds interleaved: Q4_K_M 3.35 -> 3.00 ms a token, Q4_0 2.99 -> 2.44, q8 6.96 ->
-// 5.84; beside a busy process, as fast as before (docs/PERFORMANCE.md).
-struct alignas(64) Share {
-    std::atomic<int> next{0};
-    int end = 0;
-};
-constexpr int kMaxShares = 64;
-
-// Splits items into `count` contiguous shares (at most kMaxShares).
-inline int start_shares(Share* shares, int count, int items) {
-    count = std::max(1, std::min(count, kMaxShares));
-    for (int t = 0; t < count; ++t) {
-        shares[t].next.store(int(int64_t(items) * t / count), std::memory_order_relaxed);
-        shares[t].end = int(int64_t(items) * (t + 1) / count);
-    }
-    return count;
-}
-
-// Every thread of the team calls this inside the parallel region, with the shares start_shares set
-// before it; a team smaller than `count` still covers every share.
-template <typename Body>
-void work_shares(Share* shares, int count, int chunk, Body body) {
-    const int own = omp_get_thread_num() % count;
-    for (int k = 0; k < count; ++k) {
-        Share& share = shares[(own + k) % count];
-        for (;;) {
-            const int first = share.next.fetch_add(chunk, std::memory_order_relaxed);
-            if (first >= share.end) break;
-            const int last = std::min(share.end, first + chunk);
-            for (int item = first; item < last; ++item) body(item);
-        }
-    }
-}
-
-// A product of one chunk of tokens: its items in contiguous shares, on every thread when `parallel`.
-template <typename Body>
-void run_shared(bool parallel, int items, int chunk, Body body) {
-    Share shares[kMaxShares];
-    const int count = start_shares(shares, parallel ? omp_get_max_threads() : 1, items);
-    // A team of one still costs libgomp's region entry and exit: one thread works its single share
-    // directly. A Q4_0 product of 256 rows held in L2, one thread, Zen 5: 4.2-4.5 -> 2.7-3.0 us.
-    if (count == 1) return work_shares(shares, 1, chunk, body);
-#pragma omp parallel
-    work_shares(shares, count, chunk, body);
 }
 
 // Row tile `rt` of w for tokens c0..c1: whole RT x TT tiles, then the leftover tokens and rows
@@ -138,7 +87,14 @@ void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const Input*
     };
     // Small products are not worth waking the other threads for.
     const bool parallel = work >= kParallelWork;
-    if (n_tokens <= kTokenChunk) return run_shared(parallel, tiles, 8, [&](int item) { tile(item, 0, n_tokens); });
+    // A forward pass's team (and any product of one chunk) shares one chunk at a time.
+    if (n_tokens <= kTokenChunk || current_team()) {
+        for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+            const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+            share_items(parallel, tiles, 8, [&](int item) { tile(item, c0, c1); });
+        }
+        return;
+    }
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
@@ -166,7 +122,13 @@ void run_items(const WeightMatrix* ws, float* const* ys, int count, int n_tokens
         run_item(ws[m], item - first_item[m], c0, c1, ys[m]);
     };
     const bool parallel = work >= kParallelWork;
-    if (n_tokens <= kTokenChunk) return run_shared(parallel, items, 2, [&](int item) { one(item, 0, n_tokens); });
+    if (n_tokens <= kTokenChunk || current_team()) {
+        for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+            const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+            share_items(parallel, items, 2, [&](int item) { one(item, c0, c1); });
+        }
+        return;
+    }
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);

@@ -15,6 +15,7 @@
 #include "kernels/matmul.hpp"
 #include "kernels/matmul_tiling.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/team.hpp"
 #include "kernel_matrices.hpp"
 
 using namespace anvil::kernels;
@@ -272,11 +273,10 @@ TEST_CASE("decode's contiguous shares hand every item to exactly one thread, als
                     INFO(threads << " threads, " << missing << " shares unowned, " << items << " items, chunks of " << chunk);
                     std::vector<std::atomic<int>> seen(static_cast<size_t>(items));
                     std::vector<int> order;  // with a team of one: the items in the order it took them
-                    detail::Share shares[detail::kMaxShares];
-                    const int count = detail::start_shares(shares, threads + missing, items);
-                    CHECK(count == threads + missing);
+                    ShareCounter counters[kMaxTeam];
+                    const int count = threads + missing;
 #pragma omp parallel num_threads(threads)
-                    detail::work_shares(shares, count, chunk, [&](int item) {
+                    detail::work_shares(counters, count, omp_get_thread_num(), items, chunk, [&](int item) {
                         seen[size_t(item)].fetch_add(1);
                         if (threads == 1) order.push_back(item);
                     });
@@ -287,6 +287,51 @@ TEST_CASE("decode's contiguous shares hand every item to exactly one thread, als
                     if (threads == 1)
                         for (int i = 0; i < items; ++i) CHECK(order[size_t(i)] == i);
                 }
+}
+
+TEST_CASE("a team shares each step's items once and every step sees the step before it", "[kernels]") {
+    // Step s writes item i from the previous step's item (i + 1) % items, which the other thread
+    // may have written: a step that began before the barrier ended would read a stale value.
+    constexpr int kSteps = 300;
+    for (int items : {1, 2, 7, 64, 257})
+        for (int chunk : {1, 3}) {
+            INFO(items << " items, chunks of " << chunk);
+            std::vector<std::vector<int>> value(kSteps + 1, std::vector<int>(size_t(items), 0));
+            std::vector<std::atomic<int>> visits(size_t(items) * kSteps);
+            for (int i = 0; i < items; ++i) value[0][size_t(i)] = i;
+            std::atomic<int> outside_team{0};
+            Team team(2);
+            run_as_team(team, [&] {
+                if (current_team() != &team) outside_team.fetch_add(1);
+                for (int s = 1; s <= kSteps; ++s)
+                    share_items(false, items, chunk, [&](int i) {
+                        visits[size_t(s - 1) * items + i].fetch_add(1);
+                        value[size_t(s)][size_t(i)] = value[size_t(s - 1)][size_t((i + 1) % items)] + 1;
+                    });
+            });
+            CHECK(current_team() == nullptr);
+            CHECK(outside_team.load() == 0);
+            int once = 0;
+            for (auto& v : visits) once += v.load() == 1;
+            CHECK(once == items * kSteps);
+            int right = 0;
+            for (int i = 0; i < items; ++i) right += value[kSteps][size_t(i)] == (i + kSteps) % items + kSteps;
+            CHECK(right == items);
+        }
+}
+
+TEST_CASE("a check that fails in every thread of a team is rethrown to the caller, and the team works on", "[kernels]") {
+    Team team(2);
+    CHECK_THROWS_WITH(run_as_team(team, [&] {
+                          share_items(false, 10, 1, [](int) {});
+                          throw std::logic_error("matrix of the wrong shape");
+                      }),
+                      "matrix of the wrong shape");
+    std::atomic<int> done{0};
+    run_as_team(team, [&] { share_items(false, 100, 1, [&](int) { done.fetch_add(1); }); });
+    CHECK(done.load() == 100);
+    CHECK_THROWS_AS(Team(0), std::invalid_argument);
+    CHECK_THROWS_AS(Team(kMaxTeam + 1), std::invalid_argument);
 }
 
 TEST_CASE("grouped-query attention of several heads at once equals each head's own attention", "[kernels]") {
