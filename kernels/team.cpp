@@ -3,8 +3,13 @@
 
 #include <immintrin.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace anvil::kernels {
 
@@ -12,14 +17,41 @@ namespace {
 
 thread_local Team* current = nullptr;
 
-// Pauses before a waiter sleeps: a few microseconds, about libgomp's spin under GOMP_SPINCOUNT=1000
-// (kernels/thread_policy.hpp). Decode's waits between steps are shorter; a longer one (a
-// preempted team mate) costs the waiter a futex wake rather than the host a spinning core.
-constexpr int kSpins = 2000;
+// How many pauses a waiter spins before it sleeps, read as libgomp reads it for its own waits, so
+// that the one setting the engine documents (GOMP_SPINCOUNT, OMP_WAIT_POLICY; anvil-engine sets
+// passive and 1000, about ten microseconds, unless the environment chose: thread_policy.hpp)
+// governs the team's barrier as it does the regions'. Decode's waits between steps are shorter than
+// that spin; a longer one (a preempted team mate) costs the waiter a futex wake-up rather than the
+// host a spinning core.
+std::uint64_t spins_from_environment() {
+    constexpr std::uint64_t kForever = std::numeric_limits<std::uint64_t>::max();
+    if (const char* text = std::getenv("GOMP_SPINCOUNT")) {
+        const std::string_view value(text);
+        if (value == "infinite" || value == "infinity") return kForever;
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long count = std::strtoull(text, &end, 10);
+        if (errno == 0 && end != text && !value.starts_with("-")) {
+            const std::string_view suffix(end);
+            const std::uint64_t scale = suffix.empty() ? 1 : suffix == "k" || suffix == "K" ? 1000ull
+                                    : suffix == "M" ? 1000000ull : suffix == "G" ? 1000000000ull
+                                    : suffix == "T" ? 1000000000000ull : 0;
+            if (scale != 0) return count > kForever / scale ? kForever : count * scale;
+        }
+        // Not a count libgomp accepts: it ignores the variable, and so does this.
+    }
+    if (const char* policy = std::getenv("OMP_WAIT_POLICY")) {
+        std::string lower(policy);
+        for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+        if (lower == "active") return kForever;
+        if (lower == "passive") return 0;
+    }
+    return 300000;  // libgomp's spin when neither is set
+}
 
 }  // namespace
 
-Team::Team(int size) : size_(size) {
+Team::Team(int size) : size_(size), spins_(spins_from_environment()) {
     if (size < 1 || size > kMaxTeam)
         throw std::invalid_argument("a team of " + std::to_string(size) + " threads; 1 to " + std::to_string(kMaxTeam) + " are possible");
 }
@@ -34,7 +66,7 @@ void Team::barrier() {
         if (meeting_.sleepers.load(std::memory_order_seq_cst) > 0) meeting_.generation.notify_all();
         return;
     }
-    for (int spin = 0; spin < kSpins; ++spin) {
+    for (std::uint64_t spin = 0; spin < spins_; ++spin) {
         if (meeting_.generation.load(std::memory_order_acquire) != generation) return;
         _mm_pause();
     }

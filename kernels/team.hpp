@@ -36,6 +36,8 @@ public:
     // counters, so each step's share_items starts from fresh shares without a barrier of its own.
     void barrier();
     ShareCounter* counters() { return counters_; }
+    // Pauses a waiter spins before it sleeps: GOMP_SPINCOUNT and OMP_WAIT_POLICY as libgomp reads them.
+    std::uint64_t spins() const { return spins_; }
 
 private:
     struct alignas(64) Meeting {
@@ -45,6 +47,7 @@ private:
     };
     Meeting meeting_;
     int size_;
+    std::uint64_t spins_;
     ShareCounter counters_[kMaxTeam];
 };
 

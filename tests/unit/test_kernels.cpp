@@ -6,6 +6,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -332,6 +336,47 @@ TEST_CASE("a check that fails in every thread of a team is rethrown to the calle
     CHECK(done.load() == 100);
     CHECK_THROWS_AS(Team(0), std::invalid_argument);
     CHECK_THROWS_AS(Team(kMaxTeam + 1), std::invalid_argument);
+}
+
+TEST_CASE("a team's waiters spin as long as libgomp's settings say, then sleep", "[kernels]") {
+    // The environment as this process had it, put back after.
+    struct Saved {
+        std::string name;
+        std::optional<std::string> value;
+        explicit Saved(std::string n) : name(std::move(n)) {
+            if (const char* v = std::getenv(name.c_str())) value = v;
+        }
+        ~Saved() {
+            if (value) setenv(name.c_str(), value->c_str(), 1);
+            else unsetenv(name.c_str());
+        }
+    } count("GOMP_SPINCOUNT"), policy("OMP_WAIT_POLICY");
+    auto spins = [](const char* spincount, const char* wait_policy) {
+        if (spincount) setenv("GOMP_SPINCOUNT", spincount, 1);
+        else unsetenv("GOMP_SPINCOUNT");
+        if (wait_policy) setenv("OMP_WAIT_POLICY", wait_policy, 1);
+        else unsetenv("OMP_WAIT_POLICY");
+        return Team(2).spins();
+    };
+    const auto forever = std::numeric_limits<std::uint64_t>::max();
+    CHECK(spins("1000", "passive") == 1000);  // what anvil-engine sets
+    CHECK(spins("0", nullptr) == 0);
+    CHECK(spins("5k", nullptr) == 5000);
+    CHECK(spins("2M", "active") == 2000000);
+    CHECK(spins("infinity", nullptr) == forever);
+    CHECK(spins("99999999999T", nullptr) == forever);
+    // A count libgomp would not take is ignored: the policy decides.
+    CHECK(spins("lots", "passive") == 0);
+    CHECK(spins("-3", "ACTIVE") == forever);
+    CHECK(spins(nullptr, nullptr) == 300000);
+    // Sleeping waiters are woken: no spin at all, many short steps.
+    setenv("GOMP_SPINCOUNT", "0", 1);
+    Team sleepy(2);
+    std::atomic<int> done{0};
+    run_as_team(sleepy, [&] {
+        for (int step = 0; step < 2000; ++step) share_items(false, 3, 1, [&](int) { done.fetch_add(1); });
+    });
+    CHECK(done.load() == 6000);
 }
 
 TEST_CASE("grouped-query attention of several heads at once equals each head's own attention", "[kernels]") {
