@@ -51,17 +51,24 @@ std::uint64_t spins_from_environment() {
 
 }  // namespace
 
-Team::Team(int size) : size_(size), spins_(spins_from_environment()) {
-    if (size < 1 || size > kMaxTeam)
-        throw std::invalid_argument("a team of " + std::to_string(size) + " threads; 1 to " + std::to_string(kMaxTeam) + " are possible");
+Team::Team(int capacity) : capacity_(capacity), size_(capacity), spins_(spins_from_environment()) {
+    if (capacity < 1 || capacity > kMaxTeam)
+        throw std::invalid_argument("a team of " + std::to_string(capacity) + " threads; 1 to " + std::to_string(kMaxTeam) +
+                                    " are possible");
+}
+
+void Team::reset() {
+    meeting_.arrived.store(0, std::memory_order_relaxed);
+    for (auto& counter : counters_) counter.claimed.store(0, std::memory_order_relaxed);
 }
 
 void Team::barrier() {
     // Read before arriving: the generation cannot move on until this thread has arrived.
     const std::uint32_t generation = meeting_.generation.load(std::memory_order_acquire);
-    if (meeting_.arrived.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
+    const int size = this->size();
+    if (meeting_.arrived.fetch_add(1, std::memory_order_acq_rel) == size - 1) {
         meeting_.arrived.store(0, std::memory_order_relaxed);
-        for (int i = 0; i < size_; ++i) counters_[i].claimed.store(0, std::memory_order_relaxed);
+        for (int i = 0; i < size; ++i) counters_[i].claimed.store(0, std::memory_order_relaxed);
         meeting_.generation.store(generation + 1, std::memory_order_seq_cst);
         if (meeting_.sleepers.load(std::memory_order_seq_cst) > 0) meeting_.generation.notify_all();
         return;

@@ -27,17 +27,25 @@ struct alignas(64) ShareCounter {
 
 class Team {
 public:
-    explicit Team(int size);
+    explicit Team(int capacity);  // the most threads run_as_team asks OpenMP for
     Team(const Team&) = delete;
     Team& operator=(const Team&) = delete;
 
-    int size() const { return size_; }
+    int capacity() const { return capacity_; }
+    // The threads of the current run: as many as OpenMP granted (fewer where OMP_DYNAMIC is set or
+    // a region is already active, one inside another region).
+    int size() const { return size_.load(std::memory_order_relaxed); }
     // Returns once every thread of the team has called it. The last to arrive zeroes the share
     // counters, so each step's share_items starts from fresh shares without a barrier of its own.
     void barrier();
     ShareCounter* counters() { return counters_; }
     // Pauses a waiter spins before it sleeps: GOMP_SPINCOUNT and OMP_WAIT_POLICY as libgomp reads them.
     std::uint64_t spins() const { return spins_; }
+
+    // Each thread of a run, first thing: every one stores the same count, so each reads back its own.
+    void join(int granted) { size_.store(granted, std::memory_order_relaxed); }
+    // After a run that ended early (an exception), when no thread is in it: no arrivals, no claims.
+    void reset();
 
 private:
     struct alignas(64) Meeting {
@@ -46,7 +54,8 @@ private:
         std::atomic<int> sleepers{0};
     };
     Meeting meeting_;
-    int size_;
+    int capacity_;
+    std::atomic<int> size_;
     std::uint64_t spins_;
     ShareCounter counters_[kMaxTeam];
 };
@@ -101,28 +110,29 @@ void share_items(bool parallel, int items, int chunk, Body&& body) {
     detail::work_shares(counters, count, omp_get_thread_num(), items, chunk, body);
 }
 
-// Runs body() on each of the team's threads in one OpenMP region, current_team() set. Where
-// OpenMP grants fewer threads (a region already active), one thread runs body() without a team.
-// An exception ends that thread's body and is rethrown here; the kernels throw only on checks
-// every thread meets at the same point, so no thread is left at a barrier.
+// Runs body() on each thread of one OpenMP region of up to team.capacity() threads, current_team()
+// set; the team is as many as OpenMP granted. An exception ends that thread's body and is rethrown
+// here; the kernels throw only on checks every thread meets at the same point, so no thread is left
+// waiting at a barrier.
 template <typename Body>
 void run_as_team(Team& team, Body&& body) {
     std::exception_ptr failure;
     std::atomic<bool> failed{false};
-#pragma omp parallel num_threads(team.size())
+#pragma omp parallel num_threads(team.capacity())
     {
-        const bool whole = omp_get_num_threads() == team.size();
-        if (whole || omp_get_thread_num() == 0) {
-            detail::set_current_team(whole ? &team : nullptr);
-            try {
-                body();
-            } catch (...) {
-                if (!failed.exchange(true)) failure = std::current_exception();
-            }
-            detail::set_current_team(nullptr);
+        team.join(omp_get_num_threads());
+        detail::set_current_team(&team);
+        try {
+            body();
+        } catch (...) {
+            if (!failed.exchange(true)) failure = std::current_exception();
         }
+        detail::set_current_team(nullptr);
     }
-    if (failure) std::rethrow_exception(failure);
+    if (failure) {
+        team.reset();
+        std::rethrow_exception(failure);
+    }
 }
 
 }  // namespace anvil::kernels

@@ -324,7 +324,7 @@ TEST_CASE("a team shares each step's items once and every step sees the step bef
         }
 }
 
-TEST_CASE("a check that fails in every thread of a team is rethrown to the caller, and the team works on", "[kernels]") {
+TEST_CASE("a check that fails in every thread of a team is rethrown, the team works on, and a team inside a region is one", "[kernels]") {
     Team team(2);
     CHECK_THROWS_WITH(run_as_team(team, [&] {
                           share_items(false, 10, 1, [](int) {});
@@ -334,6 +334,17 @@ TEST_CASE("a check that fails in every thread of a team is rethrown to the calle
     std::atomic<int> done{0};
     run_as_team(team, [&] { share_items(false, 100, 1, [&](int) { done.fetch_add(1); }); });
     CHECK(done.load() == 100);
+    // Inside another region OpenMP grants one thread: the team is that one.
+    int inner_size = 0, inner_done = 0;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+    run_as_team(team, [&] {
+        inner_size = current_team()->size();
+        share_items(false, 50, 3, [&](int) { ++inner_done; });
+    });
+    CHECK(inner_size == 1);
+    CHECK(inner_done == 50);
+    CHECK(team.capacity() == 2);
     CHECK_THROWS_AS(Team(0), std::invalid_argument);
     CHECK_THROWS_AS(Team(kMaxTeam + 1), std::invalid_argument);
 }
