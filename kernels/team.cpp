@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace anvil::kernels {
 
@@ -57,9 +58,18 @@ Team::Team(int capacity) : capacity_(capacity), size_(capacity), spins_(spins_fr
                                     " are possible");
 }
 
-void Team::reset() {
+void Team::fail(std::exception_ptr failure) {
+    if (!failed_.exchange(true, std::memory_order_acq_rel)) failure_ = std::move(failure);
+}
+
+void Team::rethrow_failure() {
+    if (!failed_.load(std::memory_order_acquire)) return;
     meeting_.arrived.store(0, std::memory_order_relaxed);
     for (auto& counter : counters_) counter.claimed.store(0, std::memory_order_relaxed);
+    std::exception_ptr failure = std::move(failure_);
+    failure_ = nullptr;
+    failed_.store(false, std::memory_order_relaxed);
+    std::rethrow_exception(failure);
 }
 
 void Team::barrier() {

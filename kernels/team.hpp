@@ -44,8 +44,13 @@ public:
 
     // Each thread of a run, first thing: every one stores the same count, so each reads back its own.
     void join(int granted) { size_.store(granted, std::memory_order_relaxed); }
-    // After a run that ended early (an exception), when no thread is in it: no arrivals, no claims.
-    void reset();
+    // A thread's step threw: the first exception is kept, and every thread leaves the run at the
+    // step's barrier (share_items), so none is left waiting at a barrier the thrower never reaches.
+    void fail(std::exception_ptr failure);
+    bool failed() const { return failed_.load(std::memory_order_relaxed); }
+    // After the run, when no thread is in it: rethrows what a thread threw, leaving the team ready
+    // for the next run (no arrivals, no claims).
+    void rethrow_failure();
 
 private:
     struct alignas(64) Meeting {
@@ -57,6 +62,8 @@ private:
     int capacity_;
     std::atomic<int> size_;
     std::uint64_t spins_;
+    std::atomic<bool> failed_{false};
+    std::exception_ptr failure_;  // written by the one thread that set failed_
     ShareCounter counters_[kMaxTeam];
 };
 
@@ -66,6 +73,9 @@ Team* current_team();
 namespace detail {
 
 void set_current_team(Team* team);
+
+// What the threads of a failed run leave their step with; run_as_team rethrows the failure itself.
+struct TeamAbandoned {};
 
 // Thread `own` of `count` takes the own-th contiguous share of items 0..items-1, claiming `chunk`
 // items at a time, then claims what is left of the other shares. So each thread reads its rows in
@@ -96,8 +106,13 @@ void work_shares(ShareCounter* counters, int count, int own, int items, int chun
 template <typename Body>
 void share_items(bool parallel, int items, int chunk, Body&& body) {
     if (Team* team = current_team()) {
-        detail::work_shares(team->counters(), team->size(), omp_get_thread_num(), items, chunk, body);
+        try {
+            detail::work_shares(team->counters(), team->size(), omp_get_thread_num(), items, chunk, body);
+        } catch (...) {
+            team->fail(std::current_exception());
+        }
         team->barrier();
+        if (team->failed()) throw detail::TeamAbandoned{};
         return;
     }
     const int count = parallel ? std::min(omp_get_max_threads(), kMaxTeam) : 1;
@@ -111,13 +126,11 @@ void share_items(bool parallel, int items, int chunk, Body&& body) {
 }
 
 // Runs body() on each thread of one OpenMP region of up to team.capacity() threads, current_team()
-// set; the team is as many as OpenMP granted. An exception ends that thread's body and is rethrown
-// here; the kernels throw only on checks every thread meets at the same point, so no thread is left
-// waiting at a barrier.
+// set; the team is as many as OpenMP granted. What a thread throws ends the run at the step's
+// barrier for all (Team::fail) and is rethrown here. A throw outside share_items must be one every
+// thread meets at the same point (the kernels' checks of their arguments are).
 template <typename Body>
 void run_as_team(Team& team, Body&& body) {
-    std::exception_ptr failure;
-    std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(team.capacity())
     {
         team.join(omp_get_num_threads());
@@ -125,14 +138,11 @@ void run_as_team(Team& team, Body&& body) {
         try {
             body();
         } catch (...) {
-            if (!failed.exchange(true)) failure = std::current_exception();
+            team.fail(std::current_exception());
         }
         detail::set_current_team(nullptr);
     }
-    if (failure) {
-        team.reset();
-        std::rethrow_exception(failure);
-    }
+    team.rethrow_failure();
 }
 
 }  // namespace anvil::kernels

@@ -334,6 +334,20 @@ TEST_CASE("a check that fails in every thread of a team is rethrown, the team wo
     std::atomic<int> done{0};
     run_as_team(team, [&] { share_items(false, 100, 1, [&](int) { done.fetch_add(1); }); });
     CHECK(done.load() == 100);
+    // One item of one step throws, on whichever thread took it: the run ends at that step's
+    // barrier for both threads, and no later step runs.
+    std::atomic<int> later{0};
+    CHECK_THROWS_WITH(run_as_team(team, [&] {
+                          share_items(false, 64, 1, [](int item) {
+                              if (item == 37) throw std::runtime_error("item 37 failed");
+                          });
+                          share_items(false, 8, 1, [&](int) { later.fetch_add(1); });
+                      }),
+                      "item 37 failed");
+    CHECK(later.load() == 0);
+    done = 0;
+    run_as_team(team, [&] { share_items(false, 100, 7, [&](int) { done.fetch_add(1); }); });
+    CHECK(done.load() == 100);
     // Inside another region OpenMP grants one thread: the team is that one.
     int inner_size = 0, inner_done = 0;
 #pragma omp parallel num_threads(2)
