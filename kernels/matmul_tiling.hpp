@@ -50,6 +50,16 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
     return nullptr;
 }
 
+// A product of one chunk of tokens (decode, small batches), or any product inside a forward pass's
+// team: each chunk's items shared in turn (share_items), `one(item, c0, c1)` computing an item.
+template <typename One>
+void share_chunks(bool parallel, int items, int chunk, int n_tokens, One& one) {
+    for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+        const int c1 = std::min(n_tokens, c0 + kTokenChunk);
+        share_items(parallel, items, chunk, [&](int item) { one(item, c0, c1); });
+    }
+}
+
 // Row tile `rt` of w for tokens c0..c1: whole RT x TT tiles, then the leftover tokens and rows
 // one at a time. `Input` is what the tiles read the activations as (f32, or bf16 bits).
 template <template <WeightType, int, int> class Tile, WeightType T, int RT, int TT, typename Input>
@@ -87,14 +97,7 @@ void run_tiles(const WeightMatrix* ws, float* const* ys, int count, const Input*
     };
     // Small products are not worth waking the other threads for.
     const bool parallel = work >= kParallelWork;
-    // A forward pass's team (and any product of one chunk) shares one chunk at a time.
-    if (n_tokens <= kTokenChunk || current_team()) {
-        for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
-            const int c1 = std::min(n_tokens, c0 + kTokenChunk);
-            share_items(parallel, tiles, 8, [&](int item) { tile(item, c0, c1); });
-        }
-        return;
-    }
+    if (n_tokens <= kTokenChunk || current_team()) return share_chunks(parallel, tiles, 8, n_tokens, tile);
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
@@ -122,13 +125,7 @@ void run_items(const WeightMatrix* ws, float* const* ys, int count, int n_tokens
         run_item(ws[m], item - first_item[m], c0, c1, ys[m]);
     };
     const bool parallel = work >= kParallelWork;
-    if (n_tokens <= kTokenChunk || current_team()) {
-        for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
-            const int c1 = std::min(n_tokens, c0 + kTokenChunk);
-            share_items(parallel, items, 2, [&](int item) { one(item, c0, c1); });
-        }
-        return;
-    }
+    if (n_tokens <= kTokenChunk || current_team()) return share_chunks(parallel, items, 2, n_tokens, one);
 #pragma omp parallel if (parallel)
     for (int c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
         const int c1 = std::min(n_tokens, c0 + kTokenChunk);
