@@ -271,6 +271,7 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
     const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
+    const __m256i even256 = _mm256_broadcastsi128_si256(even), odd256 = _mm256_broadcastsi128_si256(odd);
     const auto both = [](const uint8_t* at) {
         return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at)), load256(at + 96), 1);
     };
@@ -278,6 +279,7 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
         const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
         const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
         __m256i sum = q6_k_start_sums(tile, x->sums + (size_t(t0) * supers + size_t(i)) * 16);
+        __m512i folded_sum = _mm512_setzero_si512();
         ANVIL_UNROLL
         for (int h = 0; h < 2; ++h)
             ANVIL_UNROLL
@@ -303,14 +305,20 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                     ANVIL_UNROLL
                     for (int k = 0; k < 4; ++k) part[k] = _mm512_dpbusd_epi32(part[k], q[k], two_steps(xs + 128 * h + 32 * k + 4 * s));
                 }
+                // Quarters 2m and 2m + 1 together, as the Q4_K tile folds a pair: their sub-blocks'
+                // scales are in consecutive 16-byte pairs of scale bytes (8h + 2k + s4 is in pair
+                // 4h + k), the even or odd byte of each row.
                 ANVIL_UNROLL
-                for (int k = 0; k < 4; ++k) {
-                    const int j = 8 * h + 2 * k + s4;
-                    const __m128i pair = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * (j / 2)));
-                    const __m256i scale = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(pair, j % 2 ? odd : even));
-                    sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(halves_added(part[k]), scale));
+                for (int m = 0; m < 2; ++m) {
+                    const __m256i pairs = load256(tile + 16 + 16 * (4 * h + 2 * m));
+                    const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd256 : even256);
+                    const __m512i scales = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
+                    const __m512i folded = _mm512_add_epi32(_mm512_shuffle_i64x2(part[2 * m], part[2 * m + 1], 0x44),
+                                                            _mm512_shuffle_i64x2(part[2 * m], part[2 * m + 1], 0xee));
+                    folded_sum = _mm512_add_epi32(folded_sum, _mm512_mullo_epi32(folded, scales));
                 }
             }
+        sum = _mm256_add_epi32(sum, halves_added(folded_sum));
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0) * supers + i])), acc);
     }
