@@ -125,6 +125,38 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         }
     } else {
         int k = 0;
+        if constexpr (T == WeightType::BF16) {
+            // 16 weights a step: a 32-byte load holds 8 bf16 pairs, and each pair's low half shifted
+            // up and its high half masked are the even and the odd weights as f32, which meet the
+            // activations split the same way (x is split_pairs' layout). Two instructions for 16
+            // weights where widening takes four (vpmovzxwd and a shift, twice); the leftover 8 and
+            // tail below take the activations as they are. Every tile shape sums in this order.
+            const __m256i high = _mm256_set1_epi32(int(0xffff0000u));
+            for (; k + 2 * kLanes <= cols; k += 2 * kLanes) {
+                __m256 even_x[TT], odd_x[TT];
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) {
+                    even_x[t] = _mm256_loadu_ps(xs[t] + k);
+                    odd_x[t] = _mm256_loadu_ps(xs[t] + k + kLanes);
+                }
+                ANVIL_UNROLL
+                for (int r = 0; r < RT; ++r) {
+                    const char* here = static_cast<const char*>(rows[r]) + 2 * size_t(k);
+                    if (k % 32 == 0) {  // once a cache line, as below
+                        _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
+                        _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
+                    }
+                    const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(here));
+                    const __m256 even_w = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+                    const __m256 odd_w = _mm256_castsi256_ps(_mm256_and_si256(pairs, high));
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) {
+                        acc[r][t] = _mm256_fmadd_ps(even_w, even_x[t], acc[r][t]);
+                        acc[r][t] = _mm256_fmadd_ps(odd_w, odd_x[t], acc[r][t]);
+                    }
+                }
+            }
+        }
         for (; k + kLanes <= cols; k += kLanes) {
             __m256 xv[TT];
             ANVIL_UNROLL
@@ -162,73 +194,8 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
 }
 
-// bf16 rows times tokens, 16 weights a step: a 32-byte load holds 8 pairs, and each pair's low
-// bf16 shifted up and its high one masked are two f32 vectors, the even and the odd weights, which
-// meet the activations split the same way once a product (split_pairs). Two instructions for 16
-// weights where widening takes four (vpmovzxwd and a shift, twice): one thread's bf16 decode in L2
-// 56 -> 63 GB/s (Zen 5). `split` holds each token's whole 16 activations as their 8 even then 8
-// odd, and any after that as they are. Every tile shape sums a (row, token) in the same order, so a
-// token's result does not depend on the batch.
-template <int RT, int TT>
-void bf16_pairs_tile(const WeightMatrix& w, int r0, const float* split, int t0, float* y) {
-    const int cols = w.cols;
-    const uint16_t* rows[RT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r) rows[r] = static_cast<const uint16_t*>(row_pointer(w, r0 + r));
-    const float* xs[TT];
-    ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) xs[t] = split + size_t(t0 + t) * cols;
-    __m256 acc[RT][TT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const __m256i high = _mm256_set1_epi32(int(0xffff0000u));
-    int k = 0;
-    for (; k + 2 * kLanes <= cols; k += 2 * kLanes) {
-        __m256 even_x[TT], odd_x[TT];
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) {
-            even_x[t] = _mm256_loadu_ps(xs[t] + k);
-            odd_x[t] = _mm256_loadu_ps(xs[t] + k + kLanes);
-        }
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const char* here = reinterpret_cast<const char*>(rows[r] + k);
-            if (k % 32 == 0) {  // once a cache line, as the widening tile asks
-                _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
-                _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
-            }
-            const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(here));
-            const __m256 even_w = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
-            const __m256 odd_w = _mm256_castsi256_ps(_mm256_and_si256(pairs, high));
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                acc[r][t] = _mm256_fmadd_ps(even_w, even_x[t], acc[r][t]);
-                acc[r][t] = _mm256_fmadd_ps(odd_w, odd_x[t], acc[r][t]);
-            }
-        }
-    }
-    for (; k < cols; k += kLanes) {  // at most one whole 8 and a tail, the activations as they are
-        const int count = std::min(kLanes, cols - k);
-        __m256 xv[TT];
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) xv[t] = count == kLanes ? _mm256_loadu_ps(xs[t] + k) : load_x_tail(xs[t] + k, count);
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const __m256 wv = count == kLanes ? load_weights<WeightType::BF16>(rows[r], k)
-                                              : load_weights_tail<WeightType::BF16>(rows[r], k, count);
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = horizontal_sum(acc[r][t]);
-}
-
-// One token's activations as bf16_pairs_tile reads them.
+// One token's activations as the bf16 tiles read them: each whole 16 as its 8 even then its 8 odd
+// values, any after that as they are.
 void split_pairs(const float* x, int cols, float* split) {
     int k = 0;
     for (; k + 2 * kLanes <= cols; k += 2 * kLanes) {
@@ -240,14 +207,6 @@ void split_pairs(const float* x, int cols, float* split) {
     }
     std::memcpy(split + k, x + k, sizeof(float) * size_t(cols - k));
 }
-
-template <WeightType T, int RT, int TT>
-struct Bf16PairsTile {
-    static_assert(T == WeightType::BF16, "bf16 rows");
-    static void run(const WeightMatrix& w, int r0, const float* split, const QuantizedInput*, int t0, float* y) {
-        bf16_pairs_tile<RT, TT>(w, r0, split, t0, y);
-    }
-};
 
 // The shape run_tiles() asks for.
 template <WeightType T, int RT, int TT>
@@ -274,8 +233,8 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
             const int cols = ws[0].cols;
             if (split.size() < size_t(n_tokens) * cols) split.resize(size_t(n_tokens) * cols);
             for (int t = 0; t < n_tokens; ++t) split_pairs(x + size_t(t) * cols, cols, split.data() + size_t(t) * cols);
-            if (n_tokens == 1) return run_tiles<Bf16PairsTile, WeightType::BF16, 8, 1>(ws, ys, count, split.data(), qx, n_tokens);
-            return run_tiles<Bf16PairsTile, WeightType::BF16, 4, 2>(ws, ys, count, split.data(), qx, n_tokens);
+            if (n_tokens == 1) return run_tiles<Tile, WeightType::BF16, 8, 1>(ws, ys, count, split.data(), qx, n_tokens);
+            return run_tiles<Tile, WeightType::BF16, 4, 2>(ws, ys, count, split.data(), qx, n_tokens);
         }
         case WeightType::F16:
             if (n_tokens == 1) return run_tiles<Tile, WeightType::F16, 8, 1>(ws, ys, count, x, qx, n_tokens);

@@ -119,6 +119,35 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         if (k < cols) step(k, __mmask64(0xffffffffu), false);  // one group left: rows are whole groups
     } else {
         int k = 0;
+        if constexpr (T == WeightType::BF16) {
+            // 32 weights a step, as matmul_avx2.cpp's bf16 tiles: a 64-byte load's 16 pairs are the
+            // even weights (low halves shifted up) and the odd ones (high halves masked), against
+            // activations split the same way (x is split_pairs' layout); the leftover 16 and tail
+            // below take them as they are.
+            const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
+            for (; k + 2 * kLanes <= cols; k += 2 * kLanes) {
+                __m512 even_x[TT], odd_x[TT];
+                ANVIL_UNROLL
+                for (int t = 0; t < TT; ++t) {
+                    even_x[t] = _mm512_loadu_ps(xs[t] + k);
+                    odd_x[t] = _mm512_loadu_ps(xs[t] + k + kLanes);
+                }
+                ANVIL_UNROLL
+                for (int r = 0; r < RT; ++r) {
+                    const char* here = static_cast<const char*>(rows[r]) + 2 * size_t(k);
+                    _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);  // each step is one cache line
+                    _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
+                    const __m512i pairs = _mm512_loadu_si512(here);
+                    const __m512 even_w = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+                    const __m512 odd_w = _mm512_castsi512_ps(_mm512_and_si512(pairs, high));
+                    ANVIL_UNROLL
+                    for (int t = 0; t < TT; ++t) {
+                        acc[r][t] = _mm512_fmadd_ps(even_w, even_x[t], acc[r][t]);
+                        acc[r][t] = _mm512_fmadd_ps(odd_w, odd_x[t], acc[r][t]);
+                    }
+                }
+            }
+        }
         for (; k + kLanes <= cols; k += kLanes) {
             __m512 xv[TT];
             ANVIL_UNROLL
@@ -157,68 +186,8 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
         for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-// bf16 rows times tokens, 32 weights a step, as matmul_avx2.cpp's bf16_pairs_tile: a 64-byte
-// load's 16 pairs are the even weights (low halves shifted up) and the odd ones (high halves
-// masked), against activations split the same way, two instructions for 32 weights where widening
-// takes four. `split` holds each token's whole 32 activations as their 16 even then 16 odd, and any
-// after that as they are. Every tile shape sums a (row, token) in the same order.
-template <int RT, int TT>
-void bf16_pairs_tile(const WeightMatrix& w, int r0, const float* split, int t0, float* y) {
-    const int cols = w.cols;
-    const uint16_t* rows[RT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r) rows[r] = static_cast<const uint16_t*>(row_pointer(w, r0 + r));
-    const float* xs[TT];
-    ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) xs[t] = split + size_t(t0 + t) * cols;
-    __m512 acc[RT][TT];
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
-    const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
-    int k = 0;
-    for (; k + 2 * kLanes <= cols; k += 2 * kLanes) {
-        __m512 even_x[TT], odd_x[TT];
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) {
-            even_x[t] = _mm512_loadu_ps(xs[t] + k);
-            odd_x[t] = _mm512_loadu_ps(xs[t] + k + kLanes);
-        }
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const char* here = reinterpret_cast<const char*>(rows[r] + k);
-            _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);  // each step is one cache line
-            _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
-            const __m512i pairs = _mm512_loadu_si512(here);
-            const __m512 even_w = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-            const __m512 odd_w = _mm512_castsi512_ps(_mm512_and_si512(pairs, high));
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) {
-                acc[r][t] = _mm512_fmadd_ps(even_w, even_x[t], acc[r][t]);
-                acc[r][t] = _mm512_fmadd_ps(odd_w, odd_x[t], acc[r][t]);
-            }
-        }
-    }
-    for (; k < cols; k += kLanes) {  // at most one whole 16 and a tail, the activations as they are
-        const __mmask16 mask = cols - k >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (cols - k)) - 1);
-        __m512 xv[TT];
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xs[t] + k);
-        ANVIL_UNROLL
-        for (int r = 0; r < RT; ++r) {
-            const __m512 wv = load_weights_tail<WeightType::BF16>(rows[r], k, mask);
-            ANVIL_UNROLL
-            for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    ANVIL_UNROLL
-    for (int r = 0; r < RT; ++r)
-        ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t) y[size_t(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
-}
-
-// One token's activations as bf16_pairs_tile reads them.
+// One token's activations as the bf16 tiles read them: each whole 32 as its 16 even then its 16 odd
+// values, any after that as they are.
 void split_pairs(const float* x, int cols, float* split) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -230,14 +199,6 @@ void split_pairs(const float* x, int cols, float* split) {
     }
     std::memcpy(split + k, x + k, sizeof(float) * size_t(cols - k));
 }
-
-template <WeightType T, int RT, int TT>
-struct Bf16PairsTile {
-    static_assert(T == WeightType::BF16, "bf16 rows");
-    static void run(const WeightMatrix& w, int r0, const float* split, const QuantizedInput*, int t0, float* y) {
-        bf16_pairs_tile<RT, TT>(w, r0, split, t0, y);
-    }
-};
 
 // The shape run_tiles() asks for.
 template <WeightType T, int RT, int TT>
@@ -260,8 +221,8 @@ void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const fl
             if (split.size() < size_t(n_tokens) * cols) split.resize(size_t(n_tokens) * cols);
             for (int t = 0; t < n_tokens; ++t) split_pairs(x + size_t(t) * cols, cols, split.data() + size_t(t) * cols);
             // One token takes 8 rows a tile: 8 independent sums for the two FMA pipes.
-            if (n_tokens == 1) return run_tiles<Bf16PairsTile, WeightType::BF16, 8, 1>(ws, ys, count, split.data(), qx, n_tokens);
-            return run_tiles<Bf16PairsTile, WeightType::BF16, 4, 4>(ws, ys, count, split.data(), qx, n_tokens);
+            if (n_tokens == 1) return run_tiles<Tile, WeightType::BF16, 8, 1>(ws, ys, count, split.data(), qx, n_tokens);
+            return run_tiles<Tile, WeightType::BF16, 4, 4>(ws, ys, count, split.data(), qx, n_tokens);
         }
         case WeightType::F16: return run_tiles<Tile, WeightType::F16, 4, 4>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
