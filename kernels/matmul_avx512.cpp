@@ -213,7 +213,10 @@ struct Tile {
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens) {
     switch (ws[0].type) {
-        case WeightType::F32: return run_tiles<Tile, WeightType::F32, 4, 4>(ws, ys, count, x, qx, n_tokens);
+        // One token takes 8 rows a tile, as bf16's below: eight FMA chains for the two pipes.
+        case WeightType::F32:
+            if (n_tokens == 1) return run_tiles<Tile, WeightType::F32, 8, 1>(ws, ys, count, x, qx, n_tokens);
+            return run_tiles<Tile, WeightType::F32, 4, 4>(ws, ys, count, x, qx, n_tokens);
         case WeightType::BF16: {
             // Per thread (each of a team's threads splits its own copy), grown only.
             thread_local std::vector<float> split;
@@ -224,7 +227,9 @@ void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const fl
             if (n_tokens == 1) return run_tiles<Tile, WeightType::BF16, 8, 1>(ws, ys, count, split.data(), qx, n_tokens);
             return run_tiles<Tile, WeightType::BF16, 4, 4>(ws, ys, count, split.data(), qx, n_tokens);
         }
-        case WeightType::F16: return run_tiles<Tile, WeightType::F16, 4, 4>(ws, ys, count, x, qx, n_tokens);
+        case WeightType::F16:
+            if (n_tokens == 1) return run_tiles<Tile, WeightType::F16, 8, 1>(ws, ys, count, x, qx, n_tokens);
+            return run_tiles<Tile, WeightType::F16, 4, 4>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8: return run_tiles<Tile, WeightType::Q8, 4, 2>(ws, ys, count, x, qx, n_tokens);
         case WeightType::Q8Packed: break;  // matmul_group_with sends it to the VNNI kernels only
         case WeightType::Q8Packed8: break;  // and this to matmul_avx2_packed8
