@@ -1,7 +1,6 @@
 // AVX2/FMA products, the baseline: 8 lanes, the same tiling as the AVX-512 file.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>

@@ -152,6 +152,11 @@ inline __m512i two_steps(const int8_t* p) {
     return _mm512_permutexvar_epi32(order, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 inline __m256i halves_added(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+// Two sums' halves added as one register: [a's low + a's high, b's low + b's high] (each sum's halves
+// are its even and odd steps), so one vpmulld can scale both.
+inline __m512i pair_halves_added(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xee));
+}
 
 // Q4_K for one token with two steps a 512-bit register: half the instructions a weight byte of the
 // 256-bit tile, which matters where a core multiplies 512 bits at once (Zen 5: one thread of the
@@ -181,8 +186,7 @@ void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                 lo_sum = _mm512_dpbusd_epi32(lo_sum, _mm512_and_si512(v, low4), two_steps(xs + 64 * c + 4 * s));
                 hi_sum = _mm512_dpbusd_epi32(hi_sum, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), two_steps(xs + 64 * c + 32 + 4 * s));
             }
-            // Each sum's halves are its even and odd steps: [lo even, hi even] + [lo odd, hi odd].
-            const __m512i pair = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_sum, hi_sum, 0x44), _mm512_shuffle_i64x2(lo_sum, hi_sum, 0xee));
+            const __m512i pair = pair_halves_added(lo_sum, hi_sum);
             const __m512i scales = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * c)));
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(pair, scales));
         }
@@ -267,11 +271,13 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
     const int supers = w.cols / kSuperBlock;
     const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ6_KPacked8Bytes;
     __m256 acc = _mm256_setzero_ps();
-    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    // Each row's even or odd scale byte of a pair to the low 8 bytes of each 128-bit half.
+    const __m256i even = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i odd = _mm256_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                         1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
-    const __m256i even256 = _mm256_broadcastsi128_si256(even), odd256 = _mm256_broadcastsi128_si256(odd);
     const auto both = [](const uint8_t* at) {
         return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at)), load256(at + 96), 1);
     };
@@ -311,10 +317,9 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                 ANVIL_UNROLL
                 for (int m = 0; m < 2; ++m) {
                     const __m256i pairs = load256(tile + 16 + 16 * (4 * h + 2 * m));
-                    const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd256 : even256);
+                    const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd : even);
                     const __m512i scales = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
-                    const __m512i folded = _mm512_add_epi32(_mm512_shuffle_i64x2(part[2 * m], part[2 * m + 1], 0x44),
-                                                            _mm512_shuffle_i64x2(part[2 * m], part[2 * m + 1], 0xee));
+                    const __m512i folded = pair_halves_added(part[2 * m], part[2 * m + 1]);
                     folded_sum = _mm512_add_epi32(folded_sum, _mm512_mullo_epi32(folded, scales));
                 }
             }
