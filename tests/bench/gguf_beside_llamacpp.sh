@@ -5,6 +5,7 @@
 #
 #   tests/bench/gguf_beside_llamacpp.sh [--preset bench] [--threads "1 2"] [--formats "q4_k_m q4_0 q6_k q8"]
 #                                       [--prompt 32] [--gen 128] [--reps 3] [--seed 1]
+#                                       [--anvil-kv f32|bf16] [--kv f16|f32|bf16]
 #
 # It runs the anchor's own tools, unchanged: anvil_http.py times anvil-engine (through
 # anvil_on_gguf.sh, which serves MODEL.<type>.gguf with --weights stored), llama_greedy times
@@ -12,6 +13,9 @@
 # (llama.cpp's defaults: f16 KV cache, flash attention auto; anvil keeps an f32 cache). ratio =
 # anvil / llama.cpp. With --prompt 480 --gen 16 the prefill columns are a 480-token prefill (anvil's
 # prefix cache is turned off for it: the timed request repeats the warm-up's prompt).
+# Long contexts: a prompt past the anchor's 512 positions serves anvil with room for it, so
+# --prompt 2000 --gen 64 times decode at a depth of 2000 tokens, where attention over the KV cache
+# weighs; --anvil-kv and --kv choose the two engines' cache types (defaults f32 and f16).
 # Run it on an idle machine; nothing here pins cores.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -20,7 +24,7 @@ anchor="$root/../shared/anchors/llamacpp"
 dir="${LLAMACPP_DIR:-/tmp/llamacpp}"
 engine="${ANVIL_ENGINE_BINARY:-$root/build/gcc/engine/anvil-engine}"
 py=/usr/bin/python3
-preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1
+preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1 anvil_kv=f32 kv=f16
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) preset="$2"; shift 2 ;;
@@ -30,7 +34,9 @@ while [ $# -gt 0 ]; do
         --gen) gen="$2"; shift 2 ;;
         --reps) reps="$2"; shift 2 ;;
         --seed) seed="$2"; shift 2 ;;
-        -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+        --anvil-kv) anvil_kv="$2"; shift 2 ;;
+        --kv) kv="$2"; shift 2 ;;
+        -h|--help) sed -n 2,19p "$0"; exit 0 ;;
         *) echo "gguf_beside_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -49,19 +55,22 @@ for f in $formats; do
 done
 ids="$("$py" "$anchor/anvil_http.py" prompt "$prompt")"
 export ANVIL_ENGINE="$here/anvil_on_gguf.sh" ANVIL_ENGINE_BINARY="$engine" ANVIL_LOG_FILE="$dir/anvil-serve.log"
-export ANVIL_SERVE_EXTRA="--prefix-caching off"
+# The anchor serves anvil with --max-context 512; a later flag wins, so longer prompts get room.
+context=$((prompt + gen + 16))
+[ "$context" -lt 512 ] && context=512
+export ANVIL_SERVE_EXTRA="--prefix-caching off --kv-dtype $anvil_kv --max-context $context"
 
 flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, flags: $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# anvil kernels: ${ANVIL_KERNELS:-best available}; llama.cpp $("$bin/llama-bench" --version 2>&1 | grep -m1 '^version' | cut -d' ' -f2-)"
-echo "# model $preset seed $seed; prompt $prompt ids, $gen generated, best of $reps"
+echo "# model $preset seed $seed; prompt $prompt ids, $gen generated, best of $reps; KV cache: anvil $anvil_kv, llama.cpp $kv"
 echo "fmt     thr  file_MB  anvil_tok/s  llama_tok/s  ratio  anvil_prefill_ms  llama_prefill_ms"
 for t in $threads; do
     for f in $formats; do
         g="$(file_of "$f")"
         a="$("$py" "$anchor/anvil_http.py" decode --model "$model" --weights "$f" --threads "$t" \
               --prompt-len "$prompt" --gen "$gen" --reps "$reps")"
-        l="$("$bin/llama_greedy" -m "$g" -t "$t" --prompt "$ids" -n "$gen" --reps "$reps")"
+        l="$("$bin/llama_greedy" -m "$g" -t "$t" --prompt "$ids" -n "$gen" --reps "$reps" --kv "$kv")"
         "$py" - "$f" "$t" "$(du -m "$g" | cut -f1)" "$a" "$l" <<'EOF'
 import json, sys
 fmt, t, mb, a, l = sys.argv[1:]
