@@ -48,24 +48,27 @@ kernels::PagedKv KvCache::layer(int layer) const {
     kv.block_size = block_size_;
     kv.kv_heads = kv_heads_;
     kv.head_dim = head_dim_;
+    kv.layout = kernels::KvLayout::HeadMajor;
     return kv;
 }
 
-uint8_t* KvCache::slot_pointer(uint8_t* base, int layer, int block, int slot) const {
-    const size_t row = size_t(block) * block_size_ + size_t(slot);
-    return base + layer_bytes_ * layer + row * kv_heads_ * head_dim_ * element_size_;
+uint8_t* KvCache::head_pointer(uint8_t* base, int layer, int block, int head, int slot) const {
+    const size_t row = (size_t(block) * kv_heads_ + size_t(head)) * block_size_ + size_t(slot);
+    return base + layer_bytes_ * layer + row * head_dim_ * element_size_;
 }
 
 void KvCache::write(int layer, int block, int slot, const float* keys, const float* values) {
-    const size_t n = size_t(kv_heads_) * head_dim_;
-    uint8_t* k = slot_pointer(keys_.get(), layer, block, slot);
-    uint8_t* v = slot_pointer(values_.get(), layer, block, slot);
-    if (type_ == kernels::KvType::F32) {
-        std::memcpy(k, keys, n * 4);
-        std::memcpy(v, values, n * 4);
-    } else {
-        kernels::f32_to_bf16_array(keys, reinterpret_cast<uint16_t*>(k), n);
-        kernels::f32_to_bf16_array(values, reinterpret_cast<uint16_t*>(v), n);
+    const size_t d = size_t(head_dim_);
+    for (int h = 0; h < kv_heads_; ++h) {
+        uint8_t* k = head_pointer(keys_.get(), layer, block, h, slot);
+        uint8_t* v = head_pointer(values_.get(), layer, block, h, slot);
+        if (type_ == kernels::KvType::F32) {
+            std::memcpy(k, keys + h * d, d * 4);
+            std::memcpy(v, values + h * d, d * 4);
+        } else {
+            kernels::f32_to_bf16_array(keys + h * d, reinterpret_cast<uint16_t*>(k), d);
+            kernels::f32_to_bf16_array(values + h * d, reinterpret_cast<uint16_t*>(v), d);
+        }
     }
 }
 

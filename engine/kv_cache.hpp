@@ -31,12 +31,13 @@ public:
     void write(int layer, int block, int slot, const float* keys, const float* values);
 
 private:
-    uint8_t* slot_pointer(uint8_t* base, int layer, int block, int slot) const;
+    uint8_t* head_pointer(uint8_t* base, int layer, int block, int head, int slot) const;
 
     kernels::KvType type_;
     int n_blocks_, block_size_, kv_heads_, head_dim_;
     size_t element_size_, layer_bytes_, bytes_;
-    kernels::StreamedBuffer keys_;    // [layers][blocks][block_size][kv_heads][head_dim], on huge pages
+    // [layers][blocks][kv_heads][block_size][head_dim] (kernels::KvLayout::HeadMajor), on huge pages
+    kernels::StreamedBuffer keys_;
     kernels::StreamedBuffer values_;  // the same
 };
 

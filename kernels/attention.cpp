@@ -12,17 +12,32 @@
 namespace anvil::kernels {
 namespace {
 
-// Calls visit(j, slot) for positions first + j, j = 0 .. count-1, with the cache slot each lives
-// in: a block-table lookup per block rather than a division per position.
+// Elements between consecutive blocks, positions and kv heads of a cache, as its layout has them.
+struct KvStrides {
+    size_t block, position, head;
+};
+
+KvStrides strides_of(const PagedKv& kv) {
+    const size_t d = size_t(kv.head_dim), slots = size_t(kv.block_size), heads = size_t(kv.kv_heads);
+    if (kv.layout == KvLayout::HeadMajor) return {heads * slots * d, d, slots * d};
+    return {slots * heads * d, heads * d, d};
+}
+
+// Where position p of a kv head lives, in elements from the head's first (keys + kv_head x head).
+inline size_t position_offset(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int p) {
+    return size_t(block_table[p / kv.block_size]) * s.block + size_t(p % kv.block_size) * s.position;
+}
+
+// Calls visit(j, offset) for positions first + j, j = 0 .. count-1, with the offset of each in a
+// kv head's elements: a block-table lookup per block rather than a division per position.
 template <typename Visit>
-void walk_slots(const PagedKv& kv, const int32_t* block_table, int first, int count, Visit visit) {
+void walk_positions(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, int count, Visit visit) {
     int j = 0;
     while (j < count) {
         const int position = first + j;
-        const int offset = position % kv.block_size;
-        const int run = std::min(kv.block_size - offset, count - j);
-        const size_t slot = size_t(block_table[position / kv.block_size]) * size_t(kv.block_size) + size_t(offset);
-        for (int s = 0; s < run; ++s) visit(j + s, slot + size_t(s));
+        const int run = std::min(kv.block_size - position % kv.block_size, count - j);
+        const size_t at = position_offset(kv, s, block_table, position);
+        for (int r = 0; r < run; ++r) visit(j + r, at + size_t(r) * s.position);
         j += run;
     }
 }
@@ -32,27 +47,28 @@ template <typename Element>
 void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count, float scale,
             float* scores, float* out) {
     const int d = kv.head_dim;
-    const size_t stride = size_t(kv.kv_heads) * size_t(d);
-    const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * size_t(d);
-    const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * size_t(d);
-    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
-        const Element* k = keys + slot * stride;
+    const KvStrides s = strides_of(kv);
+    const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * s.head;
+    const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * s.head;
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+        const Element* k = keys + at;
         if constexpr (std::is_same_v<Element, float>) scores[j] = dot(q, k, d) * scale;
         else scores[j] = dot_bf16(q, k, d) * scale;
     });
     softmax(scores, count);
     for (int i = 0; i < d; ++i) out[i] = 0.0f;
-    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) { add_scaled(out, scores[j], values + slot * stride, d); });
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) { add_scaled(out, scores[j], values + at, d); });
 }
 
 #define ANVIL_UNROLL _Pragma("GCC unroll 16")
 
 // Positions ahead whose key and value lines are fetched (into L2) while this one's key is
-// multiplied: a kv head is read a few hundred bytes per position, at strides and across blocks,
-// and by the time a layer's attention runs, the weights streamed since have pushed the KV cache's
-// lines out of every cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
-// 80 positions, caches cold: 35 us without, 21-29 with).
-constexpr int kAttentionPrefetch = 4;
+// multiplied: a kv head is read a few hundred bytes per position, across blocks, and by the time a
+// layer's attention runs, the weights streamed since have pushed the KV cache's lines out of every
+// cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
+// 80 positions, caches cold: 35 us without, 21-29 with four ahead). Sixteen ahead: at 2000
+// positions, two threads, head-major cache, 28 -> 42 GB/s (f32) and 25 -> 26 (bf16) against four.
+constexpr int kAttentionPrefetch = 16;
 
 template <typename Element>
 inline void prefetch_head(const Element* p, int d) {
@@ -62,15 +78,15 @@ inline void prefetch_head(const Element* p, int d) {
 
 // Values v[i .. i + 8W) of N heads summed over every position, weighted by each head's scores.
 template <int N, int W, typename Element>
-void weigh_values(const PagedKv& kv, const int32_t* block_table, int first, const Element* values, size_t stride, int count,
+void weigh_values(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* values, int count,
                   int i, const float* scores, float* out, int d) {
     __m256 sum[N][W];
     ANVIL_UNROLL
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) sum[h][w] = _mm256_setzero_ps();
-    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
-        const Element* v = values + slot * stride + i;
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+        const Element* v = values + at + i;
         __m256 vw[W];
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) vw[w] = load8(v + 8 * w);
@@ -95,18 +111,16 @@ template <int N, typename Element>
 void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t* block_table, int first, int count,
                   float scale, float* scores, float* out) {
     const int d = kv.head_dim;
-    const size_t stride = size_t(kv.kv_heads) * size_t(d);
-    const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * size_t(d);
-    const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * size_t(d);
-    const size_t block_size = size_t(kv.block_size);
-    walk_slots(kv, block_table, first, count, [&](int j, size_t slot) {
+    const KvStrides s = strides_of(kv);
+    const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * s.head;
+    const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * s.head;
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
         if (j + kAttentionPrefetch < count) {
-            const size_t ahead = size_t(first + j + kAttentionPrefetch);
-            const size_t ahead_slot = size_t(block_table[ahead / block_size]) * block_size + ahead % block_size;
-            prefetch_head(keys + ahead_slot * stride, d);
-            prefetch_head(values + ahead_slot * stride, d);
+            const size_t ahead = position_offset(kv, s, block_table, first + j + kAttentionPrefetch);
+            prefetch_head(keys + ahead, d);
+            prefetch_head(values + ahead, d);
         }
-        const Element* k = keys + slot * stride;
+        const Element* k = keys + at;
         __m256 sum[N][2];
         ANVIL_UNROLL
         for (int h = 0; h < N; ++h) sum[h][0] = sum[h][1] = _mm256_setzero_ps();
@@ -131,8 +145,8 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
     // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers. The
     // keys' pass above has brought the values into the cache.
     int i = 0;
-    for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, block_table, first, values, stride, count, i, scores, out, d);
-    if (i < d) weigh_values<N, 1>(kv, block_table, first, values, stride, count, i, scores, out, d);
+    for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, s, block_table, first, values, count, i, scores, out, d);
+    if (i < d) weigh_values<N, 1>(kv, s, block_table, first, values, count, i, scores, out, d);
 }
 
 template <typename Element>

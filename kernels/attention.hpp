@@ -7,7 +7,17 @@ namespace anvil::kernels {
 
 enum class KvType { F32, BF16 };
 
-// One layer of the cache: keys and values each [blocks][block_size][kv_heads][head_dim] of `type`.
+// Where a block keeps its positions' heads:
+// - SlotMajor: [block_size][kv_heads][head_dim], a position's heads side by side (the CUDA cache).
+// - HeadMajor: [kv_heads][block_size][head_dim], one kv head's positions side by side (the CPU
+//   engine's KvCache). Attention reads one kv head at a time, so here it reads runs of block_size
+//   x head_dim elements rather than head_dim at a stride of kv_heads x head_dim: decode attention of
+//   the bench model at 2000 positions, two threads, went from 18 to 42 GB/s (f32) and from 10 to
+//   26 GB/s (bf16) of cache read (docs/PERFORMANCE.md, session 25).
+enum class KvLayout { SlotMajor, HeadMajor };
+
+// One layer of the cache: keys and values each [blocks][...] of `type`, each block laid out as
+// `layout` says.
 struct PagedKv {
     KvType type = KvType::F32;
     const void* keys = nullptr;
@@ -15,6 +25,7 @@ struct PagedKv {
     int block_size = 0;
     int kv_heads = 0;
     int head_dim = 0;
+    KvLayout layout = KvLayout::SlotMajor;
 };
 
 // out[head_dim] = softmax(scale * q . k_j) . v_j over positions first .. first+count-1 of the

@@ -409,7 +409,8 @@ TEST_CASE("cuda paged attention matches double-precision attention for prefill a
         context->synchronize();
         const auto out = download(dout);
 
-        // The cache holds what KvCache::write would have stored, slot for slot.
+        // The cache holds each token's keys and values, rounded as KvCache::write rounds them, in
+        // the slot-major layout (a position's heads side by side) the CUDA kernels keep.
         std::vector<float> stored_k(k), stored_v(v);  // the values as the cache keeps them
         if (c.type == KvType::BF16)
             for (size_t i = 0; i < k.size(); ++i) {

@@ -217,28 +217,32 @@ TEST_CASE("rmsnorm, rope, softmax and silu match their definitions", "[kernels]"
 namespace {
 
 // Keys and values given position by position ([positions][kv_heads][head_dim]) written into a
-// paged cache's blocks, block_table[p / block] holding position p, in a pool whose other slots
-// are NaN; as f32 and as bf16.
+// paged cache's blocks in `layout`, block_table[p / block] holding position p, in a pool whose
+// other slots are NaN; as f32 and as bf16.
 struct PagedCache {
     int block, kv_heads, hd;
+    KvLayout layout;
     std::vector<float> k, v;
     std::vector<uint16_t> k16, v16;
     PagedCache(const std::vector<float>& keys, const std::vector<float>& values, const std::vector<int32_t>& table, int pool,
-               int block_, int kv_heads_, int hd_)
-        : block(block_), kv_heads(kv_heads_), hd(hd_), k(size_t(pool) * block * kv_heads * hd, NAN), v(k.size(), NAN),
-          k16(k.size()), v16(k.size()) {
+               int block_, int kv_heads_, int hd_, KvLayout layout_ = KvLayout::SlotMajor)
+        : block(block_), kv_heads(kv_heads_), hd(hd_), layout(layout_), k(size_t(pool) * block * kv_heads * hd, NAN),
+          v(k.size(), NAN), k16(k.size()), v16(k.size()) {
         const size_t width = size_t(kv_heads) * hd, positions = keys.size() / width;
         for (size_t p = 0; p < positions; ++p)
-            for (size_t i = 0; i < width; ++i) {
-                const size_t slot = (size_t(table[p / size_t(block)]) * block + p % size_t(block)) * width + i;
-                k[slot] = keys[p * width + i];
-                v[slot] = values[p * width + i];
-            }
+            for (size_t h = 0; h < size_t(kv_heads); ++h)
+                for (size_t i = 0; i < size_t(hd); ++i) {
+                    const size_t b = size_t(table[p / size_t(block)]), slot = p % size_t(block);
+                    const size_t at = layout == KvLayout::SlotMajor ? ((b * block + slot) * kv_heads + h) * hd + i
+                                                                    : ((b * kv_heads + h) * block + slot) * hd + i;
+                    k[at] = keys[p * width + h * hd + i];
+                    v[at] = values[p * width + h * hd + i];
+                }
         detail::f32_to_bf16_scalar(k.data(), k16.data(), k16.size());
         detail::f32_to_bf16_scalar(v.data(), v16.data(), v16.size());
     }
-    PagedKv f32() const { return {KvType::F32, k.data(), v.data(), block, kv_heads, hd}; }
-    PagedKv bf16() const { return {KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd}; }
+    PagedKv f32() const { return {KvType::F32, k.data(), v.data(), block, kv_heads, hd, layout}; }
+    PagedKv bf16() const { return {KvType::BF16, k16.data(), v16.data(), block, kv_heads, hd, layout}; }
 };
 
 }  // namespace
@@ -253,7 +257,9 @@ TEST_CASE("paged attention matches contiguous double-precision attention, f32 an
     // Blocks in scrambled order in a larger pool.
     const std::vector<int32_t> table = {5, 1, 7, 0, 3, 6};
     const int pool = 8;
-    const PagedCache cache(keys, values, table, pool, block, kv_heads, hd);
+    const KvLayout layout = GENERATE(KvLayout::SlotMajor, KvLayout::HeadMajor);
+    INFO((layout == KvLayout::SlotMajor ? "slot-major" : "head-major") << " cache, head dim " << hd);
+    const PagedCache cache(keys, values, table, pool, block, kv_heads, hd, layout);
     for (int first : {0, 9}) {
         const int count = positions - first;
         std::vector<float> expected(hd), got(hd), scores(positions);
@@ -416,12 +422,17 @@ TEST_CASE("grouped-query attention of several heads at once equals each head's o
     const std::vector<int32_t> table = {0, 8, 6, 9, 7};  // five blocks, scrambled in a pool of ten
     const int pool = 10;
     const PagedCache cache(keys, values, table, pool, block, kv_heads, hd);
-    const PagedKv f32 = cache.f32(), bf16 = cache.bf16();
+    const PagedCache head_major(keys, values, table, pool, block, kv_heads, hd, KvLayout::HeadMajor);
     for (int first : {0, 30}) {
         const int count = positions - first;
         std::vector<float> together(size_t(heads) * hd), alone(hd), expected(hd), scores(size_t(4) * positions);
-        for (const PagedKv& kv : {f32, bf16}) {
+        std::vector<float> from_head_major(together.size());
+        for (const auto& [kv, same_in_head_major] : {std::pair{cache.f32(), head_major.f32()}, std::pair{cache.bf16(), head_major.bf16()}}) {
             attention_heads(q.data(), heads, kv, 1, table.data(), first, count, 0.125f, scores.data(), together.data());
+            // The layout moves the elements, not the sums: the same floats from either.
+            attention_heads(q.data(), heads, same_in_head_major, 1, table.data(), first, count, 0.125f, scores.data(),
+                            from_head_major.data());
+            for (size_t i = 0; i < together.size(); ++i) CHECK(from_head_major[i] == together[i]);
             for (int h = 0; h < heads; ++h) {
                 INFO("head dim " << hd << ", head " << h << " of " << heads << ", from " << first << (kv.type == KvType::BF16 ? ", bf16" : ", f32"));
                 attention(q.data() + h * hd, kv, 1, table.data(), first, count, 0.125f, scores.data(), alone.data());
