@@ -4,7 +4,11 @@
 // bytes (bench_bandwidth.hpp: a large cache can hold them).
 //
 // usage: bench_engine [--threads N] [--tokens N] [--keep DIR] [--weights f32,bf16,q8] [--served yes|no]
-//        (default: all cores, 32 tokens, f32, bf16 and q8, the served figures too). --weights also
+//                     [--depth N] [--kv-dtype f32|bf16]
+//        (default: all cores, 32 tokens, f32, bf16 and q8, the served figures too). --depth decodes
+//        after an N-token prompt rather than 16 (a long context, where attention reads the KV cache
+//        of every position each token: its bytes count in MB/token beside the weights); --kv-dtype
+//        is the cache's type, as anvil-engine serve's (default f32). --weights also
 //        takes GGUF file types (q8_0, q4_0, q4_k_m, q6_k, f16): the bench model is written as that
 //        GGUF file (anvil-engine convert) and served from it as stored, as `--model FILE.gguf` is.
 //        bench_engine --draft self-q8,self-bf16,model,layers,ngram [--draft-tokens K] [--tokens N]
@@ -28,6 +32,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/gguf_convert.hpp"
+#include "engine/kv_cache.hpp"
 #include "engine/make_model.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/server.hpp"
@@ -57,26 +62,33 @@ double process_cpu_seconds() {
     return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
-// Greedy decode of `tokens` tokens after a 16-token prompt, one sequence, straight on the runner.
-DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int tokens) {
+// Greedy decode of `tokens` tokens after a `depth`-token prompt, one sequence, straight on the runner.
+DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int tokens, int depth,
+                    anvil::kernels::KvType kv_type) {
+    constexpr int kChunk = 256;  // prompt tokens a forward() carries
     RunnerOptions o;
-    o.max_batch_tokens = 16;
+    o.max_batch_tokens = std::min(depth, kChunk);
     o.max_logit_rows = 1;
-    o.max_context = 16 + tokens + 1;
+    o.max_context = depth + tokens + 1;
     o.block_size = 16;
     o.kv_blocks = (o.max_context + 15) / 16;
+    o.kv_type = kv_type;
     ModelRunner runner(config, weights, o);
     std::vector<int32_t> table(size_t(o.kv_blocks));
     for (int b = 0; b < o.kv_blocks; ++b) table[size_t(b)] = b;
     Batch batch;
-    batch.block_tables = {table.data()};
-    for (int p = 0; p < 16; ++p) {
-        batch.tokens.push_back((p * 37) % 300);
-        batch.positions.push_back(p);
-        batch.sequence.push_back(0);
+    for (int first = 0; first < depth; first += kChunk) {
+        batch.clear();
+        batch.block_tables = {table.data()};
+        const int last = std::min(depth, first + kChunk);
+        for (int p = first; p < last; ++p) {
+            batch.tokens.push_back((p * 37) % 300);
+            batch.positions.push_back(p);
+            batch.sequence.push_back(0);
+        }
+        batch.logit_tokens = {last - first - 1};
+        runner.forward(batch);
     }
-    batch.logit_tokens = {15};
-    runner.forward(batch);
     auto next = [&](int position) {
         const float* l = runner.logits(0);
         const int32_t token = int32_t(std::max_element(l, l + config.vocab_size) - l);
@@ -88,19 +100,20 @@ DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int 
         batch.logit_tokens.push_back(0);
         runner.forward(batch);
     };
-    next(16);  // warm
+    next(depth);  // warm
     // Best of three runs over the same positions (the cache is simply overwritten), like the
     // bandwidth: on a shared machine the best run is the one least disturbed.
     double s = 1e30, share = 0;
     for (int trial = 0; trial < 3; ++trial) {
         const auto start = Clock::now();
         const double cpu = process_cpu_seconds();
-        for (int i = 0; i < tokens; ++i) next(17 + i);
+        for (int i = 0; i < tokens; ++i) next(depth + 1 + i);
         const double wall = seconds_since(start);
         if (wall < s) s = wall, share = (process_cpu_seconds() - cpu) / (wall * omp_get_max_threads());
     }
     // Keys and values read per token at the average position, beside the weights.
-    const double kv = 2.0 * config.n_layers * config.kv_dim() * 4 * (17 + tokens / 2.0);
+    const double element = kv_type == anvil::kernels::KvType::F32 ? 4 : 2;
+    const double kv = 2.0 * config.n_layers * config.kv_dim() * element * (depth + 1 + tokens / 2.0);
     return {tokens / s, double(weights.bytes_per_token()) + kv, share};
 }
 
@@ -169,8 +182,8 @@ double served_throughput(const std::filesystem::path& model, const std::string& 
 int main(int argc, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
-    int tokens = 32, draft_tokens = 4;
-    std::string keep, formats = "f32,bf16,q8", served = "yes", drafts;
+    int tokens = 32, draft_tokens = 4, depth = 16;
+    std::string keep, formats = "f32,bf16,q8", served = "yes", drafts, kv_dtype = "f32";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--draft")) drafts = argv[i + 1];
         else if (!std::strcmp(argv[i], "--draft-tokens")) draft_tokens = std::atoi(argv[i + 1]);
@@ -179,6 +192,15 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--threads")) omp_set_num_threads(std::atoi(argv[i + 1]));
         else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--depth")) depth = std::max(1, std::atoi(argv[i + 1]));
+        else if (!std::strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
+    }
+    anvil::kernels::KvType kv_type;
+    try {
+        kv_type = parse_kv_type(kv_dtype);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_engine: %s\n", e.what());
+        return 2;
     }
     anvil::test::TempDir scratch;
     if (!drafts.empty()) {
@@ -198,11 +220,17 @@ int main(int argc, char** argv) {
     std::printf("bench_engine: %s kernels, %d threads, load average %s, bench model %d layers x dim %d (ffn %d, vocab %d)\n",
                 anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
                 anvil::bench::load_average().c_str(), config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
+    if (depth + tokens + 1 > config.max_position) {
+        std::fprintf(stderr, "bench_engine: --depth %d and --tokens %d pass the model's %d positions\n", depth, tokens,
+                     config.max_position);
+        return 2;
+    }
+    std::printf("decode from position %d, %s KV cache\n", depth, kv_dtype.c_str());
     const double bandwidth = anvil::bench::read_bandwidth();
     std::printf("baseline  memory read bandwidth            %8.2f GB/s  (1 GiB buffer)\n", bandwidth / 1e9);
 
     auto report = [&](const char* name, const ModelConfig& c, const ModelWeights& weights) {
-        const DecodeResult d = decode(c, weights, tokens);
+        const DecodeResult d = decode(c, weights, tokens, depth, kv_type);
         const double here = anvil::bench::read_bandwidth(size_t(d.bytes_per_token));
         std::printf("baseline  read bandwidth, %6.1f MB buffer %8.2f GB/s\n", d.bytes_per_token / 1e6, here / 1e9);
         const double ceiling = here / d.bytes_per_token;
