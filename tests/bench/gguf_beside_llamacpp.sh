@@ -5,7 +5,7 @@
 #
 #   tests/bench/gguf_beside_llamacpp.sh [--preset bench] [--threads "1 2"] [--formats "q4_k_m q4_0 q6_k q8"]
 #                                       [--prompt 32] [--gen 128] [--reps 3] [--seed 1]
-#                                       [--anvil-kv f32|bf16] [--kv f16|f32|bf16]
+#                                       [--anvil-kv f32|bf16] [--kv f16|f32|bf16] [--llama-cpu VARIANT]
 #
 # It runs the anchor's own tools, unchanged: anvil_http.py times anvil-engine (through
 # anvil_on_gguf.sh, which serves MODEL.<type>.gguf with --weights stored), llama_greedy times
@@ -16,6 +16,11 @@
 # Long contexts: a prompt past the anchor's 512 positions serves anvil with room for it, so
 # --prompt 2000 --gen 64 times decode at a depth of 2000 tokens, where attention over the KV cache
 # weighs; --anvil-kv and --kv choose the two engines' cache types (defaults f32 and f16).
+# --llama-cpu haswell (with ANVIL_KERNELS=avx2) compares the AVX2 levels of both engines on a
+# machine with more: llama.cpp's loader takes the best libggml-cpu-<variant>.so in its directory
+# and the anchor's setup.sh copies every variant back on each call, so after it this removes all
+# but VARIANT from $LLAMACPP_DIR/bin (give that a directory of its own). The header names the
+# variant llama.cpp loaded.
 # Run it on an idle machine; nothing here pins cores.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,7 +29,7 @@ anchor="$root/../shared/anchors/llamacpp"
 dir="${LLAMACPP_DIR:-/tmp/llamacpp}"
 engine="${ANVIL_ENGINE_BINARY:-$root/build/gcc/engine/anvil-engine}"
 py=/usr/bin/python3
-preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1 anvil_kv=f32 kv=f16
+preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1 anvil_kv=f32 kv=f16 llama_cpu=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) preset="$2"; shift 2 ;;
@@ -36,7 +41,8 @@ while [ $# -gt 0 ]; do
         --seed) seed="$2"; shift 2 ;;
         --anvil-kv) anvil_kv="$2"; shift 2 ;;
         --kv) kv="$2"; shift 2 ;;
-        -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+        --llama-cpu) llama_cpu="$2"; shift 2 ;;
+        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
         *) echo "gguf_beside_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -44,6 +50,10 @@ done
 [ -d "$anchor" ] || { echo "gguf_beside_llamacpp.sh: the llama.cpp anchor is not at $anchor" >&2; exit 2; }
 
 bin="$("$anchor/setup.sh" 2>/dev/null | tail -1)"
+if [ -n "$llama_cpu" ]; then
+    [ -f "$bin/libggml-cpu-$llama_cpu.so" ] || { echo "gguf_beside_llamacpp.sh: --llama-cpu $llama_cpu: no $bin/libggml-cpu-$llama_cpu.so" >&2; exit 2; }
+    for lib in "$bin"/libggml-cpu-*.so; do [ "$lib" = "$bin/libggml-cpu-$llama_cpu.so" ] || rm -f "$lib"; done
+fi
 model="$dir/models/$preset-s$seed"
 mkdir -p "$dir/models"
 [ -f "$model/config.json" ] || "$engine" make-model --out "$model" --preset "$preset" --seed "$seed" >&2
@@ -62,7 +72,8 @@ export ANVIL_SERVE_EXTRA="--prefix-caching off --kv-dtype $anvil_kv --max-contex
 
 flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, flags: $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# anvil kernels: ${ANVIL_KERNELS:-best available}; llama.cpp $("$bin/llama-bench" --version 2>&1 | grep -m1 '^version' | cut -d' ' -f2-)"
+variant="$("$bin/llama_greedy" -m "$(file_of "${formats%% *}")" --prompt 1 -n 1 -v 2>&1 | grep -o 'libggml-cpu-[a-z0-9_]*' | head -1 || true)"
+echo "# anvil kernels: ${ANVIL_KERNELS:-best available}; llama.cpp $("$bin/llama-bench" --version 2>&1 | grep -m1 '^version' | cut -d' ' -f2-), CPU backend ${variant:-?}"
 echo "# model $preset seed $seed; prompt $prompt ids, $gen generated, best of $reps; KV cache: anvil $anvil_kv, llama.cpp $kv"
 echo "fmt     thr  file_MB  anvil_tok/s  llama_tok/s  ratio  anvil_prefill_ms  llama_prefill_ms"
 for t in $threads; do
