@@ -66,8 +66,8 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
 // multiplied: a kv head is read a few hundred bytes per position, across blocks, and by the time a
 // layer's attention runs, the weights streamed since have pushed the KV cache's lines out of every
 // cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
-// 80 positions, caches cold: 35 us without, 21-29 with four ahead). Sixteen ahead: at 2000
-// positions, two threads, head-major cache, 28 -> 42 GB/s (f32) and 25 -> 26 (bf16) against four.
+// 80 positions, caches cold: 35 us without, 21-29 with four ahead). At 2000 positions, two threads,
+// head-major f32 cache read cold: 8 ahead 32 GB/s, 16 ahead 39-40, 32 ahead 37-39.
 constexpr int kAttentionPrefetch = 16;
 
 template <typename Element>
