@@ -12,8 +12,8 @@ enum class KvType { F32, BF16 };
 // - HeadMajor: [kv_heads][block_size][head_dim], one kv head's positions side by side (the CPU
 //   engine's KvCache). Attention reads one kv head at a time, so here it reads runs of block_size
 //   x head_dim elements rather than head_dim at a stride of kv_heads x head_dim: decode attention of
-//   the bench model at 2000 positions, two threads, went from 18 to 42 GB/s (f32) and from 10 to
-//   26 GB/s (bf16) of cache read (docs/PERFORMANCE.md, session 25).
+//   the bench model at 2000 positions, two threads, cache read cold, went from 16 to 27-31 GB/s
+//   (f32) and from 11 to 25 GB/s (bf16) (docs/PERFORMANCE.md, session 25).
 enum class KvLayout { SlotMajor, HeadMajor };
 
 // One layer of the cache: keys and values each [blocks][...] of `type`, each block laid out as
