@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/kv_cache.hpp"
+
 namespace anvil::engine {
 
 
@@ -32,6 +34,9 @@ int default_kv_blocks(const EngineOptions& o, const ModelConfig& c) {
 // 131072 positions would otherwise ask for 32 GiB of f32 cache before the first request.
 int context_for(const EngineOptions& o, const ModelConfig& c) {
     if (o.max_context != 0) return o.max_context;
+    // A GPU sizes its cache from its memory: the model's own context, as vLLM's max_model_len, and
+    // the runner refuses to start when the cache cannot hold one of them.
+    if (o.device != "cpu" && o.kv_blocks == 0) return c.max_position;
     const size_t pool = o.kv_blocks > 0 ? size_t(o.kv_blocks) : kDefaultKvBytes / kv_block_bytes(o, c);
     // A sequence of n tokens takes ceil(n / block_size) + 1 blocks.
     const size_t fits = pool > 1 ? (pool - 1) * size_t(o.block_size) : 0;
@@ -72,6 +77,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
       // resolved against the model's own before anything is sized by it.
       blocks_(default_kv_blocks(resolve_context(options_, config_), config_), options.block_size, options.prefix_caching),
       scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
+    check_device_name(options.device);
     if (options_.max_context > config_.max_position)
         throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
                                  " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
@@ -84,18 +90,23 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
         chat_template_error_ = e.what();
         spdlog::warn("chat completions disabled: {}", e.what());
     }
-    weights_ = std::make_unique<ModelWeights>(config_, model_dir, options.weights);
+    weights_ = std::make_unique<ModelWeights>(config_, model_dir, options.weights, weight_home(options.device));
     RunnerOptions r;
     r.max_batch_tokens = options.max_batch_tokens;
     // A speculative step verifies a decoding sequence's draft tokens and the position before them.
     const int draft_tokens = options.draft.kind == DraftKind::None ? 0 : options.draft.tokens;
     r.max_logit_rows = options.max_seqs * (1 + draft_tokens) + kPromptLogitRows;
     r.max_context = options_.max_context;
-    r.kv_blocks = blocks_.total();
+    // A GPU without --kv-blocks sizes its cache from its free memory (0); the pool follows it.
+    const bool sized_by_device = options.device != "cpu" && options.kv_blocks == 0;
+    r.kv_blocks = sized_by_device ? 0 : blocks_.total();
     r.block_size = options.block_size;
     r.kv_type = options.kv_type;
     r.threads = options.threads;
-    runner_ = std::make_unique<ModelRunner>(config_, *weights_, r);
+    r.memory_fraction = options.gpu_memory_utilization;
+    runner_ = make_runner(options.device, config_, *weights_, r);
+    if (runner_->options().kv_blocks != blocks_.total())
+        blocks_ = BlockManager(runner_->options().kv_blocks, options.block_size, options.prefix_caching);
     load_draft(model_dir);
 
     stop_ids_ = config_.eos_token_ids;
@@ -111,11 +122,11 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     sampled_.reserve(size_t(options.max_seqs));
     prompted_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
-    spdlog::info("engine: {} ({} layers, dim {}), {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
+    spdlog::info("engine: {} ({} layers, dim {}) on {}, {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
                  "tokens",
-                 architecture_name(config_.arch), config_.n_layers, config_.dim, weight_format_name(options.weights),
-                 kv_type_name(options.kv_type), blocks_.total(), options.block_size,
-                 runner_->kv_cache().bytes() >> 20, options.max_seqs, options_.max_context);
+                 architecture_name(config_.arch), config_.n_layers, config_.dim, runner_->device(),
+                 weight_format_name(options.weights), kv_type_name(options.kv_type), blocks_.total(), options.block_size,
+                 runner_->kv_bytes() >> 20, options.max_seqs, options_.max_context);
     thread_ = std::thread([this] { loop(); });
 }
 

@@ -21,7 +21,7 @@
 #include "engine/draft.hpp"
 #include "engine/json_grammar.hpp"
 #include "engine/metrics.hpp"
-#include "engine/model_runner.hpp"
+#include "engine/runner.hpp"
 #include "engine/request_stream.hpp"
 #include "engine/sampler.hpp"
 #include "engine/scheduler.hpp"
@@ -43,6 +43,9 @@ struct EngineOptions {
     int threads = 0;             // OpenMP threads for the model; 0: every core
     DraftOptions draft;          // speculative decoding: what proposes tokens (none by default)
     bool prefix_caching = true;  // a prompt's leading full blocks come from the cache when they are there
+    std::string device = "cpu";  // cpu, or cuda:N (runner.hpp)
+    // On a GPU without kv_blocks: the share of its memory weights, activations and cache may take.
+    double gpu_memory_utilization = 0.9;
 };
 
 // The context an engine with these options serves on a model of this configuration: max_context,
@@ -79,6 +82,8 @@ public:
     const EngineOptions& options() const { return options_; }
     Metrics& metrics() { return metrics_; }
     size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
+    std::string device() const { return runner_->device(); }  // "cpu", or "cuda:N (name)"
+
     // What the draft's own weights hold: 0 without one, or when it is the target's own tensors
     // (a self draft in the target's format).
     size_t draft_weight_bytes() const { return draft_weights_ ? draft_weights_->resident_bytes() : 0; }
@@ -117,7 +122,7 @@ private:
     void load_draft(const std::filesystem::path& model_dir);
     void set_lookahead();
     void propose(const std::vector<ScheduledChunk>& plan);
-    void propose_with_model(ModelRunner& runner, int exit_after);
+    void propose_with_model(Runner& runner, int exit_after);
     int32_t draft_token(Active& active, const float* logits, int step);
     void verify(Active& active, int first_row);
 
@@ -127,7 +132,7 @@ private:
     std::optional<ChatTemplate> chat_template_;
     std::string chat_template_error_;
     std::unique_ptr<ModelWeights> weights_;
-    std::unique_ptr<ModelRunner> runner_;
+    std::unique_ptr<Runner> runner_;
     BlockManager blocks_;
     Scheduler scheduler_;
     Metrics metrics_;
@@ -158,7 +163,7 @@ private:
     // none for --draft-layers, which runs the target's runner, and --draft-ngram).
     std::optional<ModelConfig> draft_config_;
     std::unique_ptr<ModelWeights> draft_weights_;  // none when a self draft is the target's own format
-    std::unique_ptr<ModelRunner> draft_runner_;
+    std::unique_ptr<Runner> draft_runner_;
     Batch draft_batch_;
     struct Drafting {
         Active* active;

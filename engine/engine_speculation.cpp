@@ -55,13 +55,15 @@ void Engine::load_draft(const std::filesystem::path& model_dir) {
     const bool same_tensors = d.kind == DraftKind::Self &&
                               (d.weights == options_.weights || (d.weights == WeightFormat::Q8 && q8_held) ||
                                (d.weights == WeightFormat::BF16 && held == WeightType::BF16 && weights_->kept_as_stored()));
-    if (!same_tensors) draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights);
+    if (!same_tensors) draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights, weight_home(options_.device));
     // The draft's cache has the target's blocks, so one block table serves both.
+    // On a GPU the draft's cache is allocated beyond the target's memory share (kv_blocks is the
+    // target's resolved count here).
     RunnerOptions r = runner_->options();
     r.max_logit_rows = options_.max_seqs;
-    draft_runner_ = std::make_unique<ModelRunner>(*config, same_tensors ? *weights_ : *draft_weights_, r);
+    draft_runner_ = make_runner(options_.device, *config, same_tensors ? *weights_ : *draft_weights_, r);
     spdlog::info("draft: {} ({} layers, dim {}, {} weights, {} MB cache), {} tokens a step", draft_kind_name(d.kind),
-                 config->n_layers, config->dim, weight_format_name(d.weights), draft_runner_->kv_cache().bytes() >> 20,
+                 config->n_layers, config->dim, weight_format_name(d.weights), draft_runner_->kv_bytes() >> 20,
                  d.tokens);
 }
 
@@ -121,7 +123,7 @@ int32_t Engine::draft_token(Active& active, const float* logits, int step) {
     return draw_from(q, vocab, active.rng);
 }
 
-void Engine::propose_with_model(ModelRunner& runner, int exit_after) {
+void Engine::propose_with_model(Runner& runner, int exit_after) {
     // First the tokens the draft has not seen, up to and including the sequence's last; for the
     // early exit that is only the last (its cache is the target's), for a draft model with its own
     // cache also what the target accepted last step, or a whole prompt. The logits after the last

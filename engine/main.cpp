@@ -12,6 +12,7 @@
 
 #include "engine/gguf_convert.hpp"
 #include "engine/make_model.hpp"
+#include "engine/runner.hpp"
 #include "engine/serve_command.hpp"
 #include "engine/tokenizer.hpp"
 #include "kernels/thread_policy.hpp"
@@ -24,13 +25,16 @@ commands:
   serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
         [--max-context N] [--max-seqs N] [--threads N] [--weights f32|bf16|q8|stored]
         [--kv-dtype f32|bf16] [--seed N] [--kv-blocks N] [--max-batch-tokens N] [--api-key KEY]
-        [--prefix-caching on|off]
+        [--prefix-caching on|off] [--device cpu|cuda:N] [--gpu-memory-utilization F]
         [--draft-self q8|bf16 | --draft-model DIR [--draft-weights f32|bf16|q8] | --draft-layers N |
          --draft-ngram N] [--draft-tokens K]
       load a Hugging Face model directory or a GGUF file and serve the OpenAI API (/v1/completions,
       /v1/chat/completions, /v1/models, /tokenize, /health, /metrics); --port 0 picks a free port;
       --max-context defaults to the model's own context length (no more than the KV cache,
       4 GiB or --kv-blocks, holds for one sequence);
+      --device cuda:N runs the model on GPU N (a build with the CUDA toolkit; f32, bf16 and q8
+      weights), its KV cache sized to what F (default 0.9) of the GPU's memory leaves once the
+      weights are up (or --kv-blocks), and --max-context defaulting to the model's own;
       with --api-key (or ANVIL_ENGINE_API_KEY, which ps does not show) every request but /health
       and /metrics needs 'Authorization: Bearer KEY'; bodies over what --max-context can hold get 413;
       prompts that start alike share the KV blocks of what they share (prefix caching, on by
@@ -88,6 +92,16 @@ long number(const std::map<std::string, std::string>& flags, const std::string& 
     char* end = nullptr;
     const long v = std::strtol(it->second.c_str(), &end, 10);
     if (it->second.empty() || *end != '\0' || v < 0) throw UsageError(flag + " " + it->second + ": expected a non-negative integer");
+    return v;
+}
+
+double fraction(const std::map<std::string, std::string>& flags, const std::string& flag, double fallback) {
+    auto it = flags.find(flag);
+    if (it == flags.end()) return fallback;
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !(v > 0.0 && v <= 1.0))
+        throw UsageError(flag + " " + it->second + ": expected a fraction above 0 and at most 1 (0.9 is 90%)");
     return v;
 }
 
@@ -157,7 +171,7 @@ int serve_command(const std::vector<std::string>& words) {
                                            "--max-seqs", "--threads", "--weights", "--kv-dtype", "--seed",
                                            "--kv-blocks", "--max-batch-tokens", "--api-key", "--draft-self", "--draft-model",
                                            "--draft-weights", "--draft-layers", "--draft-ngram", "--draft-tokens",
-                                           "--prefix-caching"});
+                                           "--prefix-caching", "--device", "--gpu-memory-utilization"});
     anvil::engine::ServeOptions o;
     if (!flags.count("--model")) throw UsageError("serve needs --model DIR");
     o.model_dir = flags.at("--model");
@@ -176,6 +190,15 @@ int serve_command(const std::vector<std::string>& words) {
     const std::string caching = text(flags, "--prefix-caching", "on");
     if (caching != "on" && caching != "off") throw UsageError("--prefix-caching " + caching + ": expected on or off");
     o.prefix_caching = caching == "on";
+    o.device = text(flags, "--device", o.device);
+    try {
+        anvil::engine::check_device_name(o.device);
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--device: ") + e.what());
+    }
+    o.gpu_memory_utilization = fraction(flags, "--gpu-memory-utilization", o.gpu_memory_utilization);
+    if (flags.count("--gpu-memory-utilization") && o.device == "cpu")
+        throw UsageError("--gpu-memory-utilization applies to --device cuda:N only");
     const char* key = std::getenv("ANVIL_ENGINE_API_KEY");
     o.api_key = text(flags, "--api-key", key ? key : "");
     o.draft_self = text(flags, "--draft-self", "");

@@ -54,29 +54,8 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
     logits_.resize(size_t(options.max_logit_rows) * config.vocab_size);
 }
 
-void ModelRunner::check(const Batch& batch) const {
-    const int n = batch.size();
-    if (n == 0 || n > options_.max_batch_tokens)
-        throw std::logic_error("batch of " + std::to_string(n) + " tokens; the runner takes 1 to " +
-                               std::to_string(options_.max_batch_tokens));
-    if (int(batch.logit_tokens.size()) > options_.max_logit_rows)
-        throw std::logic_error("batch asks for more logits than the runner holds");
-    if (batch.positions.size() != size_t(n) || batch.sequence.size() != size_t(n))
-        throw std::logic_error("batch vectors disagree in length");
-    for (int i = 0; i < n; ++i) {
-        if (batch.tokens[i] < 0 || batch.tokens[i] >= config_.vocab_size)
-            throw std::logic_error("token id " + std::to_string(batch.tokens[i]) + " outside the vocabulary");
-        if (batch.positions[i] < 0 || batch.positions[i] >= options_.max_context)
-            throw std::logic_error("position outside the context");
-        if (batch.sequence[i] < 0 || size_t(batch.sequence[i]) >= batch.block_tables.size())
-            throw std::logic_error("token of an unknown sequence");
-    }
-    for (int t : batch.logit_tokens)
-        if (t < 0 || t >= n) throw std::logic_error("logits asked for a token outside the batch");
-}
-
 void ModelRunner::forward(const Batch& batch, int exit_after) {
-    check(batch);
+    check_batch(batch, config_, options_);
     if (exit_after < 0 || exit_after > config_.n_layers) throw std::logic_error("early exit after a layer the model lacks");
     // OpenMP's thread count is per calling thread: fix it here, whichever thread runs the model,
     // because the attention scratch is sized for exactly this many.

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/engine.hpp"
+#include "engine/kv_cache.hpp"
 #include "engine/server.hpp"
 #include "kernels/cpu_features.hpp"
 
@@ -71,6 +72,8 @@ int serve(const ServeOptions& o) {
     e.kv_type = parse_kv_type(o.kv_dtype);
     e.seed = o.seed;
     e.threads = o.threads;
+    e.device = o.device;
+    e.gpu_memory_utilization = o.gpu_memory_utilization;
     e.draft = draft_options(o);
     // Without --max-context the context the engine will serve bounds request bodies; a model that
     // cannot be read fails in the loader below, with its error on /health.
@@ -98,8 +101,11 @@ int serve(const ServeOptions& o) {
     const int port = server.bind();
     // The port line on stdout is how a parent that passed --port 0 learns the port.
     std::cout << "anvil-engine: listening on http://" << o.host << ":" << port << std::endl;
-    spdlog::info("loading {} with kernels {}, {} threads", o.model_dir.string(), kernels::isa_name(kernels::active_isa()),
-                 o.threads > 0 ? o.threads : omp_get_max_threads());
+    if (o.device == "cpu")
+        spdlog::info("loading {} with kernels {}, {} threads", o.model_dir.string(), kernels::isa_name(kernels::active_isa()),
+                     o.threads > 0 ? o.threads : omp_get_max_threads());
+    else
+        spdlog::info("loading {} onto {}", o.model_dir.string(), o.device);
 
     g_server = &server;
     std::signal(SIGINT, on_signal);

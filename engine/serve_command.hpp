@@ -23,6 +23,8 @@ struct ServeOptions {
     int kv_blocks = 0;
     int max_batch_tokens = 256;
     bool prefix_caching = true;  // --prefix-caching on|off
+    std::string device = "cpu";         // --device cpu|cuda|cuda:N
+    double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization F (with --device cuda:N)
     std::string api_key;  // --api-key, or ANVIL_ENGINE_API_KEY (which ps does not show)
     // Speculative decoding: at most one of these draft kinds.
     std::string draft_self;           // --draft-self q8|bf16

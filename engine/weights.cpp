@@ -124,11 +124,12 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
     const bool same = (type == WeightType::F32 && t.dtype == Dtype::F32) || (type == WeightType::BF16 && t.dtype == Dtype::BF16) ||
                       (type == WeightType::F16 && t.dtype == Dtype::F16);
     if (same && reinterpret_cast<uintptr_t>(t.data) % 4 == 0) {
-        if (!streamed) {
-            m.data = t.data;  // read a row at a time: the mapping serves
+        if (streamed) kept_as_stored_ = true;
+        // Read a row at a time, or uploaded to a GPU once: the mapping serves.
+        if (!streamed || home_ == WeightHome::Device) {
+            m.data = t.data;
             return m;
         }
-        kept_as_stored_ = true;
         // Decode streams it every token: copied as it is onto huge pages (kernels/streamed_memory.hpp),
         // where the file's mapping has 4 KB pages. Bench-model decode, f32 as stored, 2 threads on the
         // Intel VM: 51-52 -> 54.4-54.6 tok/s (docs/PERFORMANCE.md).
@@ -146,7 +147,7 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         // Where a vector level will multiply them, the blocks are interleaved by 8 rows for it
         // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
         // GGUF's blocks as the file holds them, at any alignment.
-        if (kernels::active_isa() != kernels::Isa::Reference) {
+        if (kernels::active_isa() != kernels::Isa::Reference && home_ == WeightHome::Cpu) {
             struct Packing {
                 WeightType as;
                 size_t (*bytes)(int, int);
@@ -204,8 +205,9 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
             // byte products will, packed by 8 rows for those (see kernels/weight_matrix.hpp). The
             // row-major copy is then only a step on the way.
             const kernels::Isa isa = kernels::active_isa();
-            const bool vnni = kernels::cpu_features().avx512_vnni && int(isa) >= int(kernels::Isa::Avx512Vnni);
-            const bool rows8 = !vnni && isa != kernels::Isa::Reference;
+            const bool cpu = home_ == WeightHome::Cpu;
+            const bool vnni = cpu && kernels::cpu_features().avx512_vnni && int(isa) >= int(kernels::Isa::Avx512Vnni);
+            const bool rows8 = cpu && !vnni && isa != kernels::Isa::Reference;
             const bool pack = vnni || rows8;
             std::vector<int8_t> staging_values;
             std::vector<float> staging_scales;
@@ -292,8 +294,8 @@ const float* ModelWeights::vector(const std::string& name, int n) {
     return out;
 }
 
-ModelWeights::ModelWeights(const ModelConfig& c, const std::filesystem::path& model_dir, WeightFormat format)
-    : store_(std::make_unique<TensorStore>(model_dir)) {
+ModelWeights::ModelWeights(const ModelConfig& c, const std::filesystem::path& model_dir, WeightFormat format, WeightHome home)
+    : home_(home), store_(std::make_unique<TensorStore>(model_dir)) {
     // Untied, the embedding is read a row a token; tied, it is the head as well, streamed whole.
     embedding = matrix("model.embed_tokens.weight", c.vocab_size, c.dim, format, c.tie_embeddings);
     layers.resize(size_t(c.n_layers));

@@ -23,6 +23,11 @@ enum class WeightFormat { Stored, F32, BF16, Q8 };
 WeightFormat parse_weight_format(const std::string& text);  // throws with the accepted values
 const char* weight_format_name(WeightFormat format);
 
+// Where the runner keeps the weights. On the CPU, q8 and GGUF blocks are packed for the kernel
+// level that multiplies them, and what decode streams is copied onto huge pages; a GPU runner
+// uploads them, so it takes them row-major and straight from the file's mapping where it can.
+enum class WeightHome { Cpu, Device };
+
 struct LayerWeights {
     const float* attn_norm = nullptr;  // [dim]
     kernels::WeightMatrix wq;          // [q_dim][dim]
@@ -42,7 +47,8 @@ struct LayerWeights {
 
 class ModelWeights {
 public:
-    ModelWeights(const ModelConfig& config, const std::filesystem::path& model_dir, WeightFormat format);
+    ModelWeights(const ModelConfig& config, const std::filesystem::path& model_dir, WeightFormat format,
+                 WeightHome home = WeightHome::Cpu);
     ModelWeights(const ModelWeights&) = delete;
     ModelWeights& operator=(const ModelWeights&) = delete;
 
@@ -64,6 +70,7 @@ private:
     const float* vector(const std::string& name, int n);
     void* allocate(size_t bytes);
 
+    WeightHome home_ = WeightHome::Cpu;
     std::unique_ptr<TensorStore> store_;
     kernels::StreamedArena owned_;  // what load converted, on huge pages: decode streams it
     size_t bytes_per_token_ = 0;

@@ -142,6 +142,8 @@ void check_layer(const char* what, const PagedKv& layer) {
     if (layer.block_size <= 0 || layer.kv_heads <= 0 || layer.head_dim <= 0 || layer.head_dim > kMaxHeadDim)
         throw std::invalid_argument(std::string("cuda ") + what +
                                     ": block_size and kv_heads positive, head_dim 1 to " + std::to_string(kMaxHeadDim));
+    if (layer.layout != KvLayout::SlotMajor)
+        throw std::invalid_argument(std::string("cuda ") + what + ": the device cache is slot-major (KvLayout::SlotMajor)");
 }
 
 }  // namespace

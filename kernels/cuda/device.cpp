@@ -1,6 +1,8 @@
 #include "kernels/cuda/device.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 
 #include "kernels/cuda/check.hpp"
 
@@ -44,6 +46,17 @@ void copy_on_device(void* dst, const void* src, size_t bytes) {
 
 void set_device(int device) { ANVIL_CUDA_CHECK(cudaSetDevice(device)); }
 
+void* pinned_alloc(size_t bytes) {
+    void* pointer = nullptr;
+    if (bytes == 0) return nullptr;
+    ANVIL_CUDA_CHECK(cudaMallocHost(&pointer, bytes));
+    return pointer;
+}
+
+void pinned_free(void* pointer) noexcept {
+    if (pointer) (void)cudaFreeHost(pointer);
+}
+
 }  // namespace detail
 
 int parse_device(std::string_view text) {
@@ -86,6 +99,17 @@ DeviceInfo device_info(int device) {
     info.total_memory = properties.totalGlobalMem;
     info.multiprocessors = properties.multiProcessorCount;
     return info;
+}
+
+DeviceMemory device_memory(int device) {
+    int current = 0;
+    ANVIL_CUDA_CHECK(cudaGetDevice(&current));
+    ANVIL_CUDA_CHECK(cudaSetDevice(device));
+    DeviceMemory memory;
+    const cudaError_t status = cudaMemGetInfo(&memory.free, &memory.total);
+    (void)cudaSetDevice(current);
+    if (status != cudaSuccess) detail::throw_cuda_error(status, "cudaMemGetInfo(&memory.free, &memory.total)", __FILE__, __LINE__);
+    return memory;
 }
 
 Context::Context(int device) : device_(device) {
@@ -153,6 +177,62 @@ void copy_async(Context& context, void* dst, const void* src, size_t bytes) {
     if (bytes)
         ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, detail::stream_of(context)));
 }
+
+void copy_to_device_async(Context& context, void* dst, const void* src, size_t bytes) {
+    context.activate();
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, detail::stream_of(context)));
+}
+
+void copy_to_host_async(Context& context, void* dst, const void* src, size_t bytes) {
+    context.activate();
+    if (bytes) ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, detail::stream_of(context)));
+}
+
+StagedUploader::StagedUploader(Context& context, size_t chunk_bytes) : context_(context), chunk_(chunk_bytes) {
+    if (chunk_bytes == 0) throw std::invalid_argument("staged upload: chunks of at least one byte");
+    context_.activate();
+    staging_[0] = PinnedArray<uint8_t>(chunk_bytes);
+    staging_[1] = PinnedArray<uint8_t>(chunk_bytes);
+    for (void*& event : copied_) {
+        cudaEvent_t made = nullptr;
+        const cudaError_t status = cudaEventCreateWithFlags(&made, cudaEventDisableTiming);
+        if (status != cudaSuccess) {
+            for (void* e : copied_)
+                if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+            detail::throw_cuda_error(status, "cudaEventCreateWithFlags(&made, cudaEventDisableTiming)", __FILE__, __LINE__);
+        }
+        event = made;
+        // Recorded once, so that the first wait on each buffer returns at once.
+        ANVIL_CUDA_CHECK(cudaEventRecord(made, detail::stream_of(context_)));
+    }
+}
+
+StagedUploader::~StagedUploader() {
+    (void)cudaSetDevice(context_.device());
+    (void)cudaStreamSynchronize(detail::stream_of(context_));  // no copy may still read a buffer freed below
+    for (void* event : copied_)
+        if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void StagedUploader::upload(void* dst, const void* src, size_t bytes) {
+    context_.activate();
+    const auto* from = static_cast<const uint8_t*>(src);
+    auto* to = static_cast<uint8_t*>(dst);
+    for (size_t done = 0; done < bytes;) {
+        const size_t n = std::min(chunk_, bytes - done);
+        const auto event = static_cast<cudaEvent_t>(copied_[next_]);
+        ANVIL_CUDA_CHECK(cudaEventSynchronize(event));  // the buffer's previous copy has left it
+        std::memcpy(staging_[next_].data(), from + done, n);
+        ANVIL_CUDA_CHECK(cudaMemcpyAsync(to + done, staging_[next_].data(), n, cudaMemcpyHostToDevice,
+                                         detail::stream_of(context_)));
+        ANVIL_CUDA_CHECK(cudaEventRecord(event, detail::stream_of(context_)));
+        next_ ^= 1;
+        done += n;
+    }
+    uploaded_ += bytes;
+}
+
+void StagedUploader::finish() { context_.synchronize(); }
 
 void fill_bytes(Context& context, void* dst, int byte, size_t bytes) {
     context.activate();

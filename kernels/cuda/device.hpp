@@ -40,6 +40,12 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device);
 
+// What cudaMemGetInfo reports for a device: its free and total memory now.
+struct DeviceMemory {
+    size_t free = 0, total = 0;
+};
+DeviceMemory device_memory(int device);
+
 namespace detail {
 void* device_alloc(size_t bytes);  // on the current device; throws CudaError
 void device_free(void* pointer) noexcept;
@@ -47,6 +53,8 @@ void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);
 void set_device(int device);
+void* pinned_alloc(size_t bytes);  // page-locked host memory; throws CudaError
+void pinned_free(void* pointer) noexcept;
 }  // namespace detail
 
 // count elements of T in device memory of the current device, freed with the array. Copies are
@@ -101,6 +109,38 @@ private:
     size_t count_ = 0;
 };
 
+// count elements of T in page-locked host memory: copies between it and the device run
+// asynchronously, at the link's full speed (pageable memory is staged by the driver, synchronously).
+template <typename T>
+class PinnedArray {
+public:
+    PinnedArray() = default;
+    explicit PinnedArray(size_t count) : pointer_(static_cast<T*>(detail::pinned_alloc(count * sizeof(T)))), count_(count) {}
+    PinnedArray(const PinnedArray&) = delete;
+    PinnedArray& operator=(const PinnedArray&) = delete;
+    PinnedArray(PinnedArray&& other) noexcept
+        : pointer_(std::exchange(other.pointer_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+    PinnedArray& operator=(PinnedArray&& other) noexcept {
+        if (this != &other) {
+            detail::pinned_free(pointer_);
+            pointer_ = std::exchange(other.pointer_, nullptr);
+            count_ = std::exchange(other.count_, 0);
+        }
+        return *this;
+    }
+    ~PinnedArray() { detail::pinned_free(pointer_); }
+
+    T* data() { return pointer_; }
+    const T* data() const { return pointer_; }
+    size_t size() const { return count_; }
+    T& operator[](size_t i) { return pointer_[i]; }
+    const T& operator[](size_t i) const { return pointer_[i]; }
+
+private:
+    T* pointer_ = nullptr;
+    size_t count_ = 0;
+};
+
 // One device, one stream on it, one cuBLAS handle bound to that stream, and a scratch area the
 // products use (bf16 copies of activations for cuBLAS). Kernels are queued on the stream in order;
 // synchronize() waits for them and reports any error they raised. Not thread-safe: one engine
@@ -135,6 +175,33 @@ private:
 
 // Queued on the context's stream (asynchronous to the host).
 void copy_async(Context& context, void* dst, const void* src, size_t bytes);  // device to device
+// Host to device and back, host memory pinned (PinnedArray): the host side must stay untouched
+// until the stream reaches the copy (synchronize()).
+void copy_to_device_async(Context& context, void* dst, const void* src, size_t bytes);
+void copy_to_host_async(Context& context, void* dst, const void* src, size_t bytes);
+
+// Uploads host memory of any kind (a file's mapping, converted weights) through two pinned staging
+// buffers on the context's stream: the host fills one while the other's copy runs, so a large
+// model goes up at the link's speed instead of the driver's synchronous pageable copies. upload()
+// returns once `src` has been read (it may be freed); finish() waits for the copies.
+class StagedUploader {
+public:
+    explicit StagedUploader(Context& context, size_t chunk_bytes = size_t(64) << 20);
+    StagedUploader(const StagedUploader&) = delete;
+    StagedUploader& operator=(const StagedUploader&) = delete;
+    ~StagedUploader();
+    void upload(void* dst, const void* src, size_t bytes);
+    void finish();
+    size_t uploaded_bytes() const { return uploaded_; }
+
+private:
+    Context& context_;
+    size_t chunk_;
+    PinnedArray<uint8_t> staging_[2];
+    void* copied_[2] = {nullptr, nullptr};  // cudaEvent_t: the buffer's last copy is done
+    int next_ = 0;
+    size_t uploaded_ = 0;
+};
 void fill_bytes(Context& context, void* dst, int byte, size_t bytes);
 
 // A CUDA graph: the kernels one call of `work` queues on the context's stream, recorded once and

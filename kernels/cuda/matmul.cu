@@ -179,20 +179,24 @@ void check_shapes(const WeightMatrix& w, const float* x, int n_tokens, const flo
 
 }  // namespace
 
-DeviceWeights::DeviceWeights(const WeightMatrix& host) : view_(host) {
+DeviceWeights::DeviceWeights(const WeightMatrix& host, StagedUploader* uploader) : view_(host) {
     if (host.type == WeightType::Q8Packed || host.type == WeightType::Q8Packed8)
         throw std::invalid_argument("cuda weights: packed q8 is a CPU layout; upload the row-major q8 matrix");
     if (host.type != WeightType::F32 && host.type != WeightType::BF16 && host.type != WeightType::Q8)
         throw std::invalid_argument(std::string("cuda weights: ") + weight_type_name(host.type) + " has no CUDA kernel yet");
     const size_t count = size_t(host.rows) * host.cols;
     const size_t element = host.type == WeightType::F32 ? 4 : host.type == WeightType::BF16 ? 2 : 1;
+    const auto upload = [&](void* dst, const void* src, size_t bytes) {
+        if (uploader) uploader->upload(dst, src, bytes);
+        else detail::copy_to_device(dst, src, bytes);
+    };
     data_ = DeviceArray<uint8_t>(count * element);
-    data_.upload(static_cast<const uint8_t*>(host.data), count * element);
+    upload(data_.data(), host.data, count * element);
     view_.data = data_.data();
     view_.scales = nullptr;
     if (host.type == WeightType::Q8) {
         scales_ = DeviceArray<float>(count / kQ8Group);
-        scales_.upload(host.scales, count / kQ8Group);
+        upload(scales_.data(), host.scales, count / kQ8Group * sizeof(float));
         view_.scales = scales_.data();
     }
 }

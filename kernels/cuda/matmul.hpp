@@ -14,10 +14,11 @@
 
 namespace anvil::kernels::cuda {
 
-// A weight matrix copied to the device, and its device view.
+// A weight matrix copied to the device, and its device view. With an uploader the copy goes
+// through its pinned staging (queued: the uploader's finish() waits for it).
 class DeviceWeights {
 public:
-    explicit DeviceWeights(const WeightMatrix& host);
+    explicit DeviceWeights(const WeightMatrix& host, StagedUploader* uploader = nullptr);
     const WeightMatrix& view() const { return view_; }
     size_t bytes() const { return data_.bytes() + scales_.bytes(); }
 

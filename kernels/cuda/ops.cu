@@ -25,9 +25,10 @@ __device__ __forceinline__ float block_sum(float value, float* shared /* [32] */
     return value;  // every thread holds the total
 }
 
-__global__ void rmsnorm_kernel(float* out, const float* x, const float* __restrict__ weight, int n, float eps) {
+__global__ void rmsnorm_kernel(float* out, const float* x, const float* __restrict__ weight, int n, float eps,
+                               const int32_t* __restrict__ rows) {
     __shared__ float partial[32];
-    const float* row = x + size_t(blockIdx.x) * n;
+    const float* row = x + size_t(rows ? rows[blockIdx.x] : int(blockIdx.x)) * n;
     float* dst = out + size_t(blockIdx.x) * n;
     float sum = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
@@ -40,16 +41,18 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* __restri
 
 // One block a token; thread i rotates pair i of some head.
 __global__ void rope_kernel(float* vec, int stride, int n_heads, int half, const int32_t* __restrict__ positions,
-                            const float* __restrict__ cos, const float* __restrict__ sin) {
+                            const float* __restrict__ cos, const float* __restrict__ sin, bool pairs) {
     float* row = vec + size_t(blockIdx.x) * stride;
     const size_t table = size_t(positions[blockIdx.x]) * half;
     for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
         const int head = j / half, i = j % half;
         float* h = row + size_t(head) * 2 * half;
-        const float a = h[i], b = h[i + half], c = cos[table + i], s = sin[table + i];
+        // The pair rotated by angle i: (i, i + half), or (2i, 2i + 1) for the adjacent layout.
+        const int first = pairs ? 2 * i : i, second = pairs ? 2 * i + 1 : i + half;
+        const float a = h[first], b = h[second], c = cos[table + i], s = sin[table + i];
         // Each product rounded, as the CPU computes them (no fused multiply-add).
-        h[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        h[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        h[first] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        h[second] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
     }
 }
 
@@ -137,24 +140,25 @@ void check_count(const char* what, long long count) {
 
 }  // namespace
 
-void rmsnorm(Context& context, float* out, const float* x, const float* weight, int n_rows, int n, float eps) {
+void rmsnorm(Context& context, float* out, const float* x, const float* weight, int n_rows, int n, float eps,
+             const int32_t* rows) {
     check_count("rmsnorm", n_rows);
     if (n <= 0) throw std::invalid_argument("cuda rmsnorm: rows of at least one element");
     if (n_rows == 0) return;
     context.activate();
-    rmsnorm_kernel<<<unsigned(n_rows), kThreads, 0, detail::stream_of(context)>>>(out, x, weight, n, eps);
+    rmsnorm_kernel<<<unsigned(n_rows), kThreads, 0, detail::stream_of(context)>>>(out, x, weight, n, eps, rows);
     ANVIL_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
 void rope(Context& context, float* vec, int n_tokens, int stride, int n_heads, int head_dim, const int32_t* positions,
-          const float* cos, const float* sin) {
+          const float* cos, const float* sin, bool pairs) {
     check_count("rope", n_tokens);
     if (head_dim <= 0 || head_dim % 2 != 0 || n_heads <= 0 || stride < n_heads * head_dim)
         throw std::invalid_argument("cuda rope: head_dim even and positive, n_heads positive, rows hold the heads");
     if (n_tokens == 0) return;
     context.activate();
     rope_kernel<<<unsigned(n_tokens), kThreads, 0, detail::stream_of(context)>>>(vec, stride, n_heads, head_dim / 2,
-                                                                                  positions, cos, sin);
+                                                                                  positions, cos, sin, pairs);
     ANVIL_CUDA_CHECK_LAUNCH("rope_kernel");
 }
 

@@ -12,14 +12,17 @@
 namespace anvil::kernels::cuda {
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for rows r < n_rows of n floats; out may alias
-// x. Per-head norms (q_norm, k_norm) are rows of head_dim.
-void rmsnorm(Context& context, float* out, const float* x, const float* weight, int n_rows, int n, float eps);
+// x. Per-head norms (q_norm, k_norm) are rows of head_dim. With `rows` (device, [n_rows]) the input
+// of out[r] is x[rows[r]] instead: the final norm of only the tokens whose logits are wanted.
+void rmsnorm(Context& context, float* out, const float* x, const float* weight, int n_rows, int n, float eps,
+             const int32_t* rows = nullptr);
 
 // Rotates the heads of each token's vec ([n_tokens][stride], heads [n_heads][head_dim] from the
-// start of each row) by its position's angles, "rotate half" layout as kernels::rope.
+// start of each row) by its position's angles, "rotate half" layout as kernels::rope, or with
+// `pairs` adjacent pairs as kernels::rope_pairs (GGUF's Llama tensors).
 // positions: [n_tokens]; cos, sin: [max_context][head_dim / 2], the tables the engine computes.
 void rope(Context& context, float* vec, int n_tokens, int stride, int n_heads, int head_dim, const int32_t* positions,
-          const float* cos, const float* sin);
+          const float* cos, const float* sin, bool pairs = false);
 
 // gate = silu(gate) * up, n elements.
 void silu_mul(Context& context, float* gate, const float* up, size_t n);

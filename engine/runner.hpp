@@ -1,0 +1,94 @@
+// What runs the model: the forward pass over a batch of tokens from any mix of sequences (prefill
+// chunks and decode steps alike) and the logits of the tokens asked for. The scheduler, block
+// manager, sampler and server are shared by every device; only a Runner knows where the weights,
+// activations and KV cache live (model_runner.hpp: the CPU; cuda_model_runner.hpp: one GPU).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.hpp"
+#include "engine/weights.hpp"
+#include "kernels/attention.hpp"
+
+namespace anvil::engine {
+
+// One step's tokens. Vectors are reused between steps: clear() keeps their capacity.
+struct Batch {
+    std::vector<int32_t> tokens;     // [n]
+    std::vector<int32_t> positions;  // [n] position of each token in its sequence
+    std::vector<int32_t> sequence;   // [n] index into block_tables
+    std::vector<const int32_t*> block_tables;  // per sequence: its blocks, in position order
+    std::vector<int32_t> logit_tokens;  // indices into tokens whose logits are wanted, in order
+
+    // Capacity for `tokens` tokens of up to `sequences` sequences and `logit_rows` logits rows, so
+    // that filling it during decoding never allocates.
+    void reserve(int max_tokens, int sequences, int logit_rows) {
+        tokens.reserve(size_t(max_tokens));
+        positions.reserve(size_t(max_tokens));
+        sequence.reserve(size_t(max_tokens));
+        block_tables.reserve(size_t(sequences));
+        logit_tokens.reserve(size_t(logit_rows));
+    }
+    void clear() {
+        tokens.clear();
+        positions.clear();
+        sequence.clear();
+        block_tables.clear();
+        logit_tokens.clear();
+    }
+    int size() const { return int(tokens.size()); }
+};
+
+struct RunnerOptions {
+    int max_batch_tokens = 256;  // tokens one forward() may carry
+    int max_logit_rows = 16;     // logits one forward() may return
+    int max_context = 2048;      // positions per sequence
+    int kv_blocks = 0;           // blocks in the cache; 0 on a GPU: as many as memory_fraction leaves room for
+    int block_size = 16;
+    kernels::KvType kv_type = kernels::KvType::F32;
+    int threads = 0;             // CPU: OpenMP threads; 0: omp_get_max_threads() of the constructing thread
+    // GPU: the share of the device's memory the runner may hold (weights, activations, KV cache), as
+    // vLLM's --gpu-memory-utilization; what other processes hold counts against it too.
+    double memory_fraction = 0.9;
+};
+
+class Runner {
+public:
+    virtual ~Runner() = default;
+
+    // Writes the batch's keys and values into the cache slots its block tables name, and fills
+    // logits(i) for the i-th entry of batch.logit_tokens. `exit_after` > 0 stops after that many
+    // layers (an early exit: the draft of --draft-layers): only those layers' keys and values are
+    // written, and the logits come from the final norm and LM head applied there.
+    virtual void forward(const Batch& batch, int exit_after = 0) = 0;
+    // Host memory, valid until the next forward().
+    virtual const float* logits(int i) const = 0;
+
+    virtual const ModelConfig& config() const = 0;
+    // As constructed, but for kv_blocks, which is what the cache holds.
+    virtual const RunnerOptions& options() const = 0;
+    virtual size_t kv_bytes() const = 0;
+    virtual std::string device() const = 0;  // "cpu", or "cuda:N (name)"
+};
+
+// Throws std::logic_error naming what is wrong when the batch does not fit the runner (the engine
+// builds batches; a bad one is a bug, not a request to refuse).
+void check_batch(const Batch& batch, const ModelConfig& config, const RunnerOptions& options);
+
+// Where a runner for `device` keeps the weights: the CPU's kernel levels pack some formats for
+// themselves; a GPU takes them row-major.
+WeightHome weight_home(const std::string& device);
+
+// "cpu", or "cuda" / "cuda:N". A CUDA device in a build without the CUDA toolkit, or on a machine
+// without one, throws std::runtime_error saying so in one line.
+std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig& config, const ModelWeights& weights,
+                                    const RunnerOptions& options);
+
+// Throws std::invalid_argument unless `device` is "cpu", "cuda" or "cuda:N".
+void check_device_name(const std::string& device);
+
+}  // namespace anvil::engine
