@@ -77,7 +77,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
       // resolved against the model's own before anything is sized by it.
       blocks_(default_kv_blocks(resolve_context(options_, config_), config_), options.block_size, options.prefix_caching),
       scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
-    check_device_name(options.device);
+    require_device(options.device);
     if (options_.max_context > config_.max_position)
         throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
                                  " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");

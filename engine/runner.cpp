@@ -49,6 +49,19 @@ void check_device_name(const std::string& device) {
 #endif
 }
 
+void require_device(const std::string& device) {
+    check_device_name(device);
+    if (device == "cpu") return;
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+    const int index = kernels::cuda::parse_device(device);
+    const kernels::cuda::DeviceProbe probe = kernels::cuda::probe_devices();
+    if (probe.count == 0) throw std::runtime_error(device + ": " + probe.reason);
+    if (index >= probe.count)
+        throw std::runtime_error(device + ": there are " + std::to_string(probe.count) + " CUDA devices (cuda:0 to cuda:" +
+                                 std::to_string(probe.count - 1) + ")");
+#endif
+}
+
 WeightHome weight_home(const std::string& device) { return device == "cpu" ? WeightHome::Cpu : WeightHome::Device; }
 
 std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig& config, const ModelWeights& weights,

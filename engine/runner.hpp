@@ -90,5 +90,8 @@ std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig
 
 // Throws std::invalid_argument unless `device` is "cpu", "cuda" or "cuda:N".
 void check_device_name(const std::string& device);
+// Throws std::runtime_error saying why when `device` is a GPU this machine does not have: checked
+// before a model's weights are read, which takes minutes for a large one.
+void require_device(const std::string& device);
 
 }  // namespace anvil::engine

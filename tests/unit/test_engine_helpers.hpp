@@ -11,6 +11,7 @@
 #include "engine/config.hpp"
 #include "engine/make_model.hpp"
 #include "engine/model_runner.hpp"
+#include "engine/runner.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/weights.hpp"
 
@@ -21,10 +22,11 @@ struct LoadedModel {
     std::unique_ptr<anvil::engine::ModelWeights> weights;
 };
 
-inline LoadedModel load_model(const std::filesystem::path& dir, anvil::engine::WeightFormat format) {
+inline LoadedModel load_model(const std::filesystem::path& dir, anvil::engine::WeightFormat format,
+                              anvil::engine::WeightHome home = anvil::engine::WeightHome::Cpu) {
     LoadedModel m;
     m.config = anvil::engine::load_config(dir);
-    m.weights = std::make_unique<anvil::engine::ModelWeights>(m.config, dir, format);
+    m.weights = std::make_unique<anvil::engine::ModelWeights>(m.config, dir, format, home);
     return m;
 }
 
@@ -49,9 +51,11 @@ inline std::vector<int32_t> token_sequence(int length, int vocab, int salt) {
 }
 
 // Logits of every position of every sequence, [sequence][position * vocab + v]. `step` tokens of
-// each sequence go into one forward() together with the others' (step 0: the whole prompt).
+// each sequence go into one forward() together with the others' (step 0: the whole prompt), on
+// `device` (runner.hpp; the weights loaded for it).
 inline std::vector<std::vector<float>> run_sequences(const LoadedModel& m, const std::vector<std::vector<int32_t>>& seqs,
-                                                     int step, kernels::KvType kv_type = kernels::KvType::F32) {
+                                                     int step, kernels::KvType kv_type = kernels::KvType::F32,
+                                                     const std::string& device = "cpu") {
     using anvil::engine::Batch;
     constexpr int kBlock = 16;
     int total = 0, longest = 0;
@@ -72,7 +76,8 @@ inline std::vector<std::vector<float>> run_sequences(const LoadedModel& m, const
     for (int b = 0; b < (longest + kBlock - 1) / kBlock; ++b)
         for (size_t i = 0; i < seqs.size(); ++i)
             if (b * kBlock < int(seqs[i].size())) tables[i].push_back(next--);
-    anvil::engine::ModelRunner runner(m.config, *m.weights, options);
+    const auto made = anvil::engine::make_runner(device, m.config, *m.weights, options);
+    anvil::engine::Runner& runner = *made;
 
     const int vocab = m.config.vocab_size;
     std::vector<std::vector<float>> out(seqs.size());

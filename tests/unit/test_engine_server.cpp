@@ -21,6 +21,9 @@
 #include "engine/make_model.hpp"
 #include "engine/server.hpp"
 #include "engine/unicode.hpp"
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+#include "kernels/cuda/device.hpp"
+#endif
 #include "test_engine_served.hpp"
 #include "test_support.hpp"
 
@@ -502,6 +505,38 @@ TEST_CASE("a model without a chat template serves completions and refuses chat w
     CHECK(served->status == 200);
     server.stop();
     serving.join();
+}
+
+TEST_CASE("anvil-engine serve --device: a bad name, a fraction out of range and a missing GPU are refused in one line",
+          "[server]") {
+    TempDir dir;
+    const auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "m").string(), "--preset", "tiny"});
+    INFO(made.output);
+    REQUIRE(made.exit_code == 0);
+    const std::string model = (dir / "m").string();
+    const auto named = anvil::test::run({ANVIL_ENGINE, "serve", "--model", model, "--device", "gpu0"});
+    CHECK(named.exit_code != 0);
+    CHECK_THAT(named.output, Catch::Contains("--device: device \"gpu0\": expected cpu, cuda or cuda:N"));
+    const auto fraction = anvil::test::run({ANVIL_ENGINE, "serve", "--model", model, "--device", "cuda:0",
+                                            "--gpu-memory-utilization", "1.5"});
+    CHECK(fraction.exit_code != 0);
+    CHECK_THAT(fraction.output, Catch::Contains("--gpu-memory-utilization 1.5: expected a fraction above 0 and at most 1"));
+    const auto on_cpu = anvil::test::run({ANVIL_ENGINE, "serve", "--model", model, "--gpu-memory-utilization", "0.5"});
+    CHECK(on_cpu.exit_code != 0);
+    CHECK_THAT(on_cpu.output, Catch::Contains("--gpu-memory-utilization applies to --device cuda:N only"));
+
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+    if (anvil::kernels::cuda::probe_devices().count > 0) {
+        WARN("this machine has a CUDA device: its refusal is not tested here");
+        return;
+    }
+#endif
+    // No GPU here: a build without the toolkit refuses the flag; one with it fails to load, saying why.
+    const auto missing = anvil::test::run({ANVIL_ENGINE, "serve", "--model", model, "--port", "0", "--device", "cuda:0"});
+    INFO(missing.output);
+    CHECK(missing.exit_code != 0);
+    CHECK((missing.output.find("built without the CUDA toolkit") != std::string::npos ||
+           missing.output.find("cuda:0: no CUDA device") != std::string::npos));
 }
 
 TEST_CASE("anvil-engine make-model and serve work as commands", "[server]") {
