@@ -41,7 +41,7 @@ commands:
       default); a draft makes decoding speculative (lossless: the output is the target's): the target's own
       weights quantized, a second model with the same tokenizer, the target's first N layers
       (early exit), or prompt lookup of the last N tokens; K (1-16, default 4) tokens a step
-  make-model --out DIR|FILE.gguf [--preset tiny|small|bench] [--seed N] [--arch llama|qwen2|qwen3|mistral]
+  make-model --out DIR|FILE.gguf [--preset tiny|small|bench|large] [--seed N] [--arch llama|qwen2|qwen3|mistral]
              [--dtype f32|bf16|f16|q8_0|q4_0|q4_k_m|q6_k] [--vocab byte-level|sentencepiece]
              [--shards N] [--early-exit N] [--layers N]
       write a deterministic model directory with random weights and a BPE tokenizer, byte-level

@@ -13,6 +13,11 @@
 //        GGUF file (anvil-engine convert) and served from it as stored, as `--model FILE.gguf` is.
 //        bench_engine --draft self-q8,self-bf16,model,layers,ngram [--draft-tokens K] [--tokens N]
 //        speculative decoding instead (bench_engine_draft.hpp; default K 4, 64 tokens)
+//        bench_engine --device cuda:N [--preset bench|large] [--weights bf16,q8] [--tokens N]
+//        the GPU runner instead, beside the device's own copy bandwidth (read + write) measured in
+//        the same run: batch-1 decode against copy bandwidth / bytes per token, batch 32 aggregate
+//        decode and a 2,048-token prefill in tokens/s. --preset large is a generated model with
+//        Llama 3 8B's layer shapes and 20 layers (8.7 GB of bf16 weights), written once under --keep.
 #include <omp.h>
 
 #include <httplib.h>
@@ -40,6 +45,9 @@
 #include "bench_engine_draft.hpp"
 #include "bench_support.hpp"
 #include "kernels/cpu_features.hpp"
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+#include "kernels/cuda/device.hpp"
+#endif
 #include "kernels/thread_policy.hpp"
 #include "test_support.hpp"
 
@@ -64,7 +72,7 @@ double process_cpu_seconds() {
 
 // Greedy decode of `tokens` tokens after a `depth`-token prompt, one sequence, straight on the runner.
 DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int tokens, int depth,
-                    anvil::kernels::KvType kv_type) {
+                    anvil::kernels::KvType kv_type, const std::string& device = "cpu") {
     constexpr int kChunk = 256;  // prompt tokens a forward() carries
     RunnerOptions o;
     o.max_batch_tokens = std::min(depth, kChunk);
@@ -73,7 +81,8 @@ DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int 
     o.block_size = 16;
     o.kv_blocks = (o.max_context + 15) / 16;
     o.kv_type = kv_type;
-    ModelRunner runner(config, weights, o);
+    const auto made = make_runner(device, config, weights, o);
+    Runner& runner = *made;
     std::vector<int32_t> table(size_t(o.kv_blocks));
     for (int b = 0; b < o.kv_blocks; ++b) table[size_t(b)] = b;
     Batch batch;
@@ -117,14 +126,15 @@ DecodeResult decode(const ModelConfig& config, const ModelWeights& weights, int 
     return {tokens / s, double(weights.bytes_per_token()) + kv, share};
 }
 
-double prefill(const ModelConfig& config, const ModelWeights& weights, int length) {
+double prefill(const ModelConfig& config, const ModelWeights& weights, int length, const std::string& device = "cpu") {
     RunnerOptions o;
     o.max_batch_tokens = length;
     o.max_logit_rows = 1;
     o.max_context = length;
     o.block_size = 16;
     o.kv_blocks = length / 16 + 1;
-    ModelRunner runner(config, weights, o);
+    const auto made = make_runner(device, config, weights, o);
+    Runner& runner = *made;
     std::vector<int32_t> table(size_t(o.kv_blocks));
     for (int b = 0; b < o.kv_blocks; ++b) table[size_t(b)] = b;
     Batch batch;
@@ -139,6 +149,56 @@ double prefill(const ModelConfig& config, const ModelWeights& weights, int lengt
     const auto start = Clock::now();
     runner.forward(batch);
     return length / seconds_since(start);
+}
+
+// Aggregate decode tokens per second of `sequences` sequences stepping together, each after a
+// 16-token prompt: `tokens` steps of one token each, straight on the runner (no sampling).
+double decode_batch(const ModelConfig& config, const ModelWeights& weights, int sequences, int tokens,
+                    const std::string& device) {
+    constexpr int kPrompt = 16;
+    RunnerOptions o;
+    o.max_batch_tokens = sequences * kPrompt;
+    o.max_logit_rows = sequences;
+    o.max_context = kPrompt + tokens + 1;
+    o.block_size = 16;
+    const int per_sequence = (o.max_context + 15) / 16;
+    o.kv_blocks = sequences * per_sequence;
+    const auto made = make_runner(device, config, weights, o);
+    Runner& runner = *made;
+    std::vector<std::vector<int32_t>> tables{size_t(sequences)};
+    Batch batch;
+    for (int s = 0; s < sequences; ++s) {
+        for (int b = 0; b < per_sequence; ++b) tables[size_t(s)].push_back(s * per_sequence + b);
+        batch.block_tables.push_back(tables[size_t(s)].data());
+        for (int p = 0; p < kPrompt; ++p) {
+            batch.tokens.push_back((p * 37 + s) % 300);
+            batch.positions.push_back(p);
+            batch.sequence.push_back(s);
+        }
+        batch.logit_tokens.push_back(batch.size() - 1);
+    }
+    runner.forward(batch);
+    auto step = [&](int position) {
+        batch.tokens.clear();
+        batch.positions.clear();
+        batch.sequence.clear();
+        batch.logit_tokens.clear();
+        for (int s = 0; s < sequences; ++s) {
+            batch.tokens.push_back((position * 31 + s) % 300);
+            batch.positions.push_back(position);
+            batch.sequence.push_back(s);
+            batch.logit_tokens.push_back(s);
+        }
+        runner.forward(batch);
+    };
+    step(kPrompt);  // warm (and the graph of this shape captured)
+    double best = 1e30;
+    for (int trial = 0; trial < 3; ++trial) {
+        const auto start = Clock::now();
+        for (int i = 0; i < tokens - 1; ++i) step(kPrompt + 1 + i);
+        best = std::min(best, seconds_since(start));
+    }
+    return double(sequences) * (tokens - 1) / best;
 }
 
 // Aggregate generated tokens per second with `clients` concurrent streaming requests.
@@ -177,13 +237,85 @@ double served_throughput(const std::filesystem::path& model, const std::string& 
     return generated / s;
 }
 
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+// The device's copy bandwidth, bytes read plus bytes written per second: best of five copies of a
+// 1 GiB buffer on the device's own clock. The ceiling a memory-bound decode is measured against.
+double device_copy_bandwidth(int device) {
+    namespace cuda = anvil::kernels::cuda;
+    cuda::Context context(device);
+    constexpr size_t kBytes = size_t(1) << 30;
+    cuda::DeviceArray<uint8_t> from(kBytes), to(kBytes);
+    cuda::fill_bytes(context, from.data(), 1, kBytes);
+    cuda::StreamTimer timer(context);
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+        timer.start();
+        cuda::copy_async(context, to.data(), from.data(), kBytes);
+        const double s = timer.stop_seconds();
+        if (i > 0) best = std::min(best, s);  // the first copy warms
+    }
+    return 2.0 * double(kBytes) / best;
+}
+#endif
+
+// bench_engine --device cuda:N: the GPU runner on the bench model (or --preset large), each
+// figure beside the device's copy bandwidth measured here.
+int run_on_device(const std::string& device, const std::string& preset, const std::filesystem::path& dir,
+                  const std::string& formats, int tokens) {
+#ifndef ANVIL_HAVE_CUDA_KERNELS
+    (void)preset, (void)dir, (void)formats, (void)tokens;
+    throw std::runtime_error("--device " + device + ": this bench_engine was built without the CUDA toolkit");
+#else
+    require_device(device);
+    const int index = anvil::kernels::cuda::parse_device(device);
+    const auto info = anvil::kernels::cuda::device_info(index);
+    const std::filesystem::path model = dir / preset;
+    if (!std::filesystem::exists(model / "config.json")) {
+        const auto started = Clock::now();
+        // The large model as bf16 (8.7 GB); q8 is made from it at load, as --weights q8 does.
+        make_model({model, preset, "llama", preset == "bench" ? "f32" : "bf16", 1, 1});
+        std::printf("wrote the %s model in %.0f s\n", preset.c_str(), seconds_since(started));
+    }
+    const ModelConfig config = load_config(model);
+    std::printf("bench_engine --device: %s (%d SMs, %.1f GiB), %s model %d layers x dim %d (ffn %d, vocab %d)\n",
+                device.c_str(), info.multiprocessors, double(info.total_memory) / double(size_t(1) << 30), preset.c_str(),
+                config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
+    std::printf("device    %s\n", info.name.c_str());
+    const double copy = device_copy_bandwidth(index);
+    std::printf("baseline  device copy bandwidth (read + write) %8.1f GB/s\n", copy / 1e9);
+    for (size_t at = 0; at <= formats.size();) {
+        size_t end = formats.find(',', at);
+        if (end == std::string::npos) end = formats.size();
+        const std::string name = formats.substr(at, end - at);
+        at = end + 1;
+        if (name.empty()) continue;
+        const WeightFormat format = parse_weight_format(name);
+        const auto loading = Clock::now();
+        ModelWeights weights(config, model, format, WeightHome::Device);
+        std::printf("load      %-6s %.2f GB of weights read in %.1f s\n", name.c_str(), double(weights.bytes_per_token()) / 1e9,
+                    seconds_since(loading));
+        const DecodeResult d = decode(config, weights, tokens, 16, anvil::kernels::KvType::F32, device);
+        const double ceiling = copy / d.bytes_per_token;
+        std::printf("decode    %-6s batch 1  %8.1f tok/s  %8.1f MB/token  ceiling %8.1f tok/s  fraction %.2f\n", name.c_str(),
+                    d.tokens_per_second, d.bytes_per_token / 1e6, ceiling, d.tokens_per_second / ceiling);
+        const double batch = decode_batch(config, weights, 32, tokens, device);
+        std::printf("decode    %-6s batch 32 %8.1f tok/s aggregate  (%.1f x batch 1)\n", name.c_str(), batch,
+                    batch / d.tokens_per_second);
+        const int length = std::min(2048, config.max_position);
+        const double p = prefill(config, weights, length, device);
+        std::printf("prefill   %-6s %d tokens %8.1f tok/s\n", name.c_str(), length, p);
+    }
+    return 0;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
     int tokens = 32, draft_tokens = 4, depth = 16;
-    std::string keep, formats = "f32,bf16,q8", served = "yes", drafts, kv_dtype = "f32";
+    std::string keep, formats = "f32,bf16,q8", served = "yes", drafts, kv_dtype = "f32", device = "cpu", preset = "bench";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--draft")) drafts = argv[i + 1];
         else if (!std::strcmp(argv[i], "--draft-tokens")) draft_tokens = std::atoi(argv[i + 1]);
@@ -194,6 +326,18 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
         else if (!std::strcmp(argv[i], "--depth")) depth = std::max(1, std::atoi(argv[i + 1]));
         else if (!std::strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
+    }
+    if (device != "cpu") {
+        anvil::test::TempDir scratch;
+        try {
+            return run_on_device(device, preset, keep.empty() ? scratch.path() : std::filesystem::path(keep),
+                                               formats == "f32,bf16,q8" ? "bf16,q8" : formats, tokens);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "bench_engine: %s\n", e.what());
+            return 1;
+        }
     }
     anvil::kernels::KvType kv_type;
     try {

@@ -96,9 +96,15 @@ grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$build/CMakeCache.txt" || {
 # its own so that one failing to build does not stop the other from running.
 tests_built=1
 bench_built=1
+engine_checks_built=1
+engine_bench_built=1
 if [ "$reuse" != 1 ]; then
   step build-cuda-checks 300 cmake --build "$build" -j "$jobs" --target anvil_cuda_tests || tests_built=0
   step build-cuda-bench 300 cmake --build "$build" -j "$jobs" --target bench_cuda_kernels || bench_built=0
+  # The GPU runner (--device cuda:N): its checks against the NumPy reference and the CPU runner, and
+  # bench_engine --device (the engine library, without the daemon's).
+  step build-engine-checks 300 cmake --build "$build" -j "$jobs" --target anvil_cuda_engine_tests || engine_checks_built=0
+  step build-engine-bench 300 cmake --build "$build" -j "$jobs" --target bench_engine || engine_bench_built=0
 fi
 
 if [ "$tests_built" = 1 ]; then
@@ -149,6 +155,34 @@ elif [ -s "$summary" ]; then
     verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 20 ? "ok" : "BELOW") }')
     row "  decode batch 64" "$verdict" "$(value decode_b64_tokens_per_s) tokens/s, ${ratio}x batch 1 (target >= 20x)"
   fi
+fi
+
+# The engine on the GPU: anvil-engine's runner against the reference, then its decode speed.
+if [ "$engine_checks_built" = 1 ]; then
+  if step cuda-engine-checks 240 "$build/tests/anvil_cuda_engine_tests" "[cuda]" --durations no; then :; fi
+fi
+# "decode NAME batch 1 ... fraction F" lines: the runner's batch-1 decode over copy bandwidth / bytes
+# per token (target >= 0.8), and the batch-32 and prefill figures as they are.
+engine_rows() {
+  local log=$1 model=$2
+  while read -r format rate fraction; do
+    verdict=$(awk -v f="$fraction" 'BEGIN { print (f >= 0.8 ? "ok" : "BELOW") }')
+    row "  $model $format batch 1" "$verdict" "$rate tokens/s, $fraction of copy bandwidth / bytes per token (target >= 0.8)"
+  done < <(awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $2, $5, $NF }' "$log")
+  while read -r format rate; do
+    row "  $model $format batch 32" info "$rate tokens/s aggregate"
+  done < <(awk '$1 == "decode" && $3 == "batch" && $4 == "32" { print $2, $5 }' "$log")
+  while read -r format length rate; do
+    row "  $model $format prefill $length" info "$rate tokens/s"
+  done < <(awk '$1 == "prefill" { print $2, $3, $5 }' "$log")
+}
+if [ "$engine_bench_built" = 1 ]; then
+  if step engine-bench 180 "$build/tests/bench/bench_engine" --device "$device" --weights bf16,q8 --tokens 64; then :; fi
+  [ -s "$logs/engine-bench.log" ] && engine_rows "$logs/engine-bench.log" bench
+  # A generated model of 8.7 GB (bf16; Llama 3 8B's layer shapes, 20 layers), written once under the build.
+  if step engine-bench-large 300 "$build/tests/bench/bench_engine" --device "$device" --preset large --weights bf16,q8 \
+    --tokens 32 --keep "$build/models"; then :; fi
+  [ -s "$logs/engine-bench-large.log" ] && engine_rows "$logs/engine-bench-large.log" large
 fi
 
 # The GPU inventory and collective probe (kernels/hardware): they live in the whole test binary and the
