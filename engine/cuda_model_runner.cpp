@@ -88,7 +88,7 @@ CudaModelRunner::CudaModelRunner(int device, const ModelConfig& config, const Mo
     table_blocks_.reserve(n);
     // cuBLAS's bf16 copies of a prefill chunk's activations: reserved now, so that no pass allocates
     // (a graph's capture must not).
-    context_->reserve_scratch(n * size_t(std::max({c.dim, c.q_dim(), c.hidden_dim})) * sizeof(uint16_t));
+    context_->reserve_scratch(std::max(n, rows) * size_t(std::max({c.dim, c.q_dim(), c.hidden_dim})) * sizeof(uint16_t));
     allocate_cache();
 }
 
