@@ -190,13 +190,13 @@ int serve_command(const std::vector<std::string>& words) {
     const std::string caching = text(flags, "--prefix-caching", "on");
     if (caching != "on" && caching != "off") throw UsageError("--prefix-caching " + caching + ": expected on or off");
     o.prefix_caching = caching == "on";
+    o.gpu_memory_utilization = fraction(flags, "--gpu-memory-utilization", o.gpu_memory_utilization);
     o.device = text(flags, "--device", o.device);
     try {
         anvil::engine::check_device_name(o.device);
     } catch (const std::invalid_argument& e) {
         throw UsageError(std::string("--device: ") + e.what());
     }
-    o.gpu_memory_utilization = fraction(flags, "--gpu-memory-utilization", o.gpu_memory_utilization);
     if (flags.count("--gpu-memory-utilization") && o.device == "cpu")
         throw UsageError("--gpu-memory-utilization applies to --device cuda:N only");
     const char* key = std::getenv("ANVIL_ENGINE_API_KEY");

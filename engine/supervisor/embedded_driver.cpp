@@ -46,10 +46,10 @@ std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binar
     if (!named && !launch.served_model_name.empty()) argv.insert(argv.end(), {"--served-model-name", launch.served_model_name});
     const auto draft = draft_flags(launch);
     argv.insert(argv.end(), draft.begin(), draft.end());
-    // A recipe that runs on GPUs runs the engine on the first of them: the process driver makes the
-    // recipe's GPUs the only ones visible (CUDA_VISIBLE_DEVICES by UUID), so that one is cuda:0. A
+    // A recipe that runs on GPUs, given some, runs the engine on the first: the process driver makes
+    // the given GPUs the only ones visible (CUDA_VISIBLE_DEVICES by UUID), so that one is cuda:0. A
     // --device among the recipe's own arguments comes later and wins.
-    if (launch.gpu_count > 0) argv.insert(argv.end(), {"--device", "cuda:0"});
+    if (launch.gpu_count > 0 && !launch.gpu_uuids.empty()) argv.insert(argv.end(), {"--device", "cuda:0"});
     argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());
     // anvil-engine keeps the last value of a repeated flag, so the allocated address wins.
     for (const std::string& s : {std::string("--host"), launch.host, std::string("--port"), std::to_string(launch.port)})

@@ -151,6 +151,7 @@ double prefill(const ModelConfig& config, const ModelWeights& weights, int lengt
     return length / seconds_since(start);
 }
 
+#ifdef ANVIL_HAVE_CUDA_KERNELS
 // Aggregate decode tokens per second of `sequences` sequences stepping together, each after a
 // 16-token prompt: `tokens` steps of one token each, straight on the runner (no sampling).
 double decode_batch(const ModelConfig& config, const ModelWeights& weights, int sequences, int tokens,
@@ -200,6 +201,7 @@ double decode_batch(const ModelConfig& config, const ModelWeights& weights, int 
     }
     return double(sequences) * (tokens - 1) / best;
 }
+#endif
 
 // Aggregate generated tokens per second with `clients` concurrent streaming requests.
 double served_throughput(const std::filesystem::path& model, const std::string& weights, int clients, int tokens) {

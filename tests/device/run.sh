@@ -164,6 +164,9 @@ fi
 # The engine on the GPU: anvil-engine's runner against the reference, then its decode speed.
 if [ "$engine_checks_built" = 1 ]; then
   if step cuda-engine-checks 240 "$build/tests/anvil_cuda_engine_tests" "[cuda]" --durations no; then :; fi
+  if grep -qs "skipped" "$logs/cuda-engine-checks.log"; then
+    row "  (device)" SKIPPED "no CUDA device: the engine's device cases passed without running (see the log)"
+  fi
 fi
 # "decode NAME batch 1 ... fraction F" lines: the runner's batch-1 decode over copy bandwidth / bytes
 # per token (target >= 0.8), and the batch-32 and prefill figures as they are.
@@ -180,7 +183,9 @@ engine_rows() {
     row "  $model $format prefill $length" info "$rate tokens/s"
   done < <(awk '$1 == "prefill" { print $2, $3, $5 }' "$log")
 }
-if [ "$engine_bench_built" = 1 ]; then
+if [ "$engine_bench_built" = 1 ] && grep -qs "no CUDA device" "$logs/cuda-checks.log" "$logs/cuda-engine-checks.log"; then
+  row "engine-bench" SKIPPED "no CUDA device: nothing measured"
+elif [ "$engine_bench_built" = 1 ]; then
   if step engine-bench 180 "$build/tests/bench/bench_engine" --device "$device" --weights bf16,q8 --tokens 64; then :; fi
   [ -s "$logs/engine-bench.log" ] && engine_rows "$logs/engine-bench.log" bench
   # A generated model of 8.7 GB (bf16; Llama 3 8B's layer shapes, 20 layers), written once under the build.

@@ -115,8 +115,10 @@ TEST_CASE("the embedded argv runs anvil-engine serve with the recipe's model, na
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
                                    "--weights", "q8", "--port", "1", "--host", "127.0.0.1", "--port", "23456"});
-    // On GPUs: the first visible one (the process driver sets CUDA_VISIBLE_DEVICES to the recipe's).
+    // On GPUs, given some: the first visible one (the process driver sets CUDA_VISIBLE_DEVICES to them).
     l.gpu_count = 1;
+    CHECK(embedded_argv("/bin/anvil-engine", l).size() == 14);  // none given: no --device
+    l.gpu_uuids = {"GPU-1f2e"};
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
                                    "--device", "cuda:0", "--weights", "q8", "--port", "1", "--host", "127.0.0.1", "--port",
