@@ -5,42 +5,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/attention_values.hpp"
 #include "kernels/avx2_math.hpp"
+#include "kernels/cpu_features.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/weight_matrix.hpp"
 
 namespace anvil::kernels {
 namespace {
-
-// Elements between consecutive blocks, positions and kv heads of a cache, as its layout has them.
-struct KvStrides {
-    size_t block, position, head;
-};
-
-KvStrides strides_of(const PagedKv& kv) {
-    const size_t d = size_t(kv.head_dim), slots = size_t(kv.block_size), heads = size_t(kv.kv_heads);
-    if (kv.layout == KvLayout::HeadMajor) return {heads * slots * d, d, slots * d};
-    return {slots * heads * d, heads * d, d};
-}
-
-// Where position p of a kv head lives, in elements from the head's first (keys + kv_head x head).
-inline size_t position_offset(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int p) {
-    return size_t(block_table[p / kv.block_size]) * s.block + size_t(p % kv.block_size) * s.position;
-}
-
-// Calls visit(j, offset) for positions first + j, j = 0 .. count-1, with the offset of each in a
-// kv head's elements: a block-table lookup per block rather than a division per position.
-template <typename Visit>
-void walk_positions(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, int count, Visit visit) {
-    int j = 0;
-    while (j < count) {
-        const int position = first + j;
-        const int run = std::min(kv.block_size - position % kv.block_size, count - j);
-        const size_t at = position_offset(kv, s, block_table, position);
-        for (int r = 0; r < run; ++r) visit(j + r, at + size_t(r) * s.position);
-        j += run;
-    }
-}
 
 // One head at a time, for head dimensions that are not whole vectors.
 template <typename Element>
@@ -142,9 +114,14 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
         for (int h = 0; h < N; ++h) scores[size_t(h) * count + j] = horizontal_sum(_mm256_add_ps(sum[h][0], sum[h][1])) * scale;
     });
     for (int h = 0; h < N; ++h) softmax(scores + size_t(h) * count, count);
-    // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers. The
-    // keys' pass above has brought the values into the cache.
+    // The keys' pass above has brought the values into the cache (L2 or L3, a long context). With
+    // AVX-512, the N heads' sums of 16 columns a register fill up to 16 registers, so a head of 64
+    // values takes them in one walk over the positions (attention_avx512.cpp; the same sums in the
+    // same order, so the same floats).
     int i = 0;
+    static const bool wide = int(active_isa()) >= int(Isa::Avx512);
+    if (wide) i = weigh_values_avx512(kv, s, block_table, first, values, count, N, scores, out);
+    // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers.
     for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, s, block_table, first, values, count, i, scores, out, d);
     if (i < d) weigh_values<N, 1>(kv, s, block_table, first, values, count, i, scores, out, d);
 }

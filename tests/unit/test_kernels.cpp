@@ -448,6 +448,37 @@ TEST_CASE("grouped-query attention of several heads at once equals each head's o
     }
 }
 
+TEST_CASE("attention's value sums are each column's fused multiply-adds over the positions in order, at every level",
+          "[kernels]") {
+    // The AVX2 pass sums 16 columns a walk, the AVX-512 one up to 128: both must be this chain, so
+    // that a token's output does not depend on the processor's level. The weights are what the call
+    // leaves in `scores` (each head's softmax over the positions).
+    const int hd = GENERATE(64, 128, 80, 24, 256);
+    const int heads = GENERATE(1, 2, 3, 4);
+    const int kv_heads = 2, block = 16, positions = 77, first = 5, count = positions - first;
+    const auto keys = random_vector(size_t(positions) * kv_heads * hd, 41);
+    const auto values = random_vector(size_t(positions) * kv_heads * hd, 42);
+    const auto q = random_vector(size_t(heads) * hd, 43);
+    const std::vector<int32_t> table = {0, 8, 6, 9, 7};
+    const PagedCache cache(keys, values, table, 10, block, kv_heads, hd, KvLayout::HeadMajor);
+    for (const PagedKv& kv : {cache.f32(), cache.bf16()}) {
+        std::vector<float> out(size_t(heads) * hd), scores(size_t(4) * positions);
+        attention_heads(q.data(), heads, kv, 1, table.data(), first, count, 0.125f, scores.data(), out.data());
+        for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < hd; ++i) {
+                float sum = 0.0f;
+                for (int j = 0; j < count; ++j) {
+                    float v = values[(size_t(first + j) * kv_heads + 1) * hd + i];
+                    if (kv.type == KvType::BF16) v = bf16_to_f32(f32_to_bf16(v));
+                    sum = std::fma(scores[size_t(h) * count + j], v, sum);
+                }
+                INFO(isa_name(active_isa()) << ", head dim " << hd << ", head " << h << " of " << heads << ", column " << i
+                                           << (kv.type == KvType::BF16 ? ", bf16" : ", f32"));
+                CHECK(out[size_t(h * hd + i)] == sum);
+            }
+    }
+}
+
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
