@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/attention_values.hpp"
+#include "kernels/attention_avx512.hpp"
 #include "kernels/avx2_math.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/ops.hpp"
@@ -33,20 +33,6 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
 }
 
 #define ANVIL_UNROLL _Pragma("GCC unroll 16")
-
-// Positions ahead whose key and value lines are fetched (into L2) while this one's key is
-// multiplied: a kv head is read a few hundred bytes per position, across blocks, and by the time a
-// layer's attention runs, the weights streamed since have pushed the KV cache's lines out of every
-// cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
-// 80 positions, caches cold: 35 us without, 21-29 with four ahead). At 2000 positions, two threads,
-// head-major f32 cache read cold: 8 ahead 32 GB/s, 16 ahead 39-40, 32 ahead 37-39.
-constexpr int kAttentionPrefetch = 16;
-
-template <typename Element>
-inline void prefetch_head(const Element* p, int d) {
-    for (size_t byte = 0; byte < size_t(d) * sizeof(Element); byte += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + byte, _MM_HINT_T1);
-}
 
 // Values v[i .. i + 8W) of N heads summed over every position, weighted by each head's scores.
 template <int N, int W, typename Element>
@@ -86,7 +72,9 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
     const KvStrides s = strides_of(kv);
     const Element* keys = static_cast<const Element*>(kv.keys) + size_t(kv_head) * s.head;
     const Element* values = static_cast<const Element*>(kv.values) + size_t(kv_head) * s.head;
-    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+    static const bool wide = int(active_isa()) >= int(Isa::Avx512);
+    if (wide && d % 16 == 0) score_keys_avx512(kv, s, block_table, first, keys, values, count, N, q, scale, scores);
+    else walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
         if (j + kAttentionPrefetch < count) {
             const size_t ahead = position_offset(kv, s, block_table, first + j + kAttentionPrefetch);
             prefetch_head(keys + ahead, d);
@@ -119,7 +107,6 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
     // values takes them in one walk over the positions (attention_avx512.cpp; the same sums in the
     // same order, so the same floats).
     int i = 0;
-    static const bool wide = int(active_isa()) >= int(Isa::Avx512);
     if (wide) i = weigh_values_avx512(kv, s, block_table, first, values, count, N, scores, out);
     // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers.
     for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, s, block_table, first, values, count, i, scores, out, d);

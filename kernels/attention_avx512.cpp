@@ -1,7 +1,7 @@
-// The values' pass of decode attention at the AVX-512 levels (see attention_values.hpp).
+// The values' pass of decode attention at the AVX-512 levels (see attention_avx512.hpp).
 #include <immintrin.h>
 
-#include "kernels/attention_values.hpp"
+#include "kernels/attention_avx512.hpp"
 
 namespace anvil::kernels {
 namespace {
@@ -70,7 +70,62 @@ int weigh_values(const PagedKv& kv, const KvStrides& s, const int32_t* block_tab
     }
 }
 
+// N heads' dot products with each position's key: two sums of 16 a head, reduced at the end.
+template <int N, typename Element>
+void score_all(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys,
+               const Element* values, int count, const float* q, float scale, float* scores) {
+    const int d = kv.head_dim;
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+        if (j + kAttentionPrefetch < count) {
+            const size_t ahead = position_offset(kv, s, block_table, first + j + kAttentionPrefetch);
+            prefetch_head(keys + ahead, d);
+            prefetch_head(values + ahead, d);
+        }
+        const Element* k = keys + at;
+        __m512 sum[N][2];
+        ANVIL_UNROLL
+        for (int h = 0; h < N; ++h) sum[h][0] = sum[h][1] = _mm512_setzero_ps();
+        int i = 0;
+        for (; i + 32 <= d; i += 32) {
+            const __m512 k0 = load16(k + i), k1 = load16(k + i + 16);
+            ANVIL_UNROLL
+            for (int h = 0; h < N; ++h) {
+                sum[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * d + i), k0, sum[h][0]);
+                sum[h][1] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * d + i + 16), k1, sum[h][1]);
+            }
+        }
+        if (i < d) {
+            const __m512 k0 = load16(k + i);
+            ANVIL_UNROLL
+            for (int h = 0; h < N; ++h) sum[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * d + i), k0, sum[h][0]);
+        }
+        ANVIL_UNROLL
+        for (int h = 0; h < N; ++h) scores[size_t(h) * count + j] = _mm512_reduce_add_ps(_mm512_add_ps(sum[h][0], sum[h][1])) * scale;
+    });
+}
+
+template <typename Element>
+void score_keys(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys,
+                const Element* values, int count, int heads, const float* q, float scale, float* scores) {
+    switch (heads) {
+        case 1: return score_all<1, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
+        case 2: return score_all<2, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
+        case 3: return score_all<3, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
+        default: return score_all<4, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
+    }
+}
+
 }  // namespace
+
+void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const float* keys,
+                       const float* values, int count, int heads, const float* q, float scale, float* scores) {
+    score_keys(kv, s, block_table, first, keys, values, count, heads, q, scale, scores);
+}
+
+void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const uint16_t* keys,
+                       const uint16_t* values, int count, int heads, const float* q, float scale, float* scores) {
+    score_keys(kv, s, block_table, first, keys, values, count, heads, q, scale, scores);
+}
 
 int weigh_values_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const float* values,
                         int count, int heads, const float* scores, float* out) {
