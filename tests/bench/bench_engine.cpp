@@ -58,6 +58,18 @@ namespace {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// "f32,bf16,,q8" -> {"f32", "bf16", "q8"}
+std::vector<std::string> comma_list(const std::string& text) {
+    std::vector<std::string> items;
+    for (size_t at = 0; at <= text.size();) {
+        size_t end = text.find(',', at);
+        if (end == std::string::npos) end = text.size();
+        if (end > at) items.push_back(text.substr(at, end - at));
+        at = end + 1;
+    }
+    return items;
+}
+
 struct DecodeResult {
     double tokens_per_second;
     double bytes_per_token;
@@ -285,12 +297,7 @@ int run_on_device(const std::string& device, const std::string& preset, const st
     std::printf("device    %s\n", info.name.c_str());
     const double copy = device_copy_bandwidth(index);
     std::printf("baseline  device copy bandwidth (read + write) %8.1f GB/s\n", copy / 1e9);
-    for (size_t at = 0; at <= formats.size();) {
-        size_t end = formats.find(',', at);
-        if (end == std::string::npos) end = formats.size();
-        const std::string name = formats.substr(at, end - at);
-        at = end + 1;
-        if (name.empty()) continue;
+    for (const std::string& name : comma_list(formats)) {
         const WeightFormat format = parse_weight_format(name);
         const auto loading = Clock::now();
         ModelWeights weights(config, model, format, WeightHome::Device);
@@ -385,13 +392,7 @@ int main(int argc, char** argv) {
         const double p = prefill(c, weights, 512);
         std::printf("prefill   %-6s 512 tokens %7.1f tok/s  (%.1f x decode)\n", name, p, p / d.tokens_per_second);
     };
-    std::string rest;  // the formats that are GGUF file types
-    for (size_t at = 0; at <= formats.size();) {
-        size_t end = formats.find(',', at);
-        if (end == std::string::npos) end = formats.size();
-        const std::string name = formats.substr(at, end - at);
-        at = end + 1;
-        if (name.empty()) continue;
+    for (const std::string& name : comma_list(formats)) {
         if (name == "f32" || name == "bf16" || name == "q8") {
             const WeightFormat format = parse_weight_format(name);
             ModelWeights weights(config, model, format);

@@ -28,6 +28,7 @@ using anvil::test::engine::Agreement;
 using anvil::test::engine::load_model;
 using anvil::test::engine::numpy_available;
 using anvil::test::engine::reference_logits;
+using anvil::test::engine::reference_prompts;
 using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
 using anvil::test::engine::top1_agreement;
@@ -41,10 +42,6 @@ bool device_or_skip() {
     const auto probe = kernels::cuda::probe_devices();
     if (probe.count == 0) WARN(probe.reason << "; skipped");
     return probe.count > 0;
-}
-
-std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
-    return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
 }
 
 }  // namespace
@@ -62,7 +59,7 @@ TEST_CASE("cuda runner: f32 logits match the NumPy reference to 1e-4 for every a
             engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
             auto model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
             const int vocab = model.config.vocab_size;
-            const auto seqs = prompts(vocab, arch == "mistral");  // past its 64-token sliding window
+            const auto seqs = reference_prompts(vocab, arch == "mistral");  // past its 64-token sliding window
             const auto reference = reference_logits(dir / "m", seqs, vocab);
             for (int step : {0, 1, 5}) {
                 const auto logits = run_sequences(model, seqs, step, kernels::KvType::F32, kDevice);
@@ -81,7 +78,7 @@ TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU run
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 11, 1});
     const auto config = engine::load_config(dir / "m");
-    const auto seqs = prompts(config.vocab_size, true);
+    const auto seqs = reference_prompts(config.vocab_size, true);
     struct Variant {
         WeightFormat format;
         kernels::KvType kv;
@@ -115,7 +112,7 @@ TEST_CASE("cuda runner: a GGUF file's adjacent-pair rope and an early exit give 
     auto cpu_model = load_model(dir / "m.gguf", WeightFormat::Stored);
     REQUIRE(gpu_model.config.rope_pairs);
     const int vocab = gpu_model.config.vocab_size;
-    const auto seqs = prompts(vocab, false);
+    const auto seqs = reference_prompts(vocab, false);
     const auto cpu = run_sequences(cpu_model, seqs, 0);
     const auto gpu = run_sequences(gpu_model, seqs, 1, kernels::KvType::F32, kDevice);
     for (size_t i = 0; i < seqs.size(); ++i) CHECK(worst_relative_error(gpu[i], cpu[i], vocab) < 1e-4);

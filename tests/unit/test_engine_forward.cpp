@@ -20,16 +20,9 @@ using anvil::test::engine::worst_relative_error;
 using anvil::test::engine::Agreement;
 using anvil::test::engine::position_errors;
 using anvil::test::engine::PositionErrors;
+using anvil::test::engine::reference_prompts;
 using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
-
-namespace {
-
-std::vector<std::vector<int32_t>> prompts(int vocab, bool long_one) {
-    return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
-}
-
-}  // namespace
 
 TEST_CASE("f32 logits match the NumPy reference to 1e-4 for every architecture, batched and step by step",
           "[engine][reference]") {
@@ -44,7 +37,7 @@ TEST_CASE("f32 logits match the NumPy reference to 1e-4 for every architecture, 
             auto model = load_model(dir / "m", WeightFormat::Stored);
             const int vocab = model.config.vocab_size;
             // Mistral's test model has a 64-token sliding window: one prompt runs past it.
-            const auto seqs = prompts(vocab, arch == "mistral");
+            const auto seqs = reference_prompts(vocab, arch == "mistral");
             const auto reference = reference_logits(dir / "m", seqs, vocab);
             const auto batched = run_sequences(model, seqs, 0);
             const auto stepwise = run_sequences(model, seqs, 1);
@@ -75,7 +68,7 @@ TEST_CASE("bf16 and f16 stored weights, sharded, load and match the reference", 
             CHECK(model.weights->layers[0].wq.type ==
                   (dtype == "bf16" ? kernels::WeightType::BF16 : kernels::WeightType::F16));
             const int vocab = model.config.vocab_size;
-            const auto seqs = prompts(vocab, false);
+            const auto seqs = reference_prompts(vocab, false);
             // Where the kernels multiply bf16 pairs in hardware, the reference rounds the same inputs.
             const bool bf16_inputs = dtype == "bf16" && kernels::active_isa() == kernels::Isa::Avx512Bf16;
             const auto reference =
@@ -95,7 +88,7 @@ TEST_CASE("bf16 and q8 weights and a bf16 KV cache keep the reference's top toke
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 11, 1});
     const auto config = engine::load_config(dir / "m");
-    const auto seqs = prompts(config.vocab_size, false);
+    const auto seqs = reference_prompts(config.vocab_size, false);
     const auto reference = reference_logits(dir / "m", seqs, config.vocab_size);
     struct Variant {
         WeightFormat format;
@@ -151,7 +144,7 @@ TEST_CASE("q8 logits match the reference rounding weights and inputs as the kern
                    : isa != kernels::Isa::Reference            ? kernels::WeightType::Q8Packed8
                                                                : kernels::WeightType::Q8));
             const int vocab = model.config.vocab_size;
-            const auto seqs = prompts(vocab, false);
+            const auto seqs = reference_prompts(vocab, false);
             const auto reference = reference_logits(dir / "m", seqs, vocab, rounding);
             const auto batched = run_sequences(model, seqs, 0);
             const auto stepwise = run_sequences(model, seqs, 1);
@@ -184,7 +177,7 @@ TEST_CASE("a sequence's logits are bit-identical alone, batched with others and 
     for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8}) {
         auto model = load_model(dir / "m", format);
         const int vocab = model.config.vocab_size;
-        const auto seqs = prompts(vocab, false);
+        const auto seqs = reference_prompts(vocab, false);
         const auto together = run_sequences(model, seqs, 0);
         const auto stepwise = run_sequences(model, seqs, 1);
         for (size_t i = 0; i < seqs.size(); ++i) {

@@ -50,6 +50,12 @@ inline std::vector<int32_t> token_sequence(int length, int vocab, int salt) {
     return tokens;
 }
 
+// The reference tests' three prompts of 9, 23 (or, `long_one`, 80: past a 64-token sliding window)
+// and 3 tokens.
+inline std::vector<std::vector<int32_t>> reference_prompts(int vocab, bool long_one) {
+    return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
+}
+
 // Logits of every position of every sequence, [sequence][position * vocab + v]. `step` tokens of
 // each sequence go into one forward() together with the others' (step 0: the whole prompt), on
 // `device` (runner.hpp; the weights loaded for it).
