@@ -1,5 +1,5 @@
-// The GPU runner (engine/cuda_model_runner.hpp) against the NumPy reference and the CPU runner on
-// generated models: every architecture's f32 logits to the reference's 1e-4, bf16 and q8 weights
+// The GPU runner (engine/cuda_model_runner.hpp) against the CPU runner on generated models (the
+// NumPy reference test, test_engine_forward.cpp, runs on cuda:0 too): bf16 and q8 weights
 // and a bf16 cache keeping the CPU's top token wherever it leads by 0.02, an early exit, a GGUF
 // file's adjacent-pair rope, decode graphs replayed for new positions, and a whole engine on the
 // GPU decoding what the CPU engine decodes. Tagged [cuda]: without a device each case warns why
@@ -26,8 +26,6 @@ using anvil::engine::WeightHome;
 using anvil::test::TempDir;
 using anvil::test::engine::Agreement;
 using anvil::test::engine::load_model;
-using anvil::test::engine::numpy_available;
-using anvil::test::engine::reference_logits;
 using anvil::test::engine::reference_prompts;
 using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
@@ -46,32 +44,6 @@ bool device_or_skip() {
 
 }  // namespace
 
-TEST_CASE("cuda runner: f32 logits match the NumPy reference to 1e-4 for every architecture, batched and step by step",
-          "[cuda][engine][reference]") {
-    if (!device_or_skip()) return;
-    if (!numpy_available()) {
-        WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
-        return;
-    }
-    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
-        SECTION(arch) {
-            TempDir dir;
-            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
-            auto model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
-            const int vocab = model.config.vocab_size;
-            const auto seqs = reference_prompts(vocab, arch == "mistral");  // past its 64-token sliding window
-            const auto reference = reference_logits(dir / "m", seqs, vocab);
-            for (int step : {0, 1, 5}) {
-                const auto logits = run_sequences(model, seqs, step, kernels::KvType::F32, kDevice);
-                for (size_t i = 0; i < seqs.size(); ++i) {
-                    INFO("step " << step << ", sequence " << i << " of " << seqs[i].size() << " tokens");
-                    CHECK(worst_relative_error(logits[i], reference[i], vocab) < 1e-4);
-                }
-            }
-        }
-    }
-}
-
 TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU runner's top token where it leads by 0.02",
           "[cuda][engine]") {
     if (!device_or_skip()) return;
@@ -79,15 +51,7 @@ TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU run
     engine::make_model({dir / "m", "tiny", "llama", "f32", 11, 1});
     const auto config = engine::load_config(dir / "m");
     const auto seqs = reference_prompts(config.vocab_size, true);
-    struct Variant {
-        WeightFormat format;
-        kernels::KvType kv;
-        const char* name;
-    };
-    for (const Variant& v : {Variant{WeightFormat::BF16, kernels::KvType::F32, "bf16 weights"},
-                             Variant{WeightFormat::Q8, kernels::KvType::F32, "q8 weights"},
-                             Variant{WeightFormat::F32, kernels::KvType::BF16, "bf16 KV cache"},
-                             Variant{WeightFormat::Q8, kernels::KvType::BF16, "q8 weights, bf16 KV cache"}}) {
+    for (const auto& v : anvil::test::engine::rounded_variants()) {
         INFO(v.name);
         const auto cpu_model = load_model(dir / "m", v.format);
         const auto gpu_model = load_model(dir / "m", v.format, WeightHome::Device);

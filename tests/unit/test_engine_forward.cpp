@@ -25,28 +25,29 @@ using anvil::test::engine::run_sequences;
 using anvil::test::engine::token_sequence;
 
 TEST_CASE("f32 logits match the NumPy reference to 1e-4 for every architecture, batched and step by step",
-          "[engine][reference]") {
+          "[engine][reference][cuda]") {
     if (!numpy_available()) {
         WARN("SKIPPED: /usr/bin/python3 cannot import numpy; run scripts/install-deps.sh (python3-numpy)");
         return;
     }
-    for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
-        SECTION(arch) {
-            TempDir dir;
-            engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
-            auto model = load_model(dir / "m", WeightFormat::Stored);
-            const int vocab = model.config.vocab_size;
-            // Mistral's test model has a 64-token sliding window: one prompt runs past it.
-            const auto seqs = reference_prompts(vocab, arch == "mistral");
-            const auto reference = reference_logits(dir / "m", seqs, vocab);
-            const auto batched = run_sequences(model, seqs, 0);
-            const auto stepwise = run_sequences(model, seqs, 1);
-            const auto chunked = run_sequences(model, seqs, 5);
-            for (size_t i = 0; i < seqs.size(); ++i) {
-                INFO("sequence " << i << " of " << seqs[i].size() << " tokens");
-                CHECK(worst_relative_error(batched[i], reference[i], vocab) < 1e-4);
-                CHECK(worst_relative_error(stepwise[i], reference[i], vocab) < 1e-4);
-                CHECK(worst_relative_error(chunked[i], reference[i], vocab) < 1e-4);
+    // On the CPU, and on cuda:0 where this build and machine have one (test_engine_helpers.hpp).
+    for (const std::string& device : anvil::test::engine::test_devices()) {
+        for (std::string arch : {"llama", "qwen2", "qwen3", "mistral"}) {
+            SECTION(device + " " + arch) {
+                TempDir dir;
+                engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1});
+                auto model = load_model(dir / "m", WeightFormat::Stored, engine::weight_home(device));
+                const int vocab = model.config.vocab_size;
+                // Mistral's test model has a 64-token sliding window: one prompt runs past it.
+                const auto seqs = reference_prompts(vocab, arch == "mistral");
+                const auto reference = reference_logits(dir / "m", seqs, vocab);
+                for (int step : {0, 1, 5}) {  // the whole prompt at once, a token at a time, chunks of 5
+                    const auto logits = run_sequences(model, seqs, step, kernels::KvType::F32, device);
+                    for (size_t i = 0; i < seqs.size(); ++i) {
+                        INFO("step " << step << ", sequence " << i << " of " << seqs[i].size() << " tokens");
+                        CHECK(worst_relative_error(logits[i], reference[i], vocab) < 1e-4);
+                    }
+                }
             }
         }
     }
@@ -90,15 +91,7 @@ TEST_CASE("bf16 and q8 weights and a bf16 KV cache keep the reference's top toke
     const auto config = engine::load_config(dir / "m");
     const auto seqs = reference_prompts(config.vocab_size, false);
     const auto reference = reference_logits(dir / "m", seqs, config.vocab_size);
-    struct Variant {
-        WeightFormat format;
-        kernels::KvType kv;
-        const char* name;
-    };
-    for (const Variant& v : {Variant{WeightFormat::BF16, kernels::KvType::F32, "bf16 weights"},
-                             Variant{WeightFormat::Q8, kernels::KvType::F32, "q8 weights"},
-                             Variant{WeightFormat::F32, kernels::KvType::BF16, "bf16 KV cache"},
-                             Variant{WeightFormat::Q8, kernels::KvType::BF16, "q8 weights, bf16 KV cache"}}) {
+    for (const auto& v : anvil::test::engine::rounded_variants()) {
         INFO(v.name);
         auto model = load_model(dir / "m", v.format);
         const auto logits = run_sequences(model, seqs, 0, v.kv);

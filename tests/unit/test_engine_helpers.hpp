@@ -14,6 +14,9 @@
 #include "engine/runner.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/weights.hpp"
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+#include "kernels/cuda/device.hpp"
+#endif
 
 namespace anvil::test::engine {
 
@@ -50,10 +53,34 @@ inline std::vector<int32_t> token_sequence(int length, int vocab, int salt) {
     return tokens;
 }
 
+// The devices the engine's tests run on: the CPU, and cuda:0 where this build has the CUDA
+// kernels and the machine a GPU.
+inline std::vector<std::string> test_devices() {
+    std::vector<std::string> devices = {"cpu"};
+#ifdef ANVIL_HAVE_CUDA_KERNELS
+    if (kernels::cuda::probe_devices().count > 0) devices.push_back("cuda:0");
+#endif
+    return devices;
+}
+
 // The reference tests' three prompts of 9, 23 (or, `long_one`, 80: past a 64-token sliding window)
 // and 3 tokens.
 inline std::vector<std::vector<int32_t>> reference_prompts(int vocab, bool long_one) {
     return {token_sequence(9, vocab, 1), token_sequence(long_one ? 80 : 23, vocab, 2), token_sequence(3, vocab, 3)};
+}
+
+// The weights and caches that round (each checked against an unrounded f32 run).
+struct RoundedVariant {
+    anvil::engine::WeightFormat format;
+    kernels::KvType kv;
+    const char* name;
+};
+inline std::vector<RoundedVariant> rounded_variants() {
+    using anvil::engine::WeightFormat;
+    return {{WeightFormat::BF16, kernels::KvType::F32, "bf16 weights"},
+            {WeightFormat::Q8, kernels::KvType::F32, "q8 weights"},
+            {WeightFormat::F32, kernels::KvType::BF16, "bf16 KV cache"},
+            {WeightFormat::Q8, kernels::KvType::BF16, "q8 weights, bf16 KV cache"}};
 }
 
 // Logits of every position of every sequence, [sequence][position * vocab + v]. `step` tokens of
