@@ -344,4 +344,30 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
     return out;
 }
 
+std::optional<double> embedded_gpu_fraction(const Launch& launch) {
+    const auto text = last_value(launch.arguments, "--gpu-memory-utilization");
+    if (!text) return 0.9;  // engine/serve_command.hpp
+    double v = 0;
+    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc() || end != text->data() + text->size() || !(v > 0.0 && v <= 1.0)) return std::nullopt;
+    return v;
+}
+
+EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelShapeLookup& shapes) {
+    // The CPU estimate of the same recipe with a pool of one context: what the runner must hold.
+    Recipe least = recipe;
+    try {
+        const Settings s = settings_of(recipe.launch);
+        if (s.kv_blocks == 0 && recipe.launch.model) {
+            std::int64_t context = s.max_context;
+            if (context == 0) context = shape_of(*recipe.launch.model, shapes, "model").max_position;
+            const std::int64_t blocks = (context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
+            least.launch.arguments.insert(least.launch.arguments.end(), {"--kv-blocks", std::to_string(blocks)});
+        }
+    } catch (const Unknown&) {
+        // Left as it is: the estimate below says what cannot be sized.
+    }
+    return estimate_embedded_memory(least, shapes);
+}
+
 }  // namespace anvil::registry

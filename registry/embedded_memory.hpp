@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,16 @@ using ModelShapeLookup = std::function<ModelShapeReading(const ModelRef& model)>
 //   layers: nothing (early exit reads the target's weights and writes the target's cache);
 //   ngram:  nothing (prompt lookup has no model).
 EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLookup& shapes);
+
+// On a GPU (an embedded recipe that does not run on the CPU: `--device cuda:0`), anvil-engine
+// uploads its weights and fills what --gpu-memory-utilization of the device leaves with KV cache
+// (engine/cuda_model_runner.cpp), and refuses to start unless that holds one whole context (the
+// model's own without --max-context) for the target and for a draft with a cache of its own. This
+// is that least demand: the weights, and one context of each cache (or --kv-blocks, when given).
+EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelShapeLookup& shapes);
+
+// The share of a GPU the embedded engine may take: the last --gpu-memory-utilization among the
+// launch arguments, else the engine's default 0.9; nothing when it is not a number in (0, 1].
+std::optional<double> embedded_gpu_fraction(const Launch& launch);
 
 }  // namespace anvil::registry

@@ -131,16 +131,37 @@ Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
     return g;
 }
 
-// The embedded engine holds its weights, KV cache and draft in this host's memory. The demand is a
-// model of the engine (estimated), so a shortfall is at most modeled-infeasible.
+// What an estimate holds of weights alone: on a GPU the host keeps the weights the engine uploads
+// (converted once, or the files' mapping), and its KV cache lives on the device.
+EmbeddedMemory weights_only(const EmbeddedMemory& m) {
+    EmbeddedMemory out;
+    out.total = IntInterval::exact(0);
+    for (const auto& p : m.parts)
+        if (p.what.find("weights") != std::string::npos) {
+            out.parts.push_back(p);
+            out.total = out.total + p.bytes;
+        }
+    for (const auto& u : m.unknowns) {
+        const auto colon = u.find(": ");  // "<part>: why", or a problem of the whole launch
+        if (colon == std::string::npos || u.substr(0, colon).find("weights") != std::string::npos) out.unknowns.push_back(u);
+    }
+    return out;
+}
+
+// The embedded engine holds its weights, KV cache and draft in this host's memory (on a GPU, its
+// weights only). The demand is a model of the engine (estimated), so a shortfall is at most
+// modeled-infeasible.
 Gate host_memory(const Recipe& r, const GateContext& ctx) {
     Gate g{GateName::host_memory, AxisStatus::unknown, ""};
-    const EmbeddedMemory m = estimate_embedded_memory(r, ctx.model_shapes);
+    const bool on_gpu = !r.runs_on_cpu();
+    const EmbeddedMemory m = on_gpu ? weights_only(estimate_embedded_gpu_memory(r, ctx.model_shapes))
+                                    : estimate_embedded_memory(r, ctx.model_shapes);
     if (!m.unknowns.empty()) {
         g.reason = fmt::format("the embedded engine's memory is unknown: {}", fmt::join(m.unknowns, "; "));
         return g;
     }
-    const std::string need = "the embedded engine needs " + to_string(m.total) + " bytes, estimated: " + m.describe();
+    const std::string need = std::string("the embedded engine needs ") + to_string(m.total) + " bytes" +
+                             (on_gpu ? " here (its KV cache is on the GPU)" : "") + ", estimated: " + m.describe();
     if (!ctx.host_memory) {
         g.reason = need + "; this host's memory is unknown";
         return g;
@@ -150,6 +171,41 @@ Gate host_memory(const Recipe& r, const GateContext& ctx) {
     g.status = o == Outcome::pass ? AxisStatus::pass : o == Outcome::fail ? AxisStatus::fail : AxisStatus::unknown;
     g.reason = need + (o == Outcome::pass ? "; this host has " : o == Outcome::fail ? "; more than this host's " : "; this host has ") +
                to_string(have) + " bytes (" + ctx.host_memory->source + ", " + std::string(to_string(ctx.host_memory->status)) + ")";
+    return g;
+}
+
+// The embedded engine on a GPU (engine/cuda_model_runner.cpp) runs on one of them and starts only
+// when --gpu-memory-utilization of it holds the weights and one context of KV cache. The demand is
+// a model of the engine, so a shortfall is at most modeled-infeasible, as host_memory's.
+Gate engine_gpu_memory(const Recipe& r, const GateContext& ctx) {
+    Gate g{GateName::engine_gpu_memory, AxisStatus::unknown, ""};
+    const EmbeddedMemory m = estimate_embedded_gpu_memory(r, ctx.model_shapes);
+    if (!m.unknowns.empty()) {
+        g.reason = fmt::format("the embedded engine's GPU memory is unknown: {}", fmt::join(m.unknowns, "; "));
+        return g;
+    }
+    const std::optional<double> fraction = embedded_gpu_fraction(r.launch);
+    if (!fraction) {
+        g.reason = "launch argument --gpu-memory-utilization is not a fraction above 0 and at most 1";
+        return g;
+    }
+    const std::string need = "the embedded engine needs " + to_string(m.total) + " bytes of one GPU, estimated: " + m.describe() +
+                             "; it may take " + to_string(*fraction) + " of it";
+    if (!ctx.inventory || ctx.inventory->gpus.empty()) {
+        g.reason = need + "; " + (ctx.inventory ? std::string("the inventory has no GPU") : std::string(kNoInventory));
+        return g;
+    }
+    // total x fraction >= need, in whole thousandths so that the interval maths stays integral.
+    const auto thousandths = static_cast<std::int64_t>(std::floor(*fraction * 1000.0));
+    std::int64_t surely = 0, possibly = 0;
+    for (const auto& gpu : ctx.inventory->gpus) {
+        const Outcome o = compare(to_int_interval(gpu.total_bytes) * IntInterval::exact(thousandths), Comparison::at_least,
+                                  m.total * IntInterval::exact(1000));
+        surely += o == Outcome::pass;
+        possibly += o != Outcome::fail;
+    }
+    g.status = surely >= 1 ? AxisStatus::pass : possibly == 0 ? AxisStatus::fail : AxisStatus::unknown;
+    g.reason = need + ": " + std::to_string(surely) + " of " + std::to_string(ctx.inventory->gpus.size()) + " GPUs surely hold it";
     return g;
 }
 
@@ -198,6 +254,7 @@ std::string_view to_string(GateName g) {
         case GateName::licence: return "licence";
         case GateName::collectives: return "collectives";
         case GateName::host_memory: return "host_memory";
+        case GateName::engine_gpu_memory: return "engine_gpu_memory";
     }
     return "?";
 }
@@ -239,6 +296,7 @@ RecipeAssessment assess_recipe(const Recipe& recipe, const PinStatus& pins, cons
     a.gates = {gpu_count(recipe, ctx), gpu_memory(recipe, ctx), context(recipe, ctx),
                pinning(pins),          licence(models, ctx),    collectives(recipe, ctx)};
     if (recipe.launch.kind == "embedded") a.gates.push_back(host_memory(recipe, ctx));
+    if (recipe.launch.kind == "embedded" && !recipe.runs_on_cpu()) a.gates.push_back(engine_gpu_memory(recipe, ctx));
     const Gate& count = a.gates[0];
     const Gate& memory = a.gates[1];
     const Gate& lic = a.gates[4];
@@ -250,7 +308,8 @@ RecipeAssessment assess_recipe(const Recipe& recipe, const PinStatus& pins, cons
     for (const Gate& g : a.gates) {
         if (g.status != AxisStatus::fail || g.name == GateName::pinning || g.name == GateName::licence) continue;
         const bool on_hardware = &g == &count || &g == &memory;
-        if ((on_hardware && !hardware_proof) || g.name == GateName::host_memory) modeled = true;
+        const bool engine_model = g.name == GateName::host_memory || g.name == GateName::engine_gpu_memory;
+        if ((on_hardware && !hardware_proof) || engine_model) modeled = true;
         else proven = true;
         a.reasons.push_back(g.reason);
     }

@@ -41,8 +41,10 @@ private:
 // whose name says non-commercial.
 bool is_non_commercial(std::string_view licence);
 
-// host_memory: embedded recipes only (anvil-engine computes on the CPU, in this host's memory).
-enum class GateName { gpu_count, gpu_memory, context, pinning, licence, collectives, host_memory };
+// host_memory: embedded recipes only (anvil-engine holds its weights, and on the CPU its KV cache,
+// in this host's memory). engine_gpu_memory: embedded recipes on GPUs (the engine's weights and
+// one context of KV cache within --gpu-memory-utilization of one GPU).
+enum class GateName { gpu_count, gpu_memory, context, pinning, licence, collectives, host_memory, engine_gpu_memory };
 std::string_view to_string(GateName g);
 
 struct Gate {

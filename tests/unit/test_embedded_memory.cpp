@@ -254,6 +254,79 @@ TEST_CASE("the host_memory gate judges an embedded recipe's estimate against thi
     }
 }
 
+TEST_CASE("an embedded recipe on a GPU needs its weights and one context of KV cache within the memory fraction of one GPU",
+          "[gates][memory]") {
+    json j = recipe_json();
+    j["hardware_id"] = "nvidia-rtx-pro-6000";
+    // One context of 2048 tokens: 2048 / 16 + 1 = 129 blocks, a quarter of the CPU's 516.
+    constexpr std::int64_t kOneContextKv = kTargetKv / 516 * 129;  // 1056768
+    constexpr std::int64_t need = kTargetWeightsF32 + kOneContextKv;
+    const EmbeddedMemory m = estimate_embedded_gpu_memory(recipe_of(j), shapes);
+    CHECK(m.unknowns.empty());
+    CHECK(m.total == IntInterval::exact(need));
+    CHECK(part(m, "target KV cache").how == "f32, 129 blocks of 16 tokens");
+
+    auto measured = [](std::int64_t bytes) {
+        EvidenceVariable v;
+        v.value = Number{bytes};
+        v.unit = "bytes";
+        v.status = EvidenceStatus::measured;
+        v.source = "test";
+        return v;
+    };
+    Inventory inventory;  // what ctx.inventory points at
+    auto gpus = [&](std::int64_t bytes) {
+        inventory.source = "test";
+        Gpu gpu;
+        gpu.uuid = "GPU-0";
+        gpu.total_bytes = measured(bytes);
+        gpu.idle_used_bytes = measured(0);
+        inventory.gpus = {gpu, gpu};
+        return &inventory;
+    };
+    auto gate_of = [](const RecipeAssessment& a, GateName name) {
+        for (const auto& g : a.gates)
+            if (g.name == name) return g;
+        FAIL("no " << to_string(name) << " gate");
+        return a.gates.front();
+    };
+    GateContext ctx;
+    ctx.policy.commercial = false;
+    ctx.model_shapes = shapes;
+    ctx.host_memory = measured(kTargetWeightsF32);  // the weights alone: the cache is on the GPU
+    // 0.9 of a GPU: need / 0.9 = 1645511.1 bytes.
+    ctx.inventory = gpus(1645512);
+    auto a = assess_recipe(recipe_of(j), PinStatus{}, {}, ctx);
+    CHECK(gate_of(a, GateName::engine_gpu_memory).status == AxisStatus::pass);
+    CHECK(gate_of(a, GateName::engine_gpu_memory).reason ==
+          "the embedded engine needs " + std::to_string(need) +
+              " bytes of one GPU, estimated: target weights (f32, as stored) 424192 + target KV cache (f32, 129 blocks of 16 "
+              "tokens) 1056768; it may take 0.9 of it: 2 of 2 GPUs surely hold it");
+    CHECK(gate_of(a, GateName::host_memory).status == AxisStatus::pass);
+    CHECK_THAT(gate_of(a, GateName::host_memory).reason,
+               Catch::StartsWith("the embedded engine needs 424192 bytes here (its KV cache is on the GPU)"));
+
+    ctx.inventory = gpus(1645511);
+    a = assess_recipe(recipe_of(j), PinStatus{}, {}, ctx);
+    CHECK(gate_of(a, GateName::engine_gpu_memory).status == AxisStatus::fail);
+    CHECK(a.verdict == Verdict::modeled_infeasible);  // a model of the engine, never a proof
+
+    // A smaller share needs a larger GPU; a share that is no fraction leaves the gate unknown.
+    j["launch"]["arguments"].push_back("--gpu-memory-utilization");
+    j["launch"]["arguments"].push_back("0.5");
+    ctx.inventory = gpus(2 * need);
+    CHECK(gate_of(assess_recipe(recipe_of(j), PinStatus{}, {}, ctx), GateName::engine_gpu_memory).status == AxisStatus::pass);
+    ctx.inventory = gpus(2 * need - 1);
+    CHECK(gate_of(assess_recipe(recipe_of(j), PinStatus{}, {}, ctx), GateName::engine_gpu_memory).status == AxisStatus::fail);
+    j["launch"]["arguments"].back() = "1.5";
+    const Gate odd = gate_of(assess_recipe(recipe_of(j), PinStatus{}, {}, ctx), GateName::engine_gpu_memory);
+    CHECK(odd.status == AxisStatus::unknown);
+    CHECK_THAT(odd.reason, Catch::Contains("--gpu-memory-utilization is not a fraction"));
+
+    // On the CPU there is no such gate.
+    for (const auto& g : assess_recipe(recipe_of(recipe_json()), PinStatus{}, {}, ctx).gates) CHECK(g.name != GateName::engine_gpu_memory);
+}
+
 TEST_CASE("this host's memory is MemTotal of /proc/meminfo, measured", "[gates][memory]") {
     CHECK(meminfo_total_bytes("MemTotal:       16302140 kB\nMemFree:         1000 kB\n") == std::int64_t(16302140) * 1024);
     CHECK_FALSE(meminfo_total_bytes("MemFree: 1000 kB\n"));
