@@ -1,13 +1,17 @@
 #include "engine/runner.hpp"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
+#include <spdlog/fmt/fmt.h>
+
+#include "engine/cuda_plugin.hpp"
 #include "engine/model_runner.hpp"
-#ifdef ANVIL_HAVE_CUDA_KERNELS
-#include "engine/cuda_model_runner.hpp"
-#include "kernels/cuda/device.hpp"
-#endif
+#include "kernels/device_name.hpp"
 
 namespace anvil::engine {
 
@@ -32,34 +36,89 @@ void check_batch(const Batch& batch, const ModelConfig& config, const RunnerOpti
         if (t < 0 || t >= n) throw std::logic_error("logits asked for a token outside the batch");
 }
 
+namespace {
+
+// The GPU runner's plugin (cuda_plugin.hpp), loaded once, on first use: ANVIL_ENGINE_CUDA_PLUGIN if
+// set, else beside the running executable, else where this build wrote it, else where it installs.
+struct CudaPlugin {
+    CudaMakeRunner make = nullptr;
+    CudaCountDevices count = nullptr;
+    std::string problem;  // why there is none
+};
+
+std::filesystem::path executable_directory() {
+    std::error_code error;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+    return error ? std::filesystem::path() : self.parent_path();
+}
+
+const CudaPlugin& cuda_plugin() {
+    static const CudaPlugin plugin = [] {
+        CudaPlugin p;
+        std::vector<std::filesystem::path> candidates;
+        if (const char* chosen = std::getenv("ANVIL_ENGINE_CUDA_PLUGIN"); chosen && *chosen) candidates.emplace_back(chosen);
+        else {
+            if (const auto here = executable_directory(); !here.empty()) candidates.push_back(here / kCudaPluginFile);
+#ifdef ANVIL_ENGINE_CUDA_PLUGIN_BUILT
+            candidates.emplace_back(ANVIL_ENGINE_CUDA_PLUGIN_BUILT);
+#endif
+#ifdef ANVIL_ENGINE_CUDA_PLUGIN_INSTALLED
+            candidates.emplace_back(ANVIL_ENGINE_CUDA_PLUGIN_INSTALLED);
+#endif
+        }
+        std::string tried;
+        for (const auto& path : candidates) {
+            tried += (tried.empty() ? "" : ", ") + path.string();
+            if (!std::filesystem::exists(path)) continue;
+            void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!handle) {
+                p.problem = fmt::format("cannot load {}: {}", path.string(), ::dlerror());
+                return p;
+            }
+            p.make = reinterpret_cast<CudaMakeRunner>(::dlsym(handle, kCudaMakeRunnerSymbol));
+            p.count = reinterpret_cast<CudaCountDevices>(::dlsym(handle, kCudaCountDevicesSymbol));
+            if (!p.make || !p.count)
+                p.problem = fmt::format("{} is not this anvil-engine's CUDA runner (no {})", path.string(), kCudaMakeRunnerSymbol);
+            return p;  // the handle stays open: runners live in it until exit
+        }
+        p.problem = fmt::format("this anvil-engine has no CUDA runner ({}, built where CMake finds the CUDA toolkit; looked in {}); "
+                                "use --device cpu",
+                                kCudaPluginFile, tried.empty() ? std::string("nowhere") : tried);
+        return p;
+    }();
+    return plugin;
+}
+
+}  // namespace
+
 void check_device_name(const std::string& device) {
     if (device == "cpu") return;
-#ifdef ANVIL_HAVE_CUDA_KERNELS
     try {
-        kernels::cuda::parse_device(device);
+        kernels::parse_cuda_device(device);
     } catch (const std::invalid_argument&) {
         throw std::invalid_argument("device \"" + device + "\": expected cpu, cuda or cuda:N with N a device index");
     }
-#else
-    if (device == "cuda" || device.starts_with("cuda:"))
-        throw std::invalid_argument("device \"" + device +
-                                    "\": this anvil-engine was built without the CUDA toolkit (CMake found no nvcc); "
-                                    "rebuild where the toolkit is installed, or use --device cpu");
-    throw std::invalid_argument("device \"" + device + "\": expected cpu, cuda or cuda:N with N a device index");
-#endif
+}
+
+int cuda_devices(std::string& reason) {
+    const CudaPlugin& plugin = cuda_plugin();
+    if (!plugin.count) {
+        reason = "no CUDA device: " + plugin.problem;
+        return 0;
+    }
+    return plugin.count(reason);
 }
 
 void require_device(const std::string& device) {
     check_device_name(device);
     if (device == "cpu") return;
-#ifdef ANVIL_HAVE_CUDA_KERNELS
-    const int index = kernels::cuda::parse_device(device);
-    const kernels::cuda::DeviceProbe probe = kernels::cuda::probe_devices();
-    if (probe.count == 0) throw std::runtime_error(device + ": " + probe.reason);
-    if (index >= probe.count)
-        throw std::runtime_error(device + ": there are " + std::to_string(probe.count) + " CUDA devices (cuda:0 to cuda:" +
-                                 std::to_string(probe.count - 1) + ")");
-#endif
+    const int index = kernels::parse_cuda_device(device);
+    std::string reason;
+    const int count = cuda_devices(reason);
+    if (count == 0) throw std::runtime_error(device + ": " + reason);
+    if (index >= count)
+        throw std::runtime_error(device + ": there are " + std::to_string(count) + " CUDA devices (cuda:0 to cuda:" +
+                                 std::to_string(count - 1) + ")");
 }
 
 WeightHome weight_home(const std::string& device) { return device == "cpu" ? WeightHome::Cpu : WeightHome::Device; }
@@ -68,11 +127,9 @@ std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig
                                     const RunnerOptions& options) {
     check_device_name(device);
     if (device == "cpu") return std::make_unique<ModelRunner>(config, weights, options);
-#ifdef ANVIL_HAVE_CUDA_KERNELS
-    return std::make_unique<CudaModelRunner>(kernels::cuda::parse_device(device), config, weights, options);
-#else
-    throw std::logic_error("unreachable: check_device_name refuses cuda without CUDA kernels");
-#endif
+    const CudaPlugin& plugin = cuda_plugin();
+    if (!plugin.make) throw std::runtime_error(device + ": " + plugin.problem);
+    return std::unique_ptr<Runner>(plugin.make(kernels::parse_cuda_device(device), config, weights, options));
 }
 
 }  // namespace anvil::engine

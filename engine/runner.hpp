@@ -83,13 +83,17 @@ void check_batch(const Batch& batch, const ModelConfig& config, const RunnerOpti
 // themselves; a GPU takes them row-major.
 WeightHome weight_home(const std::string& device);
 
-// "cpu", or "cuda" / "cuda:N". A CUDA device in a build without the CUDA toolkit, or on a machine
-// without one, throws std::runtime_error saying so in one line.
+// "cpu", or "cuda" / "cuda:N" (through the plugin of cuda_plugin.hpp). A CUDA device without the
+// plugin (a build without the CUDA toolkit) or on a machine without one throws std::runtime_error
+// saying so in one line.
 std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig& config, const ModelWeights& weights,
                                     const RunnerOptions& options);
 
 // Throws std::invalid_argument unless `device` is "cpu", "cuda" or "cuda:N".
 void check_device_name(const std::string& device);
+// How many CUDA devices the GPU runner's plugin sees (cuda_plugin.hpp); 0, with `reason`, when
+// there is no plugin, no driver or no device.
+int cuda_devices(std::string& reason);
 // Throws std::runtime_error saying why when `device` is a GPU this machine does not have: checked
 // before a model's weights are read, which takes minutes for a large one.
 void require_device(const std::string& device);

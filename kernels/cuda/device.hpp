@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/device_name.hpp"
+
 namespace anvil::kernels::cuda {
 
 class CudaError : public std::runtime_error {
@@ -21,8 +23,8 @@ public:
 };
 
 // "cuda" is device 0; "cuda:N" is device N. Anything else throws std::invalid_argument saying what
-// the accepted forms are.
-int parse_device(std::string_view text);
+// the accepted forms are (kernels/device_name.hpp, which builds without the toolkit).
+inline int parse_device(std::string_view text) { return parse_cuda_device(text); }
 
 // What the driver reports. count is 0 and reason says why when there is no usable device: no
 // driver, no device, or a failing cudaGetDeviceCount (its error string is kept).

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda_model_runner.hpp"
 #include "engine/engine.hpp"
 #include "kernels/cuda/device.hpp"
 #include "test_engine_helpers.hpp"
@@ -37,9 +36,10 @@ namespace {
 const std::string kDevice = "cuda:0";
 
 bool device_or_skip() {
-    const auto probe = kernels::cuda::probe_devices();
-    if (probe.count == 0) WARN(probe.reason << "; skipped");
-    return probe.count > 0;
+    std::string reason;
+    const int count = engine::cuda_devices(reason);
+    if (count == 0) WARN(reason << "; skipped");
+    return count > 0;
 }
 
 }  // namespace
@@ -117,18 +117,18 @@ TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, and one 
     options.max_context = 256;
     options.kv_blocks = 0;
     options.memory_fraction = 0.5;
-    engine::CudaModelRunner runner(0, model.config, *model.weights, options);
+    const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
     const auto memory = kernels::cuda::device_memory(0);
     const size_t per_block = 2 * size_t(model.config.n_layers) * 16 * size_t(model.config.kv_dim()) * 4;
-    INFO("blocks " << runner.options().kv_blocks << ", total " << memory.total);
-    CHECK(runner.kv_bytes() == size_t(runner.options().kv_blocks) * per_block);
+    INFO("blocks " << runner->options().kv_blocks << ", total " << memory.total);
+    CHECK(runner->kv_bytes() == size_t(runner->options().kv_blocks) * per_block);
     // Half the device, less what was in use before and the headroom: more than a third of it.
-    CHECK(runner.kv_bytes() > memory.total / 3);
-    CHECK(runner.kv_bytes() < memory.total / 2);
+    CHECK(runner->kv_bytes() > memory.total / 3);
+    CHECK(runner->kv_bytes() < memory.total / 2);
 
     options.memory_fraction = 0.0001;
     try {
-        engine::CudaModelRunner small(0, model.config, *model.weights, options);
+        (void)engine::make_runner(kDevice, model.config, *model.weights, options);
         FAIL("a cache below one context was accepted");
     } catch (const std::runtime_error& e) {
         CHECK_THAT(e.what(), Catch::Contains("raise --gpu-memory-utilization or lower --max-context"));

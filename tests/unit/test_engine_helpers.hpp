@@ -14,9 +14,6 @@
 #include "engine/runner.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/weights.hpp"
-#ifdef ANVIL_HAVE_CUDA_KERNELS
-#include "kernels/cuda/device.hpp"
-#endif
 
 namespace anvil::test::engine {
 
@@ -53,13 +50,12 @@ inline std::vector<int32_t> token_sequence(int length, int vocab, int salt) {
     return tokens;
 }
 
-// The devices the engine's tests run on: the CPU, and cuda:0 where this build has the CUDA
-// kernels and the machine a GPU.
+// The devices the engine's tests run on: the CPU, and cuda:0 where this build has the GPU runner's
+// plugin and the machine a GPU.
 inline std::vector<std::string> test_devices() {
     std::vector<std::string> devices = {"cpu"};
-#ifdef ANVIL_HAVE_CUDA_KERNELS
-    if (kernels::cuda::probe_devices().count > 0) devices.push_back("cuda:0");
-#endif
+    std::string reason;
+    if (anvil::engine::cuda_devices(reason) > 0) devices.push_back("cuda:0");
     return devices;
 }
 

@@ -1,0 +1,13 @@
+// Naming a CUDA device ("cuda", "cuda:N") without the CUDA toolkit: the engine's --device flag is
+// read the same way in builds with and without it.
+#pragma once
+
+#include <string_view>
+
+namespace anvil::kernels {
+
+// "cuda" is device 0; "cuda:N" is device N. Anything else throws std::invalid_argument saying what
+// the accepted forms are.
+int parse_cuda_device(std::string_view text);
+
+}  // namespace anvil::kernels
