@@ -76,6 +76,15 @@ const MemoryPart& part(const EmbeddedMemory& m, const std::string& what) {
     return m.parts.front();
 }
 
+EvidenceVariable measured_bytes(std::int64_t bytes, const std::string& source) {
+    EvidenceVariable v;
+    v.value = Number{bytes};
+    v.unit = "bytes";
+    v.status = EvidenceStatus::measured;
+    v.source = source;
+    return v;
+}
+
 json draft_model(const std::string& path = "/models/draft") {
     return {{"path", path}, {"digest", "sha256:" + std::string(64, 'e')}, {"dtype", "f32"}, {"licence", "MIT"}};
 }
@@ -201,14 +210,7 @@ TEST_CASE("the estimate agrees with what anvil-engine allocates for the tiny mod
 TEST_CASE("the host_memory gate judges an embedded recipe's estimate against this host's memory", "[gates][memory][draft]") {
     const Recipe with_self = recipe_of(recipe_json({{"kind", "self"}, {"weights", "bf16"}}));
     const std::int64_t need = kTargetWeightsF32 + kTargetKv + kTargetMatricesBf16 + kTargetKv;
-    auto host = [](std::int64_t bytes) {
-        EvidenceVariable v;
-        v.value = Number{bytes};
-        v.unit = "bytes";
-        v.status = EvidenceStatus::measured;
-        v.source = "/proc/meminfo MemTotal";
-        return v;
-    };
+    auto host = [](std::int64_t bytes) { return measured_bytes(bytes, "/proc/meminfo MemTotal"); };
     auto gate_of = [](const RecipeAssessment& a) {
         for (const auto& g : a.gates)
             if (g.name == GateName::host_memory) return g;
@@ -266,14 +268,7 @@ TEST_CASE("an embedded recipe on a GPU needs its weights and one context of KV c
     CHECK(m.total == IntInterval::exact(need));
     CHECK(part(m, "target KV cache").how == "f32, 129 blocks of 16 tokens");
 
-    auto measured = [](std::int64_t bytes) {
-        EvidenceVariable v;
-        v.value = Number{bytes};
-        v.unit = "bytes";
-        v.status = EvidenceStatus::measured;
-        v.source = "test";
-        return v;
-    };
+    auto measured = [](std::int64_t bytes) { return measured_bytes(bytes, "test"); };
     Inventory inventory;  // what ctx.inventory points at
     auto gpus = [&](std::int64_t bytes) {
         inventory.source = "test";
