@@ -22,10 +22,6 @@ namespace {
 
 constexpr double kGiB = double(size_t(1) << 30);
 
-// What neither the weights, the activations nor the cache account for: the CUDA graphs' own memory,
-// cuBLAS's kernels and the allocator's rounding. Left out of the cache's share.
-constexpr size_t kHeadroomBytes = size_t(256) << 20;
-
 bool multiplied_on_device(WeightType type) {
     return type == WeightType::F32 || type == WeightType::BF16 || type == WeightType::Q8;
 }
@@ -33,7 +29,7 @@ bool multiplied_on_device(WeightType type) {
 }  // namespace
 
 CudaModelRunner::CudaModelRunner(int device, const ModelConfig& config, const ModelWeights& weights,
-                                 const RunnerOptions& options)
+                                 const RunnerOptions& options, const Runner* weights_of)
     : config_(config), options_(options) {
     if (options.max_batch_tokens <= 0 || options.max_logit_rows <= 0 || options.max_context <= 0 ||
         options.kv_blocks < 0 || options.block_size <= 0)
@@ -53,7 +49,15 @@ CudaModelRunner::CudaModelRunner(int device, const ModelConfig& config, const Mo
     context_ = std::make_unique<cuda::Context>(device);
     const cuda::DeviceInfo info = cuda::device_info(device);
     device_name_ = "cuda:" + std::to_string(device) + " (" + info.name + ")";
-    upload_weights(weights);
+    if (weights_of) {
+        const auto* other = dynamic_cast<const CudaModelRunner*>(weights_of);
+        if (!other || other->model_->device != device || other->model_->source != &weights)
+            throw std::logic_error("a GPU runner shares the weights of a runner on the same device made from the same weights");
+        model_ = other->model_;
+        owns_model_ = false;
+    } else {
+        model_ = upload_weights(weights);
+    }
 
     const int half = config.head_dim / 2;
     const auto inverse = rope_inverse_frequencies(config);
@@ -85,10 +89,14 @@ CudaModelRunner::CudaModelRunner(int device, const ModelConfig& config, const Mo
     const size_t index_count = 3 * n + rows + n * size_t(max_blocks_);
     indices_ = cuda::DeviceArray<int32_t>(index_count);
     indices_host_ = cuda::PinnedArray<int32_t>(index_count);
+    argmax_ = cuda::DeviceArray<int32_t>(rows);
+    argmax_host_ = cuda::PinnedArray<int32_t>(rows);
     table_blocks_.reserve(n);
     // cuBLAS's bf16 copies of a prefill chunk's activations: reserved now, so that no pass allocates
     // (a graph's capture must not).
     context_->reserve_scratch(std::max(n, rows) * size_t(std::max({c.dim, c.q_dim(), c.hidden_dim})) * sizeof(uint16_t));
+    // As runner.hpp models it, so that an engine can leave a draft's share out of its target's.
+    working_bytes_ = device_working_bytes(config, options);
     allocate_cache();
 }
 
@@ -103,38 +111,38 @@ CudaModelRunner::~CudaModelRunner() {
     }
 }
 
-void CudaModelRunner::upload_weights(const ModelWeights& weights) {
-    size_t total = matrix_bytes(weights.embedding);
-    const bool tied = weights.lm_head.data == weights.embedding.data;
-    if (!tied) total += matrix_bytes(weights.lm_head);
-    for (const LayerWeights& w : weights.layers)
-        for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) total += matrix_bytes(*m);
+std::shared_ptr<const CudaModelRunner::DeviceModel> CudaModelRunner::upload_weights(const ModelWeights& weights) const {
+    auto model = std::make_shared<DeviceModel>();
+    model->source = &weights;
+    model->device = context_->device();
+    const size_t total = device_weight_bytes(config_, weights);
     spdlog::info("{}: uploading {:.2f} GB of {} weights", device_name_, double(total) / 1e9,
                  kernels::weight_type_name(weights.layers.empty() ? weights.lm_head.type : weights.layers.front().wq.type));
     const auto started = std::chrono::steady_clock::now();
     cuda::StagedUploader uploader(*context_);
     size_t next_report = size_t(1) << 30;
     auto matrix = [&](const kernels::WeightMatrix& host) {
-        matrices_.push_back(std::make_unique<cuda::DeviceWeights>(host, &uploader));
-        weight_bytes_ += matrices_.back()->bytes();
+        model->matrices.push_back(std::make_unique<cuda::DeviceWeights>(host, &uploader));
+        model->bytes += model->matrices.back()->bytes();
         if (uploader.uploaded_bytes() >= next_report) {
             spdlog::info("{}: {:.1f} of {:.1f} GB up", device_name_, double(uploader.uploaded_bytes()) / 1e9, double(total) / 1e9);
             next_report = uploader.uploaded_bytes() + (size_t(1) << 30);
         }
-        return matrices_.back()->view();
+        return model->matrices.back()->view();
     };
     auto vector = [&](const float* host, int count) -> const float* {
         if (!host) return nullptr;
-        vectors_.emplace_back(size_t(count));
-        uploader.upload(vectors_.back().data(), host, size_t(count) * sizeof(float));
-        weight_bytes_ += size_t(count) * sizeof(float);
-        return vectors_.back().data();
+        model->vectors.emplace_back(size_t(count));
+        uploader.upload(model->vectors.back().data(), host, size_t(count) * sizeof(float));
+        model->bytes += size_t(count) * sizeof(float);
+        return model->vectors.back().data();
     };
     const ModelConfig& c = config_;
-    embedding_ = matrix(weights.embedding);
-    lm_head_ = tied ? embedding_ : matrix(weights.lm_head);
-    final_norm_ = vector(weights.final_norm, c.dim);
-    layers_.reserve(weights.layers.size());
+    const bool tied = weights.lm_head.data == weights.embedding.data;
+    model->embedding = matrix(weights.embedding);
+    model->lm_head = tied ? model->embedding : matrix(weights.lm_head);
+    model->final_norm = vector(weights.final_norm, c.dim);
+    model->layers.reserve(weights.layers.size());
     for (const LayerWeights& w : weights.layers) {
         Layer l;
         l.attn_norm = vector(w.attn_norm, c.dim);
@@ -151,41 +159,46 @@ void CudaModelRunner::upload_weights(const ModelWeights& weights) {
         l.w_gate = matrix(w.w_gate);
         l.w_up = matrix(w.w_up);
         l.w_down = matrix(w.w_down);
-        layers_.push_back(l);
+        model->layers.push_back(l);
     }
     uploader.finish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    spdlog::info("{}: weights up, {:.2f} GB in {:.1f} s ({:.1f} GB/s)", device_name_, double(weight_bytes_) / 1e9, seconds,
-                 seconds > 0 ? double(weight_bytes_) / 1e9 / seconds : 0.0);
+    spdlog::info("{}: weights up, {:.2f} GB in {:.1f} s ({:.1f} GB/s)", device_name_, double(model->bytes) / 1e9, seconds,
+                 seconds > 0 ? double(model->bytes) / 1e9 / seconds : 0.0);
+    return model;
 }
 
 void CudaModelRunner::allocate_cache() {
     const ModelConfig& c = config_;
     const size_t element = options_.kv_type == kernels::KvType::BF16 ? 2 : 4;
     const size_t block_bytes = size_t(options_.block_size) * size_t(c.kv_dim()) * element;  // keys of one layer's block
-    // Keys and values of every layer, per block.
-    const size_t per_block = 2 * size_t(c.n_layers) * block_bytes;
+    // Keys and values of every layer, per block, with the companion's (a draft's cache has the same blocks).
+    const size_t per_block = device_block_bytes(c, options_) + options_.companion_block_bytes;
     const int one_context = max_blocks_ + 1;
     const cuda::DeviceMemory memory = cuda::device_memory(context_->device());
     if (options_.kv_blocks == 0) {
         const double allowed = options_.memory_fraction * double(memory.total);
         const double used = double(memory.total - memory.free);
-        const double room = allowed - used - double(kHeadroomBytes);
+        // The allocations so far are in `used`; the headroom and the companion are still to come.
+        const double room = allowed - used - double(kDeviceHeadroomBytes) - double(options_.companion_bytes);
         const size_t blocks = room > 0 ? size_t(room / double(per_block)) : 0;
         if (blocks < size_t(one_context))
             throw std::runtime_error(fmt::format(
-                "{}: {:.2f} of its {:.1f} GiB leaves {:.2f} GiB for the KV cache with {:.2f} GiB in use (weights {:.2f} GiB), "
+                "{}: {:.2f} of its {:.1f} GiB leaves {:.2f} GiB for the KV cache with {:.2f} GiB in use (weights {:.2f} GiB){}, "
                 "less than one context of {} tokens needs ({:.2f} GiB): raise --gpu-memory-utilization or lower --max-context",
                 device_name_, options_.memory_fraction, double(memory.total) / kGiB, std::max(room, 0.0) / kGiB, used / kGiB,
-                double(weight_bytes_) / kGiB, options_.max_context, double(per_block) * one_context / kGiB));
+                double(model_->bytes) / kGiB,
+                options_.companion_bytes > 0 ? fmt::format(" and {:.2f} GiB kept for the draft", double(options_.companion_bytes) / kGiB)
+                                             : std::string(),
+                options_.max_context, double(per_block) * one_context / kGiB));
         options_.kv_blocks = int(std::min<size_t>(blocks, size_t(std::numeric_limits<int>::max() / 2)));
     }
     layer_kv_bytes_ = size_t(options_.kv_blocks) * block_bytes;
     keys_ = cuda::DeviceArray<uint8_t>(layer_kv_bytes_ * size_t(c.n_layers));
     values_ = cuda::DeviceArray<uint8_t>(layer_kv_bytes_ * size_t(c.n_layers));
     kv_bytes_ = keys_.bytes() + values_.bytes();
-    spdlog::info("{}: weights {:.2f} GiB, KV cache {:.2f} GiB ({} blocks of {}: {} tokens), {:.0f}% of {:.1f} GiB allowed",
-                 device_name_, double(weight_bytes_) / kGiB, double(kv_bytes_) / kGiB, options_.kv_blocks,
+    spdlog::info("{}: weights {:.2f} GiB{}, KV cache {:.2f} GiB ({} blocks of {}: {} tokens), {:.0f}% of {:.1f} GiB allowed",
+                 device_name_, double(model_->bytes) / kGiB, owns_model_ ? "" : " (shared)", double(kv_bytes_) / kGiB, options_.kv_blocks,
                  options_.block_size, size_t(options_.kv_blocks) * size_t(options_.block_size),
                  options_.memory_fraction * 100.0, double(memory.total) / kGiB);
 }
@@ -239,10 +252,31 @@ void CudaModelRunner::forward(const Batch& batch, int exit_after) {
     } else {
         enqueue(n, rows, layers);
     }
-    if (rows > 0)
-        cuda::copy_to_host_async(*context_, logits_host_.data(), logits_.data(),
-                                 size_t(rows) * size_t(config_.vocab_size) * sizeof(float));
+    copy_back(batch);
     context_->synchronize();
+}
+
+void CudaModelRunner::copy_back(const Batch& batch) {
+    const int rows = int(batch.logit_tokens.size());
+    if (rows == 0) return;
+    cuda::copy_to_host_async(*context_, argmax_host_.data(), argmax_.data(), size_t(rows) * sizeof(int32_t));
+    const size_t row_bytes = size_t(config_.vocab_size) * sizeof(float);
+    if (batch.largest_only.empty()) {
+        cuda::copy_to_host_async(*context_, logits_host_.data(), logits_.data(), size_t(rows) * row_bytes);
+        return;
+    }
+    // The wanted rows, one copy per run of them.
+    for (int first = 0; first < rows;) {
+        if (batch.largest_only[size_t(first)]) {
+            ++first;
+            continue;
+        }
+        int end = first + 1;
+        while (end < rows && !batch.largest_only[size_t(end)]) ++end;
+        const size_t offset = size_t(first) * size_t(config_.vocab_size);
+        cuda::copy_to_host_async(*context_, logits_host_.data() + offset, logits_.data() + offset, size_t(end - first) * row_bytes);
+        first = end;
+    }
 }
 
 void CudaModelRunner::enqueue(int n, int logit_rows, int layers) {
@@ -261,9 +295,10 @@ void CudaModelRunner::enqueue(int n, int logit_rows, int layers) {
     const float scale = 1.0f / std::sqrt(float(hd));
     const size_t tokens_dim = size_t(n) * size_t(dim);
 
-    cuda::embedding(cx, embedding_, tokens, n, x_.data());
+    const DeviceModel& m = *model_;
+    cuda::embedding(cx, m.embedding, tokens, n, x_.data());
     for (int l = 0; l < layers; ++l) {
-        const Layer& w = layers_[size_t(l)];
+        const Layer& w = m.layers[size_t(l)];
         // The previous layer's feed-forward output joins the residual stream here, as on the CPU.
         if (l > 0) cuda::add(cx, x_.data(), xb2_.data(), tokens_dim);
         cuda::rmsnorm(cx, xb_.data(), x_.data(), w.attn_norm, n, dim, c.norm_eps);
@@ -295,8 +330,9 @@ void CudaModelRunner::enqueue(int n, int logit_rows, int layers) {
     }
     if (layers > 0) cuda::add(cx, x_.data(), xb2_.data(), tokens_dim);
     if (logit_rows == 0) return;
-    cuda::rmsnorm(cx, final_.data(), x_.data(), final_norm_, logit_rows, dim, c.norm_eps, logit_rows_at);
-    cuda::matmul(cx, lm_head_, final_.data(), logit_rows, logits_.data());
+    cuda::rmsnorm(cx, final_.data(), x_.data(), m.final_norm, logit_rows, dim, c.norm_eps, logit_rows_at);
+    cuda::matmul(cx, m.lm_head, final_.data(), logit_rows, logits_.data());
+    cuda::argmax(cx, logits_.data(), logit_rows, c.vocab_size, argmax_.data());
 }
 
 }  // namespace anvil::engine

@@ -23,22 +23,25 @@ namespace anvil::engine {
 class CudaModelRunner final : public Runner {
 public:
     // options.kv_blocks 0: the cache takes what options.memory_fraction of the device leaves once
-    // the weights and activations are up. Throws std::runtime_error in one line when the weights'
-    // format has no CUDA kernel, or the fraction leaves no room for one full context.
-    CudaModelRunner(int device, const ModelConfig& config, const ModelWeights& weights, const RunnerOptions& options);
+    // the weights, the activations and options' companion are counted. Throws std::runtime_error in
+    // one line when the weights' format has no CUDA kernel, or the fraction leaves no room for one
+    // full context. `weights_of`: a CUDA runner on the same device made from these same `weights`,
+    // whose device copy this one reads instead of uploading its own.
+    CudaModelRunner(int device, const ModelConfig& config, const ModelWeights& weights, const RunnerOptions& options,
+                    const Runner* weights_of = nullptr);
     ~CudaModelRunner() override;
     CudaModelRunner(const CudaModelRunner&) = delete;
     CudaModelRunner& operator=(const CudaModelRunner&) = delete;
 
     void forward(const Batch& batch, int exit_after = 0) override;
     const float* logits(int i) const override { return logits_host_.data() + size_t(i) * size_t(config_.vocab_size); }
+    int32_t argmax(int i) const override { return argmax_host_.data()[i]; }
 
     const ModelConfig& config() const override { return config_; }
     const RunnerOptions& options() const override { return options_; }
     size_t kv_bytes() const override { return kv_bytes_; }
+    size_t device_bytes() const override { return (owns_model_ ? model_->bytes : 0) + working_bytes_ + kv_bytes_; }
     std::string device() const override { return device_name_; }
-    size_t weight_bytes() const { return weight_bytes_; }  // what the weights take on the device
-    int graphs() const { return int(graphs_.size()); }    // decode shapes captured so far
 
     // Batches of at most this many tokens (decode steps, speculative verification) run as graphs.
     static constexpr int kGraphTokens = 64;
@@ -50,10 +53,24 @@ private:
         const float *q_norm = nullptr, *k_norm = nullptr;
         kernels::WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
     };
-    void upload_weights(const ModelWeights& weights);
+    // The weights on one device: uploaded by one runner, read by every runner made from the same
+    // ModelWeights (a self draft), freed with the last of them.
+    struct DeviceModel {
+        const ModelWeights* source = nullptr;
+        int device = 0;
+        std::vector<std::unique_ptr<kernels::cuda::DeviceWeights>> matrices;
+        std::vector<kernels::cuda::DeviceArray<float>> vectors;  // norms and biases
+        std::vector<Layer> layers;
+        kernels::WeightMatrix embedding, lm_head;
+        const float* final_norm = nullptr;
+        size_t bytes = 0;
+    };
+    std::shared_ptr<const DeviceModel> upload_weights(const ModelWeights& weights) const;
     void allocate_cache();
     // Queues the pass over the first n tokens on the stream: what a graph captures.
     void enqueue(int n, int logit_rows, int layers);
+    // Copies back each row's argmax, and the logits of the rows the batch did not mark largest_only.
+    void copy_back(const Batch& batch);
     kernels::PagedKv layer_kv(int layer) const;
 
     const ModelConfig& config_;
@@ -62,12 +79,8 @@ private:
     std::string device_name_;
     int max_blocks_ = 0;  // block table row: blocks of one full context
 
-    std::vector<std::unique_ptr<kernels::cuda::DeviceWeights>> matrices_;
-    std::vector<kernels::cuda::DeviceArray<float>> vectors_;  // norms and biases
-    std::vector<Layer> layers_;
-    kernels::WeightMatrix embedding_, lm_head_;
-    const float* final_norm_ = nullptr;
-    size_t weight_bytes_ = 0;
+    std::shared_ptr<const DeviceModel> model_;
+    bool owns_model_ = true;
 
     kernels::cuda::DeviceArray<float> rope_cos_, rope_sin_;  // [max_context][head_dim / 2]
     kernels::cuda::DeviceArray<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_, final_, logits_;
@@ -75,8 +88,11 @@ private:
     // each), logit rows ([max_logit_rows]), block tables ([max_batch_tokens][max_blocks_]).
     kernels::cuda::DeviceArray<int32_t> indices_;
     kernels::cuda::PinnedArray<int32_t> indices_host_;
+    kernels::cuda::DeviceArray<int32_t> argmax_;     // [max_logit_rows]
+    kernels::cuda::PinnedArray<int32_t> argmax_host_;
     kernels::cuda::PinnedArray<float> logits_host_;  // [max_logit_rows][vocab]
     std::vector<int> table_blocks_;                  // per sequence of a batch: its blocks in use
+    size_t working_bytes_ = 0;                       // everything but the weights and the cache
 
     kernels::cuda::DeviceArray<uint8_t> keys_, values_;  // [layers][blocks][block_size][kv_heads][head_dim]
     size_t layer_kv_bytes_ = 0, kv_bytes_ = 0;

@@ -6,10 +6,11 @@
 
 extern "C" {
 
-anvil::engine::Runner* anvil_engine_cuda_make_runner_v1(int device, const anvil::engine::ModelConfig& config,
+anvil::engine::Runner* anvil_engine_cuda_make_runner_v2(int device, const anvil::engine::ModelConfig& config,
                                                         const anvil::engine::ModelWeights& weights,
-                                                        const anvil::engine::RunnerOptions& options) {
-    return new anvil::engine::CudaModelRunner(device, config, weights, options);
+                                                        const anvil::engine::RunnerOptions& options,
+                                                        const anvil::engine::Runner* weights_of) {
+    return new anvil::engine::CudaModelRunner(device, config, weights, options, weights_of);
 }
 
 int anvil_engine_cuda_count_devices_v1(std::string& reason) {
@@ -21,5 +22,5 @@ int anvil_engine_cuda_count_devices_v1(std::string& reason) {
 }  // extern "C"
 
 // The types the engine names must be the plugin's: a mismatch would be a build of two versions.
-static_assert(std::is_same_v<decltype(&anvil_engine_cuda_make_runner_v1), anvil::engine::CudaMakeRunner>);
+static_assert(std::is_same_v<decltype(&anvil_engine_cuda_make_runner_v2), anvil::engine::CudaMakeRunner>);
 static_assert(std::is_same_v<decltype(&anvil_engine_cuda_count_devices_v1), anvil::engine::CudaCountDevices>);

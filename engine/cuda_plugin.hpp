@@ -13,10 +13,10 @@ namespace anvil::engine {
 inline constexpr const char* kCudaPluginFile = "libanvil-engine-cuda.so";
 
 // The plugin's entry points, looked up by these names. Both throw std::exception saying why.
-// A new runner, owned by the caller.
+// A new runner, owned by the caller; `weights_of` as make_runner's (runner.hpp), or null.
 using CudaMakeRunner = Runner* (*)(int device, const ModelConfig& config, const ModelWeights& weights,
-                                   const RunnerOptions& options);
-inline constexpr const char* kCudaMakeRunnerSymbol = "anvil_engine_cuda_make_runner_v1";
+                                   const RunnerOptions& options, const Runner* weights_of);
+inline constexpr const char* kCudaMakeRunnerSymbol = "anvil_engine_cuda_make_runner_v2";
 // How many CUDA devices there are; 0, with `reason` set, when none can be used.
 using CudaCountDevices = int (*)(std::string& reason);
 inline constexpr const char* kCudaCountDevicesSymbol = "anvil_engine_cuda_count_devices_v1";

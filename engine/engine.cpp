@@ -73,41 +73,19 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     : options_(options),
       config_(load_config(model_dir)),
       tokenizer_(Tokenizer::load(model_dir)),
-      // options_ and config_ are made before blocks_ (the members' order), so the context is
-      // resolved against the model's own before anything is sized by it.
-      blocks_(default_kv_blocks(resolve_context(options_, config_), config_), options.block_size, options.prefix_caching),
+      // options_, config_ and tokenizer_ are made before the weights (the members' order): the
+      // context is resolved and the request checked before minutes of reading.
+      weights_(read_weights(model_dir)),
+      runner_(make_target_runner()),
+      blocks_(runner_->options().kv_blocks, options.block_size, options.prefix_caching),
       scheduler_(options.max_seqs, options.max_batch_tokens, blocks_, kPromptLogitRows) {
-    require_device(options.device);
-    if (options_.max_context > config_.max_position)
-        throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
-                                 " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
-    if (tokenizer_.vocab_size() > config_.vocab_size)
-        throw std::runtime_error(model_dir.string() + ": tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
-                                 " tokens but config.json's vocab_size is " + std::to_string(config_.vocab_size));
     try {
         chat_template_ = ChatTemplate::detect(tokenizer_);
     } catch (const std::runtime_error& e) {
         chat_template_error_ = e.what();
         spdlog::warn("chat completions disabled: {}", e.what());
     }
-    weights_ = std::make_unique<ModelWeights>(config_, model_dir, options.weights, weight_home(options.device));
-    RunnerOptions r;
-    r.max_batch_tokens = options.max_batch_tokens;
-    // A speculative step verifies a decoding sequence's draft tokens and the position before them.
-    const int draft_tokens = options.draft.kind == DraftKind::None ? 0 : options.draft.tokens;
-    r.max_logit_rows = options.max_seqs * (1 + draft_tokens) + kPromptLogitRows;
-    r.max_context = options_.max_context;
-    // A GPU without --kv-blocks sizes its cache from its free memory (0); the pool follows it.
-    const bool sized_by_device = options.device != "cpu" && options.kv_blocks == 0;
-    r.kv_blocks = sized_by_device ? 0 : blocks_.total();
-    r.block_size = options.block_size;
-    r.kv_type = options.kv_type;
-    r.threads = options.threads;
-    r.memory_fraction = options.gpu_memory_utilization;
-    runner_ = make_runner(options.device, config_, *weights_, r);
-    if (runner_->options().kv_blocks != blocks_.total())
-        blocks_ = BlockManager(runner_->options().kv_blocks, options.block_size, options.prefix_caching);
-    load_draft(model_dir);
+    start_draft();
 
     stop_ids_ = config_.eos_token_ids;
     if (auto eos = tokenizer_.token_id(tokenizer_.eos_token()); eos && !tokenizer_.eos_token().empty()) stop_ids_.push_back(*eos);
@@ -118,7 +96,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
 
     sampler_scratch_.reserve(config_.vocab_size);
-    batch_.reserve(options.max_batch_tokens, options.max_seqs, r.max_logit_rows);
+    batch_.reserve(options.max_batch_tokens, options.max_seqs, runner_->options().max_logit_rows);
     sampled_.reserve(size_t(options.max_seqs));
     prompted_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
@@ -128,6 +106,46 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
                  weight_format_name(options.weights), kv_type_name(options.kv_type), blocks_.total(), options.block_size,
                  runner_->kv_bytes() >> 20, options.max_seqs, options_.max_context);
     thread_ = std::thread([this] { loop(); });
+}
+
+std::unique_ptr<ModelWeights> Engine::read_weights(const std::filesystem::path& model_dir) {
+    resolve_context(options_, config_);
+    require_device(options_.device);
+    if (options_.max_context > config_.max_position)
+        throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
+                                 " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
+    if (tokenizer_.vocab_size() > config_.vocab_size)
+        throw std::runtime_error(model_dir.string() + ": tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
+                                 " tokens but config.json's vocab_size is " + std::to_string(config_.vocab_size));
+    options_.draft.validate(config_.n_layers);
+    auto weights = std::make_unique<ModelWeights>(config_, model_dir, options_.weights, weight_home(options_.device));
+    read_draft(model_dir, *weights);
+    return weights;
+}
+
+std::unique_ptr<Runner> Engine::make_target_runner() {
+    RunnerOptions r;
+    r.max_batch_tokens = options_.max_batch_tokens;
+    // A speculative step verifies a decoding sequence's draft tokens and the position before them.
+    const int draft_tokens = options_.draft.kind == DraftKind::None ? 0 : options_.draft.tokens;
+    r.max_logit_rows = options_.max_seqs * (1 + draft_tokens) + kPromptLogitRows;
+    r.max_context = options_.max_context;
+    // A GPU without --kv-blocks sizes its cache from its free memory (0), and the pool follows it;
+    // the draft runner's share of the device is left out of it.
+    const bool on_gpu = options_.device != "cpu";
+    r.kv_blocks = on_gpu && options_.kv_blocks == 0 ? 0 : default_kv_blocks(options_, config_);
+    r.block_size = options_.block_size;
+    r.kv_type = options_.kv_type;
+    r.threads = options_.threads;
+    r.memory_fraction = options_.gpu_memory_utilization;
+    const bool draft_runner = options_.draft.kind == DraftKind::Self || options_.draft.kind == DraftKind::Model;
+    if (on_gpu && draft_runner) {
+        const ModelConfig& draft = draft_config_ ? *draft_config_ : config_;
+        const RunnerOptions d = draft_runner_options(r);
+        r.companion_bytes = (draft_shares_weights_ ? 0 : device_weight_bytes(draft, *draft_weights_)) + device_working_bytes(draft, d);
+        r.companion_block_bytes = device_block_bytes(draft, d);
+    }
+    return make_runner(options_.device, config_, *weights_, r);
 }
 
 Engine::~Engine() {
@@ -175,6 +193,9 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, Sampl
         active->sequence.blocks.reserve(size_t(blocks_.blocks_for(options_.max_context + 1 + kMaxDraftTokens)));
         active->sequence.drafts.reserve(size_t(kMaxDraftTokens));
         if (params.grammar) active->matcher.emplace(params.grammar);
+        const bool greedy = is_greedy(params) && params.logit_bias.empty();
+        active->sequence.largest_only = greedy && params.logprobs < 0 && !params.grammar;
+        active->sequence.draft_largest_only = greedy;
         if (params.prompt_logprobs >= 0) active->sequence.prompt_logits_next = 0;
         choices.push_back(std::move(active));
     }
@@ -427,8 +448,14 @@ void Engine::step() {
             batch_.positions.push_back(p);
             batch_.sequence.push_back(int32_t(i));
         }
-        for (int k = 0; k < c.prompt_rows; ++k) batch_.logit_tokens.push_back(first + c.prompt_row_start - c.start + k);
-        if (c.logits) batch_.logit_tokens.push_back(batch_.size() - 1);
+        for (int k = 0; k < c.prompt_rows; ++k) {
+            batch_.logit_tokens.push_back(first + c.prompt_row_start - c.start + k);
+            batch_.largest_only.push_back(0);
+        }
+        if (c.logits) {
+            batch_.logit_tokens.push_back(batch_.size() - 1);
+            batch_.largest_only.push_back(c.sequence->largest_only);
+        }
         // Draft tokens follow their sequence's last token; the target's logits at each of them
         // verify the next one (and the last gives a token of its own when all are accepted).
         const int end = c.start + c.count;
@@ -437,6 +464,7 @@ void Engine::step() {
             batch_.positions.push_back(end + int(d));
             batch_.sequence.push_back(int32_t(i));
             batch_.logit_tokens.push_back(batch_.size() - 1);
+            batch_.largest_only.push_back(c.sequence->largest_only);
         }
         if (c.start < c.sequence->prompt_tokens)
             metrics_.prompt_tokens += uint64_t(std::min(c.start + c.count, c.sequence->prompt_tokens) - c.start);
@@ -471,6 +499,10 @@ void Engine::step() {
         Active& active = *it->second;
         if (drafts > 0) {
             verify(active, logits_row);
+            continue;
+        }
+        if (active.sequence.largest_only) {
+            emit_token(active, runner_->argmax(logits_row), nullptr);
             continue;
         }
         // The bias goes in before everything else, so the reported logprobs include it too.

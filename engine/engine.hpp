@@ -83,6 +83,8 @@ public:
     Metrics& metrics() { return metrics_; }
     size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
     std::string device() const { return runner_->device(); }  // "cpu", or "cuda:N (name)"
+    // GPU memory the target's and the draft's runners allocated; 0 on the CPU.
+    size_t device_bytes() const { return runner_->device_bytes() + (draft_runner_ ? draft_runner_->device_bytes() : 0); }
 
     // What the draft's own weights hold: 0 without one, or when it is the target's own tensors
     // (a self draft in the target's format).
@@ -119,11 +121,17 @@ private:
 
     // Speculative decoding (engine_speculation.cpp): loading the draft, proposing draft tokens
     // for the plan's decoding sequences, and verifying them against the target's logits.
-    void load_draft(const std::filesystem::path& model_dir);
+    // The target's and the draft's weights (read_draft: the draft's config and weights; before any
+    // runner, so that a GPU target can leave the draft's share of the device), then the runners.
+    std::unique_ptr<ModelWeights> read_weights(const std::filesystem::path& model_dir);
+    void read_draft(const std::filesystem::path& model_dir, const ModelWeights& target);
+    std::unique_ptr<Runner> make_target_runner();
+    void start_draft();
+    RunnerOptions draft_runner_options(const RunnerOptions& target) const;
     void set_lookahead();
     void propose(const std::vector<ScheduledChunk>& plan);
     void propose_with_model(Runner& runner, int exit_after);
-    int32_t draft_token(Active& active, const float* logits, int step);
+    int32_t draft_token(Active& active, const Runner& runner, int row, int step);
     void verify(Active& active, int first_row);
 
     EngineOptions options_;
@@ -131,9 +139,14 @@ private:
     Tokenizer tokenizer_;
     std::optional<ChatTemplate> chat_template_;
     std::string chat_template_error_;
+    // The draft's config (--draft-model) and weights (--draft-self, --draft-model): read with the
+    // target's, before the runners. No weights when a self draft is the target's own tensors.
+    std::optional<ModelConfig> draft_config_;
+    std::unique_ptr<ModelWeights> draft_weights_;
+    bool draft_shares_weights_ = false;
     std::unique_ptr<ModelWeights> weights_;
     std::unique_ptr<Runner> runner_;
-    BlockManager blocks_;
+    BlockManager blocks_;  // as many blocks as the runner's cache holds
     Scheduler scheduler_;
     Metrics metrics_;
     std::vector<int32_t> stop_ids_;
@@ -159,10 +172,8 @@ private:
     static constexpr int kPromptLogitRows = 32;
     void report_prompt_logprobs(const Prompted& p);
 
-    // The draft: its own config (--draft-model), weights and runner (--draft-self, --draft-model;
-    // none for --draft-layers, which runs the target's runner, and --draft-ngram).
-    std::optional<ModelConfig> draft_config_;
-    std::unique_ptr<ModelWeights> draft_weights_;  // none when a self draft is the target's own format
+    // The draft's runner (--draft-self, --draft-model; none for --draft-layers, which runs the
+    // target's runner, and --draft-ngram).
     std::unique_ptr<Runner> draft_runner_;
     Batch draft_batch_;
     struct Drafting {

@@ -14,22 +14,9 @@
 
 namespace anvil::engine {
 
-void Engine::load_draft(const std::filesystem::path& model_dir) {
-    DraftOptions& d = options_.draft;
-    d.validate(config_.n_layers);
-    metrics_.draft_kind = draft_kind_name(d.kind);
-    if (d.kind == DraftKind::None) return;
-    target_probs_.resize(size_t(config_.vocab_size));
-    residual_.resize(size_t(config_.vocab_size));
-    draft_batch_.reserve(options_.max_batch_tokens, options_.max_seqs, options_.max_seqs);
-    drafting_.reserve(size_t(options_.max_seqs));
-    scratch_next_.reserve(size_t(options_.max_seqs));
-    scratch_rows_.reserve(size_t(options_.max_seqs));
-    if (d.kind == DraftKind::Layers || d.kind == DraftKind::Ngram) {
-        spdlog::info("draft: {} {}, {} tokens a step", draft_kind_name(d.kind), d.kind == DraftKind::Layers ? d.layers : d.ngram,
-                     d.tokens);
-        return;
-    }
+void Engine::read_draft(const std::filesystem::path& model_dir, const ModelWeights& target) {
+    const DraftOptions& d = options_.draft;
+    if (d.kind != DraftKind::Self && d.kind != DraftKind::Model) return;
     const ModelConfig* config = &config_;
     std::filesystem::path dir = model_dir;
     if (d.kind == DraftKind::Model) {
@@ -47,24 +34,51 @@ void Engine::load_draft(const std::filesystem::path& model_dir) {
         dir = d.model_dir;
     }
     // A self draft held as the target is held is the target's tensors: it runs on them, nothing
-    // copied (as the paper's memory counts it, registry/embedded_memory.cpp). That is the same
-    // --weights, the stored bf16 values kept by both, or q8 from a GGUF Q8_0 file that is q8 already.
+    // copied, on the CPU and on a GPU alike (as the paper's memory counts it,
+    // registry/embedded_memory.cpp). That is the same --weights, the stored bf16 values kept by
+    // both, or q8 from a GGUF Q8_0 file that is q8 already.
     using kernels::WeightType;
-    const WeightType held = weights_->layers.front().wq.type;
+    const WeightType held = target.layers.front().wq.type;
     const bool q8_held = held == WeightType::Q8 || held == WeightType::Q8Packed || held == WeightType::Q8Packed8;
-    const bool same_tensors = d.kind == DraftKind::Self &&
-                              (d.weights == options_.weights || (d.weights == WeightFormat::Q8 && q8_held) ||
-                               (d.weights == WeightFormat::BF16 && held == WeightType::BF16 && weights_->kept_as_stored()));
-    if (!same_tensors) draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights, weight_home(options_.device));
-    // The draft's cache has the target's blocks, so one block table serves both.
-    // On a GPU the draft's cache is allocated beyond the target's memory share (kv_blocks is the
-    // target's resolved count here).
-    RunnerOptions r = runner_->options();
+    draft_shares_weights_ = d.kind == DraftKind::Self &&
+                            (d.weights == options_.weights || (d.weights == WeightFormat::Q8 && q8_held) ||
+                             (d.weights == WeightFormat::BF16 && held == WeightType::BF16 && target.kept_as_stored()));
+    if (!draft_shares_weights_)
+        draft_weights_ = std::make_unique<ModelWeights>(*config, dir, d.weights, weight_home(options_.device));
+}
+
+RunnerOptions Engine::draft_runner_options(const RunnerOptions& target) const {
+    // The draft's cache has the target's blocks, so that one block table serves both.
+    RunnerOptions r = target;
     r.max_logit_rows = options_.max_seqs;
-    draft_runner_ = make_runner(options_.device, *config, same_tensors ? *weights_ : *draft_weights_, r);
-    spdlog::info("draft: {} ({} layers, dim {}, {} weights, {} MB cache), {} tokens a step", draft_kind_name(d.kind),
-                 config->n_layers, config->dim, weight_format_name(d.weights), draft_runner_->kv_bytes() >> 20,
-                 d.tokens);
+    r.companion_bytes = 0;
+    r.companion_block_bytes = 0;
+    return r;
+}
+
+void Engine::start_draft() {
+    const DraftOptions& d = options_.draft;
+    metrics_.draft_kind = draft_kind_name(d.kind);
+    if (d.kind == DraftKind::None) return;
+    target_probs_.resize(size_t(config_.vocab_size));
+    residual_.resize(size_t(config_.vocab_size));
+    draft_batch_.reserve(options_.max_batch_tokens, options_.max_seqs, options_.max_seqs);
+    drafting_.reserve(size_t(options_.max_seqs));
+    scratch_next_.reserve(size_t(options_.max_seqs));
+    scratch_rows_.reserve(size_t(options_.max_seqs));
+    if (d.kind == DraftKind::Layers || d.kind == DraftKind::Ngram) {
+        spdlog::info("draft: {} {}, {} tokens a step", draft_kind_name(d.kind), d.kind == DraftKind::Layers ? d.layers : d.ngram,
+                     d.tokens);
+        return;
+    }
+    const ModelConfig& config = draft_config_ ? *draft_config_ : config_;
+    // The target's options hold its resolved block count: the draft's cache takes as many, within
+    // the share the target left for it on a GPU.
+    draft_runner_ = make_runner(options_.device, config, draft_shares_weights_ ? *weights_ : *draft_weights_,
+                                draft_runner_options(runner_->options()), draft_shares_weights_ ? runner_.get() : nullptr);
+    spdlog::info("draft: {} ({} layers, dim {}, {} weights{}, {} MB cache), {} tokens a step", draft_kind_name(d.kind),
+                 config.n_layers, config.dim, weight_format_name(d.weights), draft_shares_weights_ ? ", the target's" : "",
+                 draft_runner_->kv_bytes() >> 20, d.tokens);
 }
 
 void Engine::set_lookahead() {
@@ -111,9 +125,10 @@ void Engine::propose(const std::vector<ScheduledChunk>& plan) {
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
 }
 
-int32_t Engine::draft_token(Active& active, const float* logits, int step) {
+int32_t Engine::draft_token(Active& active, const Runner& runner, int row, int step) {
+    if (active.sequence.draft_largest_only) return runner.argmax(row);
     const int vocab = config_.vocab_size;
-    logits = apply_logit_bias(logits, vocab, active.params.logit_bias, sampler_scratch_);
+    const float* logits = apply_logit_bias(runner.logits(row), vocab, active.params.logit_bias, sampler_scratch_);
     if (is_greedy(active.params)) return argmax_token(logits, vocab);
     // Sampling: the draft samples from its own distribution with the request's parameters, and
     // keeps that distribution for the rule.
@@ -158,6 +173,7 @@ void Engine::propose_with_model(Runner& runner, int exit_after) {
             if (next[i] == len) {
                 rows[i] = int(draft_batch_.logit_tokens.size());
                 draft_batch_.logit_tokens.push_back(draft_batch_.size() - 1);
+                draft_batch_.largest_only.push_back(s.draft_largest_only);
             }
         }
         if (draft_batch_.size() == 0) break;
@@ -165,7 +181,7 @@ void Engine::propose_with_model(Runner& runner, int exit_after) {
         for (size_t i = 0; i < drafting_.size(); ++i)
             if (rows[i] >= 0) {
                 Active& a = *drafting_[i].active;
-                a.sequence.drafts.push_back(draft_token(a, runner.logits(rows[i]), 0));
+                a.sequence.drafts.push_back(draft_token(a, runner, rows[i], 0));
                 if (own_cache) a.sequence.draft_computed = int(a.sequence.tokens.size());
             }
     }
@@ -181,6 +197,7 @@ void Engine::propose_with_model(Runner& runner, int exit_after) {
             draft_batch_.positions.push_back(int(s.tokens.size()) + step - 1);
             draft_batch_.sequence.push_back(index);
             draft_batch_.logit_tokens.push_back(draft_batch_.size() - 1);
+            draft_batch_.largest_only.push_back(s.draft_largest_only);
         }
         if (draft_batch_.size() == 0) break;
         runner.forward(draft_batch_, exit_after);
@@ -188,7 +205,7 @@ void Engine::propose_with_model(Runner& runner, int exit_after) {
         for (const Drafting& d : drafting_) {
             Sequence& s = d.active->sequence;
             if (step >= d.tokens || int(s.drafts.size()) != step) continue;
-            s.drafts.push_back(draft_token(*d.active, runner.logits(row++), step));
+            s.drafts.push_back(draft_token(*d.active, runner, row++, step));
             if (own_cache) s.draft_computed = int(s.tokens.size()) + step;
         }
     }
@@ -207,22 +224,27 @@ void Engine::verify(Active& active, int first_row) {
     metrics_.draft_verifications += 1;
     int accepted = 0;
     for (int i = 0; i <= k; ++i) {
-        const float* logits =
-            apply_logit_bias(runner_->logits(first_row + i), vocab, active.params.logit_bias, sampler_scratch_);
         int32_t token;
         bool keep = false;
-        if (i == k) {
-            token = sample_token(logits, vocab, active.params, active.rng, sampler_scratch_);
-        } else if (greedy) {
-            token = argmax_token(logits, vocab);
-            keep = token == s.drafts[size_t(i)];
+        const float* logits = nullptr;
+        if (s.largest_only) {  // greedy, and nothing reads the row: its largest came back alone
+            token = runner_->argmax(first_row + i);
+            keep = i < k && token == s.drafts[size_t(i)];
         } else {
-            sampling_distribution(logits, vocab, active.params, sampler_scratch_, target_probs_.data());
-            const float* q = point_mass ? nullptr : active.draft_probs.data() + size_t(i) * size_t(vocab);
-            const DraftVerdict verdict = judge_draft(target_probs_.data(), q, vocab, s.drafts[size_t(i)], active.rng,
-                                                     residual_.data());
-            token = verdict.token;
-            keep = verdict.accepted;
+            logits = apply_logit_bias(runner_->logits(first_row + i), vocab, active.params.logit_bias, sampler_scratch_);
+            if (i == k) {
+                token = sample_token(logits, vocab, active.params, active.rng, sampler_scratch_);
+            } else if (greedy) {
+                token = argmax_token(logits, vocab);
+                keep = token == s.drafts[size_t(i)];
+            } else {
+                sampling_distribution(logits, vocab, active.params, sampler_scratch_, target_probs_.data());
+                const float* q = point_mass ? nullptr : active.draft_probs.data() + size_t(i) * size_t(vocab);
+                const DraftVerdict verdict = judge_draft(target_probs_.data(), q, vocab, s.drafts[size_t(i)], active.rng,
+                                                         residual_.data());
+                token = verdict.token;
+                keep = verdict.accepted;
+            }
         }
         if (keep) {
             ++accepted;

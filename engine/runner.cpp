@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "engine/cuda_plugin.hpp"
 #include "engine/model_runner.hpp"
+#include "engine/sampler.hpp"
 #include "kernels/device_name.hpp"
 
 namespace anvil::engine {
@@ -34,6 +36,8 @@ void check_batch(const Batch& batch, const ModelConfig& config, const RunnerOpti
     }
     for (int t : batch.logit_tokens)
         if (t < 0 || t >= n) throw std::logic_error("logits asked for a token outside the batch");
+    if (!batch.largest_only.empty() && batch.largest_only.size() != batch.logit_tokens.size())
+        throw std::logic_error("batch marks largest_only for a different number of rows than it asks logits for");
 }
 
 namespace {
@@ -116,20 +120,49 @@ void require_device(const std::string& device) {
     std::string reason;
     const int count = cuda_devices(reason);
     if (count == 0) throw std::runtime_error(device + ": " + reason);
-    if (index >= count)
-        throw std::runtime_error(device + ": there are " + std::to_string(count) + " CUDA devices (cuda:0 to cuda:" +
-                                 std::to_string(count - 1) + ")");
+    if (index >= count) throw std::runtime_error(kernels::no_such_cuda_device(index, count));
 }
 
 WeightHome weight_home(const std::string& device) { return device == "cpu" ? WeightHome::Cpu : WeightHome::Device; }
 
+int32_t Runner::argmax(int i) const { return argmax_token(logits(i), config().vocab_size); }
+
 std::unique_ptr<Runner> make_runner(const std::string& device, const ModelConfig& config, const ModelWeights& weights,
-                                    const RunnerOptions& options) {
+                                    const RunnerOptions& options, const Runner* weights_of) {
     check_device_name(device);
+    // The CPU runner reads the weights where they are: sharing them is the caller's one ModelWeights.
     if (device == "cpu") return std::make_unique<ModelRunner>(config, weights, options);
     const CudaPlugin& plugin = cuda_plugin();
     if (!plugin.make) throw std::runtime_error(device + ": " + plugin.problem);
-    return std::unique_ptr<Runner>(plugin.make(kernels::parse_cuda_device(device), config, weights, options));
+    return std::unique_ptr<Runner>(plugin.make(kernels::parse_cuda_device(device), config, weights, options, weights_of));
+}
+
+size_t device_weight_bytes(const ModelConfig& c, const ModelWeights& weights) {
+    size_t bytes = matrix_bytes(weights.embedding);
+    if (weights.lm_head.data != weights.embedding.data) bytes += matrix_bytes(weights.lm_head);
+    size_t vectors = weights.final_norm ? size_t(c.dim) : 0;
+    for (const LayerWeights& w : weights.layers) {
+        for (const auto* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) bytes += matrix_bytes(*m);
+        vectors += (w.attn_norm ? c.dim : 0) + (w.ffn_norm ? c.dim : 0) + (w.bq ? c.q_dim() : 0) + (w.bk ? c.kv_dim() : 0) +
+                   (w.bv ? c.kv_dim() : 0) + (w.q_norm ? c.head_dim : 0) + (w.k_norm ? c.head_dim : 0);
+    }
+    return bytes + vectors * sizeof(float);
+}
+
+size_t device_working_bytes(const ModelConfig& c, const RunnerOptions& o) {
+    const size_t n = size_t(o.max_batch_tokens), rows = size_t(o.max_logit_rows);
+    const size_t rope = 2 * size_t(o.max_context) * size_t(c.head_dim / 2);
+    const size_t activations = n * (3 * size_t(c.dim) + 2 * size_t(c.q_dim()) + 2 * size_t(c.kv_dim()) + 2 * size_t(c.hidden_dim));
+    const size_t logits = rows * (size_t(c.dim) + size_t(c.vocab_size));
+    const size_t max_blocks = size_t((o.max_context + o.block_size - 1) / o.block_size);
+    const size_t indices = 3 * n + rows + n * max_blocks + rows;  // the last: each row's argmax
+    const size_t scratch = std::max(n, rows) * size_t(std::max({c.dim, c.q_dim(), c.hidden_dim})) * sizeof(uint16_t);
+    return (rope + activations + logits) * sizeof(float) + indices * sizeof(int32_t) + scratch + kDeviceHeadroomBytes;
+}
+
+size_t device_block_bytes(const ModelConfig& c, const RunnerOptions& o) {
+    const size_t element = o.kv_type == kernels::KvType::BF16 ? 2 : 4;
+    return 2 * size_t(c.n_layers) * size_t(o.block_size) * size_t(c.kv_dim()) * element;
 }
 
 }  // namespace anvil::engine

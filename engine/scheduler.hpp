@@ -40,6 +40,10 @@ struct Sequence {
     int prompt_logits_next = -1;
     // Prefix caching: the names of its leading full blocks (BlockManager).
     std::vector<uint64_t> block_hashes;
+    // Its sampling reads only each row's largest logit (greedy, no logprobs, bias or grammar), and
+    // its draft's, when it has one (greedy, no bias): a GPU copies back the token, not the row.
+    bool largest_only = false;
+    bool draft_largest_only = false;
 };
 
 struct ScheduledChunk {

@@ -22,4 +22,9 @@ int parse_cuda_device(std::string_view text) {
     return index;
 }
 
+std::string no_such_cuda_device(int index, int count) {
+    return "cuda:" + std::to_string(index) + ": there " + (count == 1 ? "is 1 CUDA device (cuda:0)" : "are " + std::to_string(count) +
+           " CUDA devices (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
+}
+
 }  // namespace anvil::kernels

@@ -54,6 +54,7 @@ struct Settings {
     std::int64_t max_context = 0;  // 0: the model's own context length
     std::int64_t max_seqs = 4;
     std::int64_t kv_blocks = 0;  // 0: enough for max_seqs whole contexts
+    std::int64_t max_batch_tokens = 256;
 };
 
 std::optional<std::string> last_value(const std::vector<std::string>& args, std::string_view flag) {
@@ -83,6 +84,7 @@ Settings settings_of(const Launch& l) {
     s.max_context = number_flag(l.arguments, "--max-context", s.max_context);
     s.max_seqs = number_flag(l.arguments, "--max-seqs", s.max_seqs);
     s.kv_blocks = number_flag(l.arguments, "--kv-blocks", s.kv_blocks);
+    s.max_batch_tokens = number_flag(l.arguments, "--max-batch-tokens", s.max_batch_tokens);
     return s;
 }
 
@@ -206,6 +208,29 @@ std::int64_t default_kv_blocks(const Settings& s, const ModelShape& shape) {
 
 std::string kv_how(const Settings& s, std::int64_t blocks) {
     return s.kv_dtype + ", " + std::to_string(blocks) + " blocks of " + std::to_string(kEngineKvBlockTokens) + " tokens";
+}
+
+// Logits rows the engine's target runner keeps for prompt logprobs, beyond one per sequence and
+// its draft tokens (engine/engine.hpp's kPromptLogitRows).
+constexpr std::int64_t kEnginePromptLogitRows = 32;
+// What a GPU runner leaves for its CUDA graphs, cuBLAS's kernels and rounding (engine/runner.hpp).
+constexpr std::int64_t kEngineDeviceHeadroom = std::int64_t(256) << 20;
+
+// What a GPU runner allocates besides its weights and cache (engine/runner.cpp's
+// device_working_bytes): activations for a batch of --max-batch-tokens, the logits rows, the rope
+// tables, the batch's indices and each row's argmax, cuBLAS's bf16 scratch, and the headroom.
+I working_bytes(const ModelShape& s, std::int64_t batch_tokens, std::int64_t logit_rows, std::int64_t context) {
+    // Interval arithmetic throughout: shapes and launch arguments are untrusted, and it throws on overflow.
+    const I n = exact(batch_tokens), rows = exact(logit_rows), dim = exact(s.hidden_size), hidden = exact(s.intermediate_size);
+    const I q_dim = exact(s.heads) * exact(s.head_dim), kv_dim = exact(s.kv_heads) * exact(s.head_dim);
+    const I rope = exact(2) * exact(context) * exact(s.head_dim / 2);
+    const I activations = n * (exact(3) * dim + exact(2) * q_dim + exact(2) * kv_dim + exact(2) * hidden);
+    const I logits = rows * (dim + exact(s.vocab_size));
+    const I blocks = floor_divide(exact(context) + exact(kEngineKvBlockTokens - 1), exact(kEngineKvBlockTokens));
+    const I indices = exact(3) * n + rows + n * blocks + rows;
+    const I widest = exact(std::max(s.hidden_size, s.intermediate_size));
+    const I scratch = exact(std::max(batch_tokens, logit_rows)) * (*q_dim.max > *widest.max ? q_dim : widest) * exact(2);
+    return (rope + activations + logits) * exact(4) + indices * exact(4) + scratch + exact(kEngineDeviceHeadroom);
 }
 
 ModelShape shape_of(const ModelRef& m, const ModelShapeLookup& shapes, const std::string& role) {
@@ -356,18 +381,49 @@ std::optional<double> embedded_gpu_fraction(const Launch& launch) {
 EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelShapeLookup& shapes) {
     // The CPU estimate of the same recipe with a pool of one context: what the runner must hold.
     Recipe least = recipe;
+    std::optional<Settings> settings;
+    std::int64_t context = 0;
     try {
-        const Settings s = settings_of(recipe.launch);
-        if (s.kv_blocks == 0 && recipe.launch.model) {
-            std::int64_t context = s.max_context;
-            if (context == 0) context = shape_of(*recipe.launch.model, shapes, "model").max_position;
-            const std::int64_t blocks = (context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
-            least.launch.arguments.insert(least.launch.arguments.end(), {"--kv-blocks", std::to_string(blocks)});
+        settings = settings_of(recipe.launch);
+        if (recipe.launch.model) {
+            const ModelShape target = shape_of(*recipe.launch.model, shapes, "model");
+            // The context the engine serves (engine/engine.cpp's context_for on a GPU).
+            context = settings->max_context;
+            if (context == 0)
+                context = settings->kv_blocks == 0 ? target.max_position
+                                                   : std::min(target.max_position, std::max<std::int64_t>((settings->kv_blocks - 1) * kEngineKvBlockTokens, 2));
+            if (settings->kv_blocks == 0) {
+                const std::int64_t blocks = (context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
+                least.launch.arguments.insert(least.launch.arguments.end(), {"--kv-blocks", std::to_string(blocks)});
+            }
         }
     } catch (const Unknown&) {
         // Left as it is: the estimate below says what cannot be sized.
     }
-    return estimate_embedded_memory(least, shapes);
+    EmbeddedMemory out = estimate_embedded_memory(least, shapes);
+    if (!settings || context == 0) return out;  // the estimate above says why
+    // Each runner's working memory: the target's, and the draft's when it has a runner of its own.
+    const auto& draft = recipe.launch.draft;
+    const std::int64_t draft_tokens = draft ? draft->tokens : 0;
+    const auto add = [&](const std::string& what, const ModelShape& shape, std::int64_t rows) {
+        out.parts.push_back({what, std::to_string(settings->max_batch_tokens) + " batch tokens, " + std::to_string(rows) +
+                                       " logits rows, " + std::to_string(context) + " positions, 256 MiB headroom",
+                             working_bytes(shape, settings->max_batch_tokens, rows, context)});
+        out.total = out.total + out.parts.back().bytes;
+    };
+    try {
+        add("target working memory", shape_of(*recipe.launch.model, shapes, "model"),
+            settings->max_seqs * (1 + draft_tokens) + kEnginePromptLogitRows);
+        if (draft && draft->kind == DraftKind::self) add("draft working memory", shape_of(*recipe.launch.model, shapes, "model"), settings->max_seqs);
+        if (draft && draft->kind == DraftKind::model && draft->model)
+            add("draft working memory", shape_of(*draft->model, shapes, "draft model"), settings->max_seqs);
+    } catch (const Unknown&) {
+        // The draft model's shape: its weights' part already says why it is unknown.
+    } catch (const ArithmeticOverflow& e) {
+        out.unknowns.push_back(std::string("working memory: ") + e.what());
+        out.total = {};
+    }
+    return out;
 }
 
 }  // namespace anvil::registry

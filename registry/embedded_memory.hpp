@@ -2,8 +2,8 @@
 // serves them, its KV cache, and its draft's weights and KV cache. The rules are the engine's own
 // (engine/weights.cpp: which tensors are converted and how; engine/kv_cache.cpp; the draft's
 // runner in engine/engine_speculation.cpp), restated here because the registry may not depend on
-// the engine; tests hold the two together. Activation buffers, the tokenizer and the HTTP server are
-// not counted: they are small beside these. Every figure is a model of the engine, never a
+// the engine; tests hold the two together. On the CPU, activation buffers, the tokenizer and the
+// HTTP server are not counted: they are small beside these (on a GPU the runners' working memory is). Every figure is a model of the engine, never a
 // measurement, so a gate that uses it judges on estimated evidence.
 #pragma once
 
@@ -54,7 +54,9 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
 // uploads its weights and fills what --gpu-memory-utilization of the device leaves with KV cache
 // (engine/cuda_model_runner.cpp), and refuses to start unless that holds one whole context (the
 // model's own without --max-context) for the target and for a draft with a cache of its own. This
-// is that least demand: the weights, and one context of each cache (or --kv-blocks, when given).
+// is that least demand: the weights, one context of each cache (or --kv-blocks, when given), and
+// each runner's working memory (activations for --max-batch-tokens, logits rows, rope tables and
+// 256 MiB for CUDA graphs and cuBLAS: engine/runner.hpp's device_working_bytes).
 EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelShapeLookup& shapes);
 
 // The share of a GPU the embedded engine may take: the last --gpu-memory-utilization among the

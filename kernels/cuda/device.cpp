@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cuda/check.hpp"
+#include "kernels/device_name.hpp"
 
 namespace anvil::kernels::cuda {
 
@@ -99,10 +100,8 @@ DeviceMemory device_memory(int device) {
 Context::Context(int device) : device_(device) {
     const DeviceProbe probe = probe_devices();
     if (device < 0 || device >= probe.count)
-        throw CudaError("cuda:" + std::to_string(device) + ": " +
-                        (probe.count == 0 ? probe.reason
-                                          : "there are " + std::to_string(probe.count) + " CUDA devices (cuda:0 to cuda:" +
-                                                std::to_string(probe.count - 1) + ")"));
+        throw CudaError(probe.count == 0 ? "cuda:" + std::to_string(device) + ": " + probe.reason
+                                         : no_such_cuda_device(device, probe.count));
     activate();
     cudaStream_t stream = nullptr;
     // A blocking stream: it waits for the synchronous copies of DeviceArray (on the legacy default

@@ -8,12 +8,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/sampler.hpp"
 #include "kernels/cuda/device.hpp"
 #include "test_engine_helpers.hpp"
 #include "test_engine_reference.hpp"
@@ -133,6 +136,185 @@ TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, and one 
     } catch (const std::runtime_error& e) {
         CHECK_THAT(e.what(), Catch::Contains("raise --gpu-memory-utilization or lower --max-context"));
     }
+}
+
+namespace {
+
+// A batch of one sequence's first `n` tokens with every row's logits wanted.
+engine::Batch prompt_batch(const std::vector<int32_t>& tokens, int n, const std::vector<int32_t>& table) {
+    engine::Batch batch;
+    batch.block_tables.push_back(table.data());
+    for (int p = 0; p < n; ++p) {
+        batch.tokens.push_back(tokens[size_t(p)]);
+        batch.positions.push_back(p);
+        batch.sequence.push_back(0);
+        batch.logit_tokens.push_back(p);
+    }
+    return batch;
+}
+
+engine::RunnerOptions small_options() {
+    engine::RunnerOptions options;
+    options.max_batch_tokens = 8;
+    options.max_logit_rows = 8;
+    options.max_context = 32;
+    options.kv_blocks = 2;
+    return options;
+}
+
+}  // namespace
+
+TEST_CASE("cuda runner: rows marked largest_only come back as their first largest alone, the others whole", "[cuda][engine]") {
+    if (!device_or_skip()) return;
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "llama", "f32", 13, 1});
+    auto cpu_model = load_model(dir / "m", WeightFormat::Stored);
+    auto gpu_model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
+    const int vocab = gpu_model.config.vocab_size;
+    const auto seqs = reference_prompts(vocab, false);
+    const std::vector<int32_t> table = {1, 0};
+    auto cpu = engine::make_runner("cpu", cpu_model.config, *cpu_model.weights, small_options());
+    auto gpu = engine::make_runner(kDevice, gpu_model.config, *gpu_model.weights, small_options());
+
+    engine::Batch whole = prompt_batch(seqs[0], 5, table);
+    gpu->forward(whole);
+    std::vector<std::vector<float>> before;
+    for (int r = 0; r < 5; ++r) before.emplace_back(gpu->logits(r), gpu->logits(r) + vocab);
+
+    engine::Batch marked = prompt_batch(seqs[1], 5, table);
+    marked.largest_only = {1, 0, 1, 1, 0};
+    cpu->forward(marked);
+    gpu->forward(marked);
+    for (int r = 0; r < 5; ++r) {
+        INFO("row " << r);
+        const std::vector<float> c(cpu->logits(r), cpu->logits(r) + vocab);
+        std::vector<float> sorted = c;
+        std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+        // The same token wherever the CPU's leads clearly (f32 weights: within 1e-4 of each other).
+        if (sorted[0] - sorted[1] >= 0.02f) CHECK(gpu->argmax(r) == cpu->argmax(r));
+        CHECK(cpu->argmax(r) == engine::argmax_token(c.data(), vocab));
+        const std::vector<float> g(gpu->logits(r), gpu->logits(r) + vocab);
+        if (marked.largest_only[size_t(r)]) CHECK(g == before[size_t(r)]);  // not copied back: the last step's row
+        else CHECK(worst_relative_error(g, c, vocab) < 1e-4);
+    }
+}
+
+TEST_CASE("cuda runner: a runner made from the same weights reads the other's copy, and device bytes are runner.hpp's model",
+          "[cuda][engine]") {
+    if (!device_or_skip()) return;
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "llama", "f32", 17, 1});
+    auto model = load_model(dir / "m", WeightFormat::BF16, WeightHome::Device);
+    auto other = load_model(dir / "m", WeightFormat::BF16, WeightHome::Device);
+    const engine::RunnerOptions options = small_options();
+    auto first = engine::make_runner(kDevice, model.config, *model.weights, options);
+    auto second = engine::make_runner(kDevice, model.config, *model.weights, options, first.get());
+    const size_t weights = engine::device_weight_bytes(model.config, *model.weights);
+    const size_t working = engine::device_working_bytes(model.config, options);
+    CHECK(first->device_bytes() == weights + working + first->kv_bytes());
+    CHECK(second->device_bytes() == working + second->kv_bytes());
+    CHECK(first->kv_bytes() == size_t(options.kv_blocks) * engine::device_block_bytes(model.config, options));
+
+    const auto seqs = reference_prompts(model.config.vocab_size, false);
+    const std::vector<int32_t> table = {0, 1};
+    const engine::Batch batch = prompt_batch(seqs[0], 6, table);
+    first->forward(batch);
+    second.reset();  // the weights outlive the runner that did not upload them, and the other way round
+    second = engine::make_runner(kDevice, model.config, *model.weights, options, first.get());
+    first.reset();
+    auto fresh = engine::make_runner(kDevice, model.config, *model.weights, options);
+    second->forward(batch);
+    fresh->forward(batch);
+    for (int r = 0; r < 6; ++r) {
+        const int vocab = model.config.vocab_size;
+        const std::vector<float> a(second->logits(r), second->logits(r) + vocab), b(fresh->logits(r), fresh->logits(r) + vocab);
+        CHECK(worst_relative_error(a, b, vocab) < 1e-6);
+    }
+    // Weights the other runner was not made from are not its copy.
+    CHECK_THROWS_AS(engine::make_runner(kDevice, other.config, *other.weights, options, fresh.get()), std::logic_error);
+}
+
+TEST_CASE("cuda runner: a companion's share (a draft's weights and cache) is left out of the cache the fraction sizes",
+          "[cuda][engine]") {
+    if (!device_or_skip()) return;
+    TempDir dir;
+    engine::make_model({dir / "m", "tiny", "llama", "f32", 19, 1});
+    auto model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
+    engine::RunnerOptions options;
+    options.max_context = 256;
+    options.kv_blocks = 0;
+    options.memory_fraction = 0.5;
+    const size_t per_block = engine::device_block_bytes(model.config, options);
+    size_t alone = 0;
+    {
+        const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
+        alone = runner->kv_bytes();
+    }
+    options.companion_bytes = size_t(1) << 30;
+    options.companion_block_bytes = per_block;
+    const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
+    // Its cache and the companion's (as many blocks again, and 1 GiB) take what its cache alone took.
+    const double both = 2.0 * double(runner->kv_bytes()) + double(options.companion_bytes);
+    INFO("alone " << alone << ", with the companion " << runner->kv_bytes());
+    CHECK(both <= double(alone) + 2.0 * double(per_block));
+    CHECK(both >= double(alone) - double(size_t(64) << 20));
+}
+
+TEST_CASE("cuda engine: a self draft in the target's format runs on the target's copy of the weights and is lossless",
+          "[cuda][engine]") {
+    if (!device_or_skip()) return;
+    TempDir dir;
+    engine::make_model({dir / "m", "small", "llama", "f32", 23, 1});
+    engine::EngineOptions options;
+    options.max_seqs = 2;
+    options.max_context = 256;
+    options.device = kDevice;
+    options.weights = WeightFormat::BF16;
+    options.gpu_memory_utilization = 0.5;
+    size_t plain_blocks = 0;
+    {
+        engine::Engine plain(dir / "m", options);
+        plain_blocks = size_t(plain.metrics().kv_blocks_total.load());
+    }
+    options.draft.kind = engine::DraftKind::Self;
+    options.draft.weights = WeightFormat::BF16;
+    options.draft.tokens = 4;
+    engine::Engine drafted(dir / "m", options);
+    CHECK(drafted.draft_weight_bytes() == 0);
+    // Target and draft stay within the fraction: the draft's cache (as many blocks again) and its
+    // working memory come out of what the target's cache alone took.
+    engine::RunnerOptions shape;
+    shape.block_size = options.block_size;
+    const size_t per_block = engine::device_block_bytes(drafted.config(), shape);
+    const double kept = double(plain_blocks) * double(per_block) - 2.0 * double(drafted.metrics().kv_blocks_total.load()) * double(per_block);
+    shape.max_batch_tokens = options.max_batch_tokens;
+    shape.max_logit_rows = options.max_seqs;
+    shape.max_context = options.max_context;
+    const double draft_working = double(engine::device_working_bytes(drafted.config(), shape));
+    INFO("blocks alone " << plain_blocks << ", with the draft " << drafted.metrics().kv_blocks_total.load());
+    CHECK(std::fabs(kept - draft_working) < double(size_t(64) << 20));
+    const auto memory = kernels::cuda::device_memory(0);
+    CHECK(double(drafted.device_bytes()) <= 0.5 * double(memory.total) + double(size_t(64) << 20));
+
+    const int vocab = drafted.config().vocab_size;
+    engine::SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = 40;
+    params.ignore_eos = true;
+    auto stream = drafted.submit(token_sequence(9, vocab, 3), params);
+    int tokens = 0;
+    for (bool done = false; !done;) {
+        auto event = stream->pop(std::chrono::milliseconds(120000));
+        REQUIRE(event);
+        REQUIRE(event->error.empty());
+        tokens += int(event->tokens.size());
+        done = event->done;
+    }
+    CHECK(tokens == 40);
+    // The draft is the target itself: every proposal is what the target picks.
+    const uint64_t proposed = drafted.metrics().draft_proposed.load(), accepted = drafted.metrics().draft_accepted.load();
+    CHECK(proposed > 0);
+    CHECK(accepted == proposed);
 }
 
 TEST_CASE("cuda engine: greedy decoding on the GPU gives the CPU engine's tokens up to a near tie", "[cuda][engine]") {

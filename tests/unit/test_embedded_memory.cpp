@@ -1,11 +1,13 @@
 // The embedded engine's memory on paper: the target's weights and KV cache, and what each draft
 // kind adds (self q8 and bf16: a converted copy and a cache of its own; model: its weights and
 // cache; layers and ngram: nothing), worked out by hand on a small shape; the same rules checked
-// against what anvil-engine really allocates; and the host_memory gate that judges the total.
+// against what anvil-engine really allocates (on a GPU too, as the engine accounts for it); and the
+// host_memory and engine_gpu_memory gates that judge the totals.
 #include <catch2/catch.hpp>
 
 #include "engine/config.hpp"
 #include "engine/kv_cache.hpp"
+#include "engine/runner.hpp"
 #include "engine/weights.hpp"
 #include "registry/document.hpp"
 #include "registry/embedded_memory.hpp"
@@ -262,11 +264,42 @@ TEST_CASE("an embedded recipe on a GPU needs its weights and one context of KV c
     j["hardware_id"] = "nvidia-rtx-pro-6000";
     // One context of 2048 tokens: 2048 / 16 + 1 = 129 blocks, a quarter of the CPU's 516.
     constexpr std::int64_t kOneContextKv = kTargetKv / 516 * 129;  // 1056768
-    constexpr std::int64_t need = kTargetWeightsF32 + kOneContextKv;
+    // The runner's working memory for 256 batch tokens and 4 x 1 + 32 = 36 logits rows: rope tables
+    // 2 x 2048 x 8 floats; activations 256 x (3 x 64 + 2 x 64 + 2 x 32 + 2 x 128) floats; logits and
+    // final norm 36 x (250 + 64) floats; indices 3 x 256 + 36 + 256 x 128 blocks + 36 argmax ints;
+    // cuBLAS's scratch 256 x 128 bf16; 256 MiB of headroom.
+    constexpr std::int64_t kWorking = (32768 + 163840 + 11304) * 4 + 33608 * 4 + 65536 + (std::int64_t(256) << 20);  // 269467072
+    constexpr std::int64_t need = kTargetWeightsF32 + kOneContextKv + kWorking;
     const EmbeddedMemory m = estimate_embedded_gpu_memory(recipe_of(j), shapes);
     CHECK(m.unknowns.empty());
     CHECK(m.total == IntInterval::exact(need));
     CHECK(part(m, "target KV cache").how == "f32, 129 blocks of 16 tokens");
+    // What the GPU runner allocates, by the engine's own account (engine/runner.hpp).
+    anvil::engine::ModelConfig config;
+    config.dim = 64;
+    config.hidden_dim = 128;
+    config.n_layers = 2;
+    config.n_heads = 4;
+    config.n_kv_heads = 2;
+    config.head_dim = 16;
+    config.vocab_size = 250;
+    anvil::engine::RunnerOptions runner;
+    runner.max_batch_tokens = 256;
+    runner.max_logit_rows = 36;
+    runner.max_context = 2048;
+    CHECK(part(m, "target working memory").bytes == IntInterval::exact(std::int64_t(anvil::engine::device_working_bytes(config, runner))));
+    CHECK(part(m, "target KV cache").bytes ==
+          IntInterval::exact(std::int64_t(anvil::engine::device_block_bytes(config, runner)) * 129));
+    // A self draft in another format adds its weights, its cache and its runner's working memory
+    // (one logits row a sequence); in the target's format it adds no weights.
+    j["launch"]["draft"] = {{"kind", "self"}, {"weights", "bf16"}, {"tokens", 4}};
+    const EmbeddedMemory drafted = estimate_embedded_gpu_memory(recipe_of(j), shapes);
+    runner.max_logit_rows = 4;
+    CHECK(part(drafted, "draft working memory").bytes == IntInterval::exact(std::int64_t(anvil::engine::device_working_bytes(config, runner))));
+    runner.max_logit_rows = 4 * 5 + 32;
+    CHECK(part(drafted, "target working memory").bytes == IntInterval::exact(std::int64_t(anvil::engine::device_working_bytes(config, runner))));
+    CHECK(part(drafted, "draft KV cache").bytes == IntInterval::exact(kOneContextKv));
+    j["launch"].erase("draft");
 
     auto measured = [](std::int64_t bytes) { return measured_bytes(bytes, "test"); };
     Inventory inventory;  // what ctx.inventory points at
@@ -289,19 +322,20 @@ TEST_CASE("an embedded recipe on a GPU needs its weights and one context of KV c
     ctx.policy.commercial = false;
     ctx.model_shapes = shapes;
     ctx.host_memory = measured(kTargetWeightsF32);  // the weights alone: the cache is on the GPU
-    // 0.9 of a GPU: need / 0.9 = 1645511.1 bytes.
-    ctx.inventory = gpus(1645512);
+    // 0.9 of a GPU: need / 0.9 = 301053368.9 bytes.
+    ctx.inventory = gpus(301053369);
     auto a = assess_recipe(recipe_of(j), PinStatus{}, {}, ctx);
     CHECK(gate_of(a, GateName::engine_gpu_memory).status == AxisStatus::pass);
     CHECK(gate_of(a, GateName::engine_gpu_memory).reason ==
           "the embedded engine needs " + std::to_string(need) +
               " bytes of one GPU, estimated: target weights (f32, as stored) 424192 + target KV cache (f32, 129 blocks of 16 "
-              "tokens) 1056768; it may take 0.9 of it: 2 of 2 GPUs surely hold it");
+              "tokens) 1056768 + target working memory (256 batch tokens, 36 logits rows, 2048 positions, 256 MiB headroom) "
+              "269467072; it may take 0.9 of it: 2 of 2 GPUs surely hold it");
     CHECK(gate_of(a, GateName::host_memory).status == AxisStatus::pass);
     CHECK_THAT(gate_of(a, GateName::host_memory).reason,
                Catch::StartsWith("the embedded engine needs 424192 bytes here (its KV cache is on the GPU)"));
 
-    ctx.inventory = gpus(1645511);
+    ctx.inventory = gpus(301053368);
     a = assess_recipe(recipe_of(j), PinStatus{}, {}, ctx);
     CHECK(gate_of(a, GateName::engine_gpu_memory).status == AxisStatus::fail);
     CHECK(a.verdict == Verdict::modeled_infeasible);  // a model of the engine, never a proof

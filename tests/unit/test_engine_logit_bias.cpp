@@ -1,5 +1,6 @@
 // logit_bias against a real engine over HTTP: a bias moves greedy and sampled choices, -100 bans
-// a token, +100 forces one, logprobs describe the biased distribution, no bias changes nothing;
+// a token, +100 forces one, logprobs describe the biased distribution, no bias changes nothing
+// (nor reading a greedy row for its largest alone);
 // and a token id the vocabulary does not hold (in logit_bias or in a token-id prompt) is a 400
 // with an OpenAI-style body, never a crash or a 500.
 #include <catch2/catch.hpp>
@@ -187,6 +188,13 @@ TEST_CASE("without logit_bias, or with biases that move nothing, the output is u
     }
     // Banning a token greedy never chose leaves the choices as they were.
     CHECK(served.chat_tokens("Tell me about the sea", 8, {{"logit_bias", bias(unused, -100)}}) == tokens);
+    // Without logprobs or a bias a greedy row is read for its largest alone (Runner::argmax, found
+    // on the device by a GPU): the same answer.
+    json plain = body(json::object());
+    plain.erase("logprobs");
+    plain.erase("top_logprobs");
+    const json whole = served.post("/v1/chat/completions", body(json::object()))["choices"][0]["message"];
+    CHECK(served.post("/v1/chat/completions", plain)["choices"][0]["message"] == whole);
 }
 
 TEST_CASE("a token id outside the vocabulary is a 400 with an OpenAI-style error, never a 500", "[engine][server][logit_bias]") {
