@@ -100,6 +100,7 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
     sampled_.reserve(size_t(options.max_seqs));
     prompted_.reserve(size_t(options.max_seqs));
     metrics_.kv_blocks_total = blocks_.total();
+    metrics_.gpu_memory_bytes = device_bytes();
     spdlog::info("engine: {} ({} layers, dim {}) on {}, {} weights, {} KV cache of {} blocks x {} ({} MB), {} sequences x {} "
                  "tokens",
                  architecture_name(config_.arch), config_.n_layers, config_.dim, runner_->device(),

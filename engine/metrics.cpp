@@ -36,6 +36,9 @@ std::string Metrics::prometheus_text(const std::string& model_name) const {
            prefix_cache_queries.load(), label);
     metric("anvil_engine_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache, not computed.",
            prefix_cache_hits.load(), label);
+    if (const uint64_t gpu = gpu_memory_bytes.load(); gpu > 0)
+        metric("anvil_engine_gpu_memory_bytes", "gauge", "GPU memory the engine's runners hold: weights, working memory and KV cache.",
+               gpu, label);
     const int64_t total = kv_blocks_total.load();
     metric("anvil_engine_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.",
            total > 0 ? double(kv_blocks_used.load()) / double(total) : 0.0, label);

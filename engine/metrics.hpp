@@ -26,6 +26,9 @@ struct Metrics {
     std::atomic<uint64_t> forward_microseconds{0};
     std::atomic<uint64_t> constrained_tokens{0};       // tokens sampled under a response_format grammar
     std::atomic<uint64_t> constraint_microseconds{0};  // time computing their masks
+    // GPU memory the runners hold (weights, working memory, KV cache); 0 on the CPU, where the
+    // series is left out. Set before serving.
+    std::atomic<uint64_t> gpu_memory_bytes{0};
 
     // Speculative decoding, reported only when the engine has a draft. Set before serving.
     std::string draft_kind = "none";

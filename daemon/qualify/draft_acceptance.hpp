@@ -37,8 +37,4 @@ struct DraftAcceptance {
 // in between), there are none.
 DraftAcceptance draft_acceptance(const std::optional<DraftCounters>& before, const std::optional<DraftCounters>& after);
 
-// GET /metrics, journaled under `label`: the counters, or nullopt when the request failed or the
-// engine has no draft series.
-std::optional<DraftCounters> scrape_draft_counters(RunContext& run, const std::string& label);
-
 }  // namespace anvil::qualify::detail

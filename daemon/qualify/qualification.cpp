@@ -11,6 +11,7 @@
 #include "daemon/qualify/draft_acceptance.hpp"
 #include "daemon/qualify/gates.hpp"
 #include "daemon/qualify/measurements.hpp"
+#include "daemon/qualify/metrics_exposition.hpp"
 #include "daemon/qualify/quality.hpp"
 #include "daemon/qualify/receipt.hpp"
 #include "registry/support/clock.hpp"
@@ -133,7 +134,8 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
     const bool answered = smoke && smoke->passed > 0;
     if (answered) {
         // Draft counters around the speed and quality measurements: their difference is this run's.
-        const auto draft_before = scrape_draft_counters(run, "draft_counters");
+        const auto metrics_before = scrape_metrics(run, "draft_counters");
+        const auto draft_before = metrics_before ? parse_draft_counters(*metrics_before) : std::nullopt;
         report.measurements = measure_speed(run);
         report.quality_samples = control_samples ? replay_quality_samples(run, *control_samples) : draw_quality_samples(run);
         if (control_samples) {
@@ -150,9 +152,18 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
                                             std::to_string(q.control_positions) + " control positions compared");
             }
         }
-        const DraftAcceptance draft = draft_acceptance(draft_before, scrape_draft_counters(run, "draft_counters"));
+        const auto metrics_after = scrape_metrics(run, "draft_counters");
+        const DraftAcceptance draft =
+            draft_acceptance(draft_before, metrics_after ? parse_draft_counters(*metrics_after) : std::nullopt);
         report.measurements.insert(report.measurements.end(), draft.measurements.begin(), draft.measurements.end());
         if (!draft.note.empty()) journal.note("draft", draft.note);
+        // What anvil-engine's runners hold on the GPU (weights, working memory, KV cache), by its
+        // own account: the device's share of this engine's memory, which the process's RSS omits.
+        if (metrics_after) {
+            const auto series = sum_series(*metrics_after);
+            if (const auto it = series.find("anvil_engine_gpu_memory_bytes"); it != series.end() && it->second > 0)
+                report.measurements.push_back({"gpu_memory_bytes", it->second, "bytes"});
+        }
     } else {
         journal.note("measurements", "skipped: no smoke request succeeded");
     }

@@ -83,7 +83,8 @@ struct Measurement {
                          // with control samples and a complete comparison also relative_quality_loss,
                          // mean_kl and top1_agreement; from an engine that reports its draft's counters
                          // (draft_acceptance.hpp) draft_proposed_tokens, draft_accepted_tokens,
-                         // draft_acceptance_ratio and draft_mean_accepted_tokens
+                         // draft_acceptance_ratio and draft_mean_accepted_tokens; from anvil-engine on a
+                         // GPU gpu_memory_bytes
     double value = 0;
     std::string unit;    // seconds | tokens/s | tasks/h | bytes | ratio | nats | tokens
 };

@@ -1,14 +1,17 @@
 // The draft's acceptance in qualification: anvil-engine's anvil_engine_draft_* counters read from
 // its /metrics text, the difference between the scrapes around the measurements, the journal notes
 // when a scrape is missing, a real speculative engine qualified with the figures recorded, one
-// without a draft with none at all, and a promotion policy that reads none of them.
+// without a draft with none at all, and a promotion policy that reads none of them; and the GPU
+// memory gauge read from the same exposition.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
 
 #include "daemon/qualify/draft_acceptance.hpp"
+#include "daemon/qualify/metrics_exposition.hpp"
 #include "daemon/qualify/promotion_policy.hpp"
 #include "daemon/qualify/qualification.hpp"
+#include "engine/metrics.hpp"
 #include "test_qualify_engine.hpp"
 #include "test_support.hpp"
 
@@ -208,4 +211,17 @@ TEST_CASE("an engine without a draft gets no acceptance figures, not zeros", "[q
     }
     const json receipt = json::parse(anvil::test::read_file(report.receipt_path));
     for (const auto& note : receipt["notes"]) CHECK(note.value("label", "") != "draft");
+    // On the CPU the engine holds no GPU memory: no gpu_memory_bytes, not a zero.
+    CHECK_FALSE(report.find("gpu_memory_bytes"));
+}
+
+TEST_CASE("the GPU memory anvil-engine's runners hold is a gauge of its /metrics, left out on the CPU", "[qualify][engine]") {
+    anvil::engine::Metrics metrics;
+    CHECK(sum_series(metrics.prometheus_text("m")).count("anvil_engine_gpu_memory_bytes") == 0);
+    // 80 GB and a little: a count of bytes beyond 2^32 survives the text exactly.
+    metrics.gpu_memory_bytes = 80000000123ull;
+    const auto series = sum_series(metrics.prometheus_text("m"));
+    REQUIRE(series.count("anvil_engine_gpu_memory_bytes") == 1);
+    CHECK(series.at("anvil_engine_gpu_memory_bytes") == 80000000123.0);
+    CHECK(series.at("anvil_engine_kv_blocks_total") == 0);
 }
