@@ -56,6 +56,8 @@ private:
     // The weights on one device: uploaded by one runner, read by every runner made from the same
     // ModelWeights (a self draft), freed with the last of them.
     struct DeviceModel {
+        // What they were uploaded from: compared with a later runner's weights (the engine makes its
+        // draft's runner before it lets the host's copy go), never read.
         const ModelWeights* source = nullptr;
         int device = 0;
         std::vector<std::unique_ptr<kernels::cuda::DeviceWeights>> matrices;

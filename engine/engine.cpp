@@ -86,6 +86,14 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
         spdlog::warn("chat completions disabled: {}", e.what());
     }
     start_draft();
+    weight_bytes_per_token_ = weights_->bytes_per_token();
+    draft_weight_bytes_ = draft_weights_ ? draft_weights_->resident_bytes() : 0;
+    if (options_.device != "cpu") {
+        // The runners hold their own copies on the device: a q8 conversion or the files' mapping
+        // would only stay resident here (vLLM keeps none either).
+        weights_.reset();
+        draft_weights_.reset();
+    }
 
     stop_ids_ = config_.eos_token_ids;
     if (auto eos = tokenizer_.token_id(tokenizer_.eos_token()); eos && !tokenizer_.eos_token().empty()) stop_ids_.push_back(*eos);

@@ -81,14 +81,14 @@ public:
     const std::string& chat_template_error() const { return chat_template_error_; }
     const EngineOptions& options() const { return options_; }
     Metrics& metrics() { return metrics_; }
-    size_t weight_bytes_per_token() const { return weights_->bytes_per_token(); }
+    size_t weight_bytes_per_token() const { return weight_bytes_per_token_; }
     std::string device() const { return runner_->device(); }  // "cpu", or "cuda:N (name)"
     // GPU memory the target's and the draft's runners allocated; 0 on the CPU.
     size_t device_bytes() const { return runner_->device_bytes() + (draft_runner_ ? draft_runner_->device_bytes() : 0); }
 
     // What the draft's own weights hold: 0 without one, or when it is the target's own tensors
     // (a self draft in the target's format).
-    size_t draft_weight_bytes() const { return draft_weights_ ? draft_weights_->resident_bytes() : 0; }
+    size_t draft_weight_bytes() const { return draft_weight_bytes_; }
     const DraftOptions& draft() const { return options_.draft; }
 
 private:
@@ -144,7 +144,9 @@ private:
     std::optional<ModelConfig> draft_config_;
     std::unique_ptr<ModelWeights> draft_weights_;
     bool draft_shares_weights_ = false;
+    // On a GPU both are released once the runners have uploaded them: the host keeps no copy.
     std::unique_ptr<ModelWeights> weights_;
+    size_t weight_bytes_per_token_ = 0, draft_weight_bytes_ = 0;  // what they were
     std::unique_ptr<Runner> runner_;
     BlockManager blocks_;  // as many blocks as the runner's cache holds
     Scheduler scheduler_;

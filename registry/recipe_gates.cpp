@@ -131,8 +131,8 @@ Gate licence(const std::vector<ModelUse>& models, const GateContext& ctx) {
     return g;
 }
 
-// What an estimate holds of weights alone: on a GPU the host keeps the weights the engine uploads
-// (converted once, or the files' mapping), and its KV cache lives on the device.
+// What an estimate holds of weights alone: on a GPU the host holds the weights while the engine
+// reads and uploads them (converted once, or the files' mapping), and its KV cache lives on the device.
 EmbeddedMemory weights_only(const EmbeddedMemory& m) {
     EmbeddedMemory out;
     out.total = IntInterval::exact(0);
