@@ -30,6 +30,9 @@ constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thre
 // (matmul_blocks_common.hpp), measured apart.
 constexpr int kPrefetchNear = 1024;
 constexpr int kPrefetchFar = 8192;
+// The largest decode tile whose successor a tile asks for into L1 as it goes (AVX2 bf16): with
+// both in a 32-48 KB L1 (docs/PERFORMANCE.md, session 27).
+constexpr size_t kNextTileBytes = 16384;
 
 inline const void* row_pointer(const WeightMatrix& w, int r) {
     const size_t offset = size_t(r) * w.cols;
