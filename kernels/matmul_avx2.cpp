@@ -179,8 +179,8 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
             for (int r = 0; r < RT; ++r) {
                 const __m256 wv = load_weights<T>(rows[r], k);
                 // Once a cache line (4 steps of 8 two-byte weights): 1 KB ahead in the row into
-                // L1, and the next tile's line at this offset into L2 (a tile's rows are too short
-                // for the hardware prefetcher). Not for f32: it reads a line in two plain loads,
+                // L1, and for short rows the next tile's line at this offset into L2 (the hardware
+                // prefetcher does not get ahead of them; kShortRowBytes). Not for f32: it reads a line in two plain loads,
                 // and there the requests only competed with the loads for the line fill buffers
                 // (Zen 5 VM, old and new paired in one process, from memory: 1024 and 2816
                 // columns, one and two threads, 4-27% faster without; f16 and bf16 8-18% slower
@@ -189,7 +189,7 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
                     if ((k / kLanes) % 4 == 0) {
                         const char* here = static_cast<const char*>(rows[r]) + 2 * size_t(k);
                         _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
-                        _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
+                        if (2 * size_t(cols) <= kShortRowBytes) _mm_prefetch(here + 2 * size_t(RT) * cols, _MM_HINT_T1);
                     }
                 }
                 ANVIL_UNROLL

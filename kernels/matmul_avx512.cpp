@@ -156,12 +156,15 @@ void tile(const WeightMatrix& w, int r0, const float* x, const QuantizedInput* q
             for (int r = 0; r < RT; ++r) {
                 const __m512 wv = load_weights<T>(rows[r], k);
                 // Once a cache line: 1 KB ahead in the row into L1, the next tile's line at this
-                // offset into L2 (as matmul_avx2.cpp's float tiles).
+                // offset into L2 (as matmul_avx2.cpp's float tiles): for f32 always (4-16% slower
+                // without at 1024-4096 columns), for f16 short rows only (kShortRowBytes; 6-25%
+                // faster without at 2816-14336 columns).
                 constexpr int kBytes = T == WeightType::F32 ? 4 : 2;
                 if ((k * kBytes) % 64 == 0) {
                     const char* here = static_cast<const char*>(rows[r]) + kBytes * size_t(k);
                     _mm_prefetch(here + kPrefetchNear, _MM_HINT_T0);
-                    _mm_prefetch(here + kBytes * size_t(RT) * cols, _MM_HINT_T1);
+                    if (T == WeightType::F32 || kBytes * size_t(cols) <= kShortRowBytes)
+                        _mm_prefetch(here + kBytes * size_t(RT) * cols, _MM_HINT_T1);
                 }
                 ANVIL_UNROLL
                 for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
