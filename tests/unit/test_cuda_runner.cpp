@@ -1,8 +1,10 @@
 // The GPU runner (engine/cuda_model_runner.hpp) against the CPU runner on generated models (the
 // NumPy reference test, test_engine_forward.cpp, runs on cuda:0 too): bf16 and q8 weights
 // and a bf16 cache keeping the CPU's top token wherever it leads by 0.02, an early exit, a GGUF
-// file's adjacent-pair rope, decode graphs replayed for new positions, and a whole engine on the
-// GPU decoding what the CPU engine decodes. Tagged [cuda]: without a device each case warns why
+// file's adjacent-pair rope, decode graphs replayed for new positions, the cache sized from the
+// memory fraction less a companion's share, rows read for their argmax alone, a second runner on
+// the first's weights, a self draft within the fraction, and a whole engine on the GPU decoding
+// what the CPU engine decodes. Tagged [cuda]: without a device each case warns why
 // and passes (tests/device/run.sh runs them where there is one).
 #ifdef ANVIL_HAVE_CUDA_KERNELS
 
@@ -45,6 +47,28 @@ bool device_or_skip() {
     return count > 0;
 }
 
+// A batch of one sequence's first `n` tokens with every row's logits wanted.
+engine::Batch prompt_batch(const std::vector<int32_t>& tokens, int n, const std::vector<int32_t>& table) {
+    engine::Batch batch;
+    batch.block_tables.push_back(table.data());
+    for (int p = 0; p < n; ++p) {
+        batch.tokens.push_back(tokens[size_t(p)]);
+        batch.positions.push_back(p);
+        batch.sequence.push_back(0);
+        batch.logit_tokens.push_back(p);
+    }
+    return batch;
+}
+
+engine::RunnerOptions small_options() {
+    engine::RunnerOptions options;
+    options.max_batch_tokens = 8;
+    options.max_logit_rows = 8;
+    options.max_context = 32;
+    options.kv_blocks = 2;
+    return options;
+}
+
 }  // namespace
 
 TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU runner's top token where it leads by 0.02",
@@ -85,22 +109,10 @@ TEST_CASE("cuda runner: a GGUF file's adjacent-pair rope and an early exit give 
     for (size_t i = 0; i < seqs.size(); ++i) CHECK(worst_relative_error(gpu[i], cpu[i], vocab) < 1e-4);
 
     // The first layer alone, then the final norm and head: what --draft-layers 1 proposes from.
-    engine::RunnerOptions options;
-    options.max_batch_tokens = 8;
-    options.max_logit_rows = 8;
-    options.max_context = 32;
-    options.kv_blocks = 2;
-    engine::Batch batch;
     const std::vector<int32_t> table = {1, 0};
-    batch.block_tables.push_back(table.data());
-    for (int p = 0; p < 5; ++p) {
-        batch.tokens.push_back(seqs[0][size_t(p)]);
-        batch.positions.push_back(p);
-        batch.sequence.push_back(0);
-        batch.logit_tokens.push_back(p);
-    }
-    auto cpu_runner = engine::make_runner("cpu", cpu_model.config, *cpu_model.weights, options);
-    auto gpu_runner = engine::make_runner(kDevice, gpu_model.config, *gpu_model.weights, options);
+    const engine::Batch batch = prompt_batch(seqs[0], 5, table);
+    auto cpu_runner = engine::make_runner("cpu", cpu_model.config, *cpu_model.weights, small_options());
+    auto gpu_runner = engine::make_runner(kDevice, gpu_model.config, *gpu_model.weights, small_options());
     cpu_runner->forward(batch, 1);
     gpu_runner->forward(batch, 1);
     for (int r = 0; r < 5; ++r) {
@@ -110,7 +122,8 @@ TEST_CASE("cuda runner: a GGUF file's adjacent-pair rope and an early exit give 
     }
 }
 
-TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, and one the fraction cannot hold is refused",
+TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, less a companion's share, and one the fraction "
+          "cannot hold is refused",
           "[cuda][engine]") {
     if (!device_or_skip()) return;
     TempDir dir;
@@ -120,14 +133,30 @@ TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, and one 
     options.max_context = 256;
     options.kv_blocks = 0;
     options.memory_fraction = 0.5;
-    const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
+    const size_t per_block = engine::device_block_bytes(model.config, options);
     const auto memory = kernels::cuda::device_memory(0);
-    const size_t per_block = 2 * size_t(model.config.n_layers) * 16 * size_t(model.config.kv_dim()) * 4;
-    INFO("blocks " << runner->options().kv_blocks << ", total " << memory.total);
-    CHECK(runner->kv_bytes() == size_t(runner->options().kv_blocks) * per_block);
-    // Half the device, less what was in use before and the headroom: more than a third of it.
-    CHECK(runner->kv_bytes() > memory.total / 3);
-    CHECK(runner->kv_bytes() < memory.total / 2);
+    size_t alone = 0;
+    {
+        const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
+        INFO("blocks " << runner->options().kv_blocks << ", total " << memory.total);
+        CHECK(runner->kv_bytes() == size_t(runner->options().kv_blocks) * per_block);
+        // Half the device, less what was in use before and the headroom: more than a third of it.
+        CHECK(runner->kv_bytes() > memory.total / 3);
+        CHECK(runner->kv_bytes() < memory.total / 2);
+        alone = runner->kv_bytes();
+    }
+    {
+        // A draft's weights (1 GiB here) and a cache of as many blocks: its cache and the
+        // companion's take what its cache alone took.
+        engine::RunnerOptions shared = options;
+        shared.companion_bytes = size_t(1) << 30;
+        shared.companion_block_bytes = per_block;
+        const auto runner = engine::make_runner(kDevice, model.config, *model.weights, shared);
+        const double both = 2.0 * double(runner->kv_bytes()) + double(shared.companion_bytes);
+        INFO("alone " << alone << ", with the companion " << runner->kv_bytes());
+        CHECK(both <= double(alone) + 2.0 * double(per_block));
+        CHECK(both >= double(alone) - double(size_t(64) << 20));
+    }
 
     options.memory_fraction = 0.0001;
     try {
@@ -137,32 +166,6 @@ TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, and one 
         CHECK_THAT(e.what(), Catch::Contains("raise --gpu-memory-utilization or lower --max-context"));
     }
 }
-
-namespace {
-
-// A batch of one sequence's first `n` tokens with every row's logits wanted.
-engine::Batch prompt_batch(const std::vector<int32_t>& tokens, int n, const std::vector<int32_t>& table) {
-    engine::Batch batch;
-    batch.block_tables.push_back(table.data());
-    for (int p = 0; p < n; ++p) {
-        batch.tokens.push_back(tokens[size_t(p)]);
-        batch.positions.push_back(p);
-        batch.sequence.push_back(0);
-        batch.logit_tokens.push_back(p);
-    }
-    return batch;
-}
-
-engine::RunnerOptions small_options() {
-    engine::RunnerOptions options;
-    options.max_batch_tokens = 8;
-    options.max_logit_rows = 8;
-    options.max_context = 32;
-    options.kv_blocks = 2;
-    return options;
-}
-
-}  // namespace
 
 TEST_CASE("cuda runner: rows marked largest_only come back as their first largest alone, the others whole", "[cuda][engine]") {
     if (!device_or_skip()) return;
@@ -232,32 +235,6 @@ TEST_CASE("cuda runner: a runner made from the same weights reads the other's co
     }
     // Weights the other runner was not made from are not its copy.
     CHECK_THROWS_AS(engine::make_runner(kDevice, other.config, *other.weights, options, fresh.get()), std::logic_error);
-}
-
-TEST_CASE("cuda runner: a companion's share (a draft's weights and cache) is left out of the cache the fraction sizes",
-          "[cuda][engine]") {
-    if (!device_or_skip()) return;
-    TempDir dir;
-    engine::make_model({dir / "m", "tiny", "llama", "f32", 19, 1});
-    auto model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
-    engine::RunnerOptions options;
-    options.max_context = 256;
-    options.kv_blocks = 0;
-    options.memory_fraction = 0.5;
-    const size_t per_block = engine::device_block_bytes(model.config, options);
-    size_t alone = 0;
-    {
-        const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
-        alone = runner->kv_bytes();
-    }
-    options.companion_bytes = size_t(1) << 30;
-    options.companion_block_bytes = per_block;
-    const auto runner = engine::make_runner(kDevice, model.config, *model.weights, options);
-    // Its cache and the companion's (as many blocks again, and 1 GiB) take what its cache alone took.
-    const double both = 2.0 * double(runner->kv_bytes()) + double(options.companion_bytes);
-    INFO("alone " << alone << ", with the companion " << runner->kv_bytes());
-    CHECK(both <= double(alone) + 2.0 * double(per_block));
-    CHECK(both >= double(alone) - double(size_t(64) << 20));
 }
 
 TEST_CASE("cuda engine: a self draft in the target's format runs on the target's copy of the weights and is lossless",
