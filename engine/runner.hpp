@@ -85,7 +85,9 @@ public:
     // As constructed, but for kv_blocks, which is what the cache holds.
     virtual const RunnerOptions& options() const = 0;
     virtual size_t kv_bytes() const = 0;
-    // GPU memory this runner allocated (weights it uploaded, activations, KV cache); 0 on the CPU.
+    // GPU memory this runner holds: the weights it uploaded, its working memory as
+    // device_working_bytes counts it (the headroom for graphs and cuBLAS included), its KV cache;
+    // 0 on the CPU.
     virtual size_t device_bytes() const { return 0; }
     virtual std::string device() const = 0;  // "cpu", or "cuda:N (name)"
 };
