@@ -382,16 +382,17 @@ EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelSha
     // The CPU estimate of the same recipe with a pool of one context: what the runner must hold.
     Recipe least = recipe;
     std::optional<Settings> settings;
+    std::optional<ModelShape> target;
     std::int64_t context = 0;
     try {
         settings = settings_of(recipe.launch);
         if (recipe.launch.model) {
-            const ModelShape target = shape_of(*recipe.launch.model, shapes, "model");
+            target = shape_of(*recipe.launch.model, shapes, "model");
             // The context the engine serves (engine/engine.cpp's context_for on a GPU).
             context = settings->max_context;
             if (context == 0)
-                context = settings->kv_blocks == 0 ? target.max_position
-                                                   : std::min(target.max_position, std::max<std::int64_t>((settings->kv_blocks - 1) * kEngineKvBlockTokens, 2));
+                context = settings->kv_blocks == 0 ? target->max_position
+                                                   : std::min(target->max_position, std::max<std::int64_t>((settings->kv_blocks - 1) * kEngineKvBlockTokens, 2));
             if (settings->kv_blocks == 0) {
                 const std::int64_t blocks = (context + kEngineKvBlockTokens - 1) / kEngineKvBlockTokens + 1;
                 least.launch.arguments.insert(least.launch.arguments.end(), {"--kv-blocks", std::to_string(blocks)});
@@ -401,7 +402,7 @@ EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelSha
         // Left as it is: the estimate below says what cannot be sized.
     }
     EmbeddedMemory out = estimate_embedded_memory(least, shapes);
-    if (!settings || context == 0) return out;  // the estimate above says why
+    if (!settings || !target || context == 0) return out;  // the estimate above says why
     // Each runner's working memory: the target's, and the draft's when it has a runner of its own.
     const auto& draft = recipe.launch.draft;
     const std::int64_t draft_tokens = draft ? draft->tokens : 0;
@@ -412,9 +413,8 @@ EmbeddedMemory estimate_embedded_gpu_memory(const Recipe& recipe, const ModelSha
         out.total = out.total + out.parts.back().bytes;
     };
     try {
-        add("target working memory", shape_of(*recipe.launch.model, shapes, "model"),
-            settings->max_seqs * (1 + draft_tokens) + kEnginePromptLogitRows);
-        if (draft && draft->kind == DraftKind::self) add("draft working memory", shape_of(*recipe.launch.model, shapes, "model"), settings->max_seqs);
+        add("target working memory", *target, settings->max_seqs * (1 + draft_tokens) + kEnginePromptLogitRows);
+        if (draft && draft->kind == DraftKind::self) add("draft working memory", *target, settings->max_seqs);
         if (draft && draft->kind == DraftKind::model && draft->model)
             add("draft working memory", shape_of(*draft->model, shapes, "draft model"), settings->max_seqs);
     } catch (const Unknown&) {
