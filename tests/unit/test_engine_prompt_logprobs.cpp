@@ -151,14 +151,19 @@ TEST_CASE("prompt logprobs are reported once, beside other prompts and across pr
     std::vector<std::vector<int32_t>> prompts;
     for (int salt = 10; salt < 13; ++salt) prompts.push_back(anvil::test::engine::token_sequence(100, vocab, salt));
     const auto reference = anvil::test::engine::run_sequences(model, prompts, 0);
-    std::vector<std::future<std::pair<int, std::string>>> replies;
-    for (const auto& p : prompts)
-        replies.push_back(std::async(std::launch::async, [&, p] { return served.post_unchecked(body_for(p, 40)); }));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        const json reply = json::parse(Served::checked(body_for(prompts[i], 40), replies[i].get()));
-        INFO("prompt " << i);
-        const std::string echo = sanitize_utf8(tokenizer.decode(prompts[i], false));
-        check_prompt_logprobs(reply["choices"][0]["logprobs"], prompts[i], reference[i], tokenizer, vocab, 40, echo.size());
+    // On a loaded machine the three requests can arrive one after another and never meet in the
+    // cache: they are sent again (each round checked whole) until a round has preempted one.
+    for (int round = 0; round < 5 && served.engine().metrics().preemptions.load() == 0; ++round) {
+        INFO("round " << round);
+        std::vector<std::future<std::pair<int, std::string>>> replies;
+        for (const auto& p : prompts)
+            replies.push_back(std::async(std::launch::async, [&, p] { return served.post_unchecked(body_for(p, 40)); }));
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const json reply = json::parse(Served::checked(body_for(prompts[i], 40), replies[i].get()));
+            INFO("prompt " << i);
+            const std::string echo = sanitize_utf8(tokenizer.decode(prompts[i], false));
+            check_prompt_logprobs(reply["choices"][0]["logprobs"], prompts[i], reference[i], tokenizer, vocab, 40, echo.size());
+        }
     }
     CHECK(served.engine().metrics().preemptions.load() > 0);
 }
