@@ -187,9 +187,9 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 ANVIL_UNROLL
                 for (int s = 2 * s2; s < 2 * s2 + 2; ++s) {
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
                     __m256i q[4];
                     q6_k_step_values(at, q);

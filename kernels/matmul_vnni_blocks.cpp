@@ -103,7 +103,7 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 for (int b = 0; b < BT; ++b) {
                     const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
                     if (s % 2 == 0) {
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                         _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                     }
                     const __m256i v = load256(at);
@@ -180,7 +180,7 @@ void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
             ANVIL_UNROLL
             for (int s = 0; s < 8; s += 2) {
                 const uint8_t* at = tile + 160 + size_t(c * 8 + s) * 32;
-                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                 _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                 const __m512i v = _mm512_loadu_si512(at);
                 lo_sum = _mm512_dpbusd_epi32(lo_sum, _mm512_and_si512(v, low4), two_steps(xs + 64 * c + 4 * s));
@@ -234,9 +234,9 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 ANVIL_UNROLL
                 for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + 64, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
                     __m256i q[4];
                     q6_k_step_values(at, q);
@@ -298,7 +298,7 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
                     ANVIL_UNROLL
                     for (int line = 0; line < 192; line += 64) {
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAhead + line, _MM_HINT_T0);
+                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + line, _MM_HINT_T0);
                         _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
                     }
                     const __m512i a = both(at), b = both(at + 32), hb = both(at + 64);

@@ -4,11 +4,14 @@
 // bytes (bench_bandwidth.hpp: a large cache can hold them).
 //
 // usage: bench_engine [--threads N] [--tokens N] [--keep DIR] [--weights f32,bf16,q8] [--served yes|no]
-//                     [--depth N] [--kv-dtype f32|bf16]
+//                     [--depth N] [--kv-dtype f32|bf16] [--rounds N]
 //        (default: all cores, 32 tokens, f32, bf16 and q8, the served figures too). --depth decodes
 //        after an N-token prompt rather than 16 (a long context, where attention reads the KV cache
 //        of every position each token: its bytes count in MB/token beside the weights); --kv-dtype
-//        is the cache's type, as anvil-engine serve's (default f32). --weights also
+//        is the cache's type, as anvil-engine serve's (default f32). --rounds N measures each
+//        format's decode and its ceiling N times, one right after the other, and adds the median of
+//        the N fractions: a host whose bandwidth swings within seconds moves a lone pair (default 1).
+//        --weights also
 //        takes GGUF file types (q8_0, q4_0, q4_k_m, q6_k, f16): the bench model is written as that
 //        GGUF file (anvil-engine convert) and served from it as stored, as `--model FILE.gguf` is.
 //        bench_engine --draft self-q8,self-bf16,model,layers,ngram [--draft-tokens K] [--tokens N]
@@ -22,6 +25,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -323,7 +327,7 @@ int run_on_device(const std::string& device, const std::string& preset, const st
 int main(int argc, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     spdlog::set_level(spdlog::level::warn);
-    int tokens = 32, draft_tokens = 4, depth = 16;
+    int tokens = 32, draft_tokens = 4, depth = 16, rounds = 1;
     std::string keep, formats = "f32,bf16,q8", served = "yes", drafts, kv_dtype = "f32", device = "cpu", preset = "bench";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--draft")) drafts = argv[i + 1];
@@ -334,6 +338,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--keep")) keep = argv[i + 1];
         else if (!std::strcmp(argv[i], "--depth")) depth = std::max(1, std::atoi(argv[i + 1]));
+        else if (!std::strcmp(argv[i], "--rounds")) rounds = std::max(1, std::atoi(argv[i + 1]));
         else if (!std::strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
         else if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
         else if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
@@ -383,12 +388,23 @@ int main(int argc, char** argv) {
     std::printf("baseline  memory read bandwidth            %8.2f GB/s  (1 GiB buffer)\n", bandwidth / 1e9);
 
     auto report = [&](const char* name, const ModelConfig& c, const ModelWeights& weights) {
-        const DecodeResult d = decode(c, weights, tokens, depth, kv_type);
-        const double here = anvil::bench::read_bandwidth(size_t(d.bytes_per_token));
-        std::printf("baseline  read bandwidth, %6.1f MB buffer %8.2f GB/s\n", d.bytes_per_token / 1e6, here / 1e9);
-        const double ceiling = here / d.bytes_per_token;
-        std::printf("decode    %-6s batch 1 %7.2f tok/s  %7.1f MB/token  ceiling %7.2f tok/s  fraction %.2f  (cpu share %.2f)\n",
-                    name, d.tokens_per_second, d.bytes_per_token / 1e6, ceiling, d.tokens_per_second / ceiling, d.cpu_share);
+        std::vector<double> fractions;
+        DecodeResult d{};
+        for (int round = 0; round < rounds; ++round) {
+            d = decode(c, weights, tokens, depth, kv_type);
+            const double here = anvil::bench::read_bandwidth(size_t(d.bytes_per_token));
+            std::printf("baseline  read bandwidth, %6.1f MB buffer %8.2f GB/s\n", d.bytes_per_token / 1e6, here / 1e9);
+            const double ceiling = here / d.bytes_per_token;
+            std::printf("decode    %-6s batch 1 %7.2f tok/s  %7.1f MB/token  ceiling %7.2f tok/s  fraction %.2f  (cpu share %.2f)\n",
+                        name, d.tokens_per_second, d.bytes_per_token / 1e6, ceiling, d.tokens_per_second / ceiling, d.cpu_share);
+            fractions.push_back(d.tokens_per_second / ceiling);
+        }
+        if (rounds > 1) {
+            std::sort(fractions.begin(), fractions.end());
+            const size_t n = fractions.size();
+            std::printf("decode    %-6s median fraction of %zu rounds %.2f  (from %.2f to %.2f)\n", name, n,
+                        n % 2 ? fractions[n / 2] : (fractions[n / 2 - 1] + fractions[n / 2]) / 2, fractions.front(), fractions.back());
+        }
         const double p = prefill(c, weights, 512);
         std::printf("prefill   %-6s 512 tokens %7.1f tok/s  (%.1f x decode)\n", name, p, p / d.tokens_per_second);
     };

@@ -6,6 +6,7 @@
 #   tests/bench/gguf_beside_llamacpp.sh [--preset bench] [--threads "1 2"] [--formats "q4_k_m q4_0 q6_k q8"]
 #                                       [--prompt 32] [--gen 128] [--reps 3] [--seed 1]
 #                                       [--anvil-kv f32|bf16] [--kv f16|f32|bf16] [--llama-cpu VARIANT]
+#                                       [--rounds 1]
 #
 # It runs the anchor's own tools, unchanged: anvil_http.py times anvil-engine (through
 # anvil_on_gguf.sh, which serves MODEL.<type>.gguf with --weights stored), llama_greedy times
@@ -21,6 +22,9 @@
 # and the anchor's setup.sh copies every variant back on each call, so after it this removes all
 # but VARIANT from $LLAMACPP_DIR/bin (give that a directory of its own). The header names the
 # variant llama.cpp loaded.
+# --rounds N times each row N times, the two engines taking turns to go first, and adds a median
+# row: on a host whose memory bandwidth swings within minutes, one back-to-back pair can land on
+# two phases, and only the ratios of pairs timed together, taken over several, settle a few percent.
 # Run it on an idle machine; nothing here pins cores.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -29,7 +33,7 @@ anchor="$root/../shared/anchors/llamacpp"
 dir="${LLAMACPP_DIR:-/tmp/llamacpp}"
 engine="${ANVIL_ENGINE_BINARY:-$root/build/gcc/engine/anvil-engine}"
 py=/usr/bin/python3
-preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1 anvil_kv=f32 kv=f16 llama_cpu=""
+preset=bench threads="$(nproc)" formats="q4_k_m q4_0 q6_k q8" prompt=32 gen=128 reps=3 seed=1 anvil_kv=f32 kv=f16 llama_cpu="" rounds=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) preset="$2"; shift 2 ;;
@@ -42,10 +46,12 @@ while [ $# -gt 0 ]; do
         --anvil-kv) anvil_kv="$2"; shift 2 ;;
         --kv) kv="$2"; shift 2 ;;
         --llama-cpu) llama_cpu="$2"; shift 2 ;;
-        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        -h|--help) sed -n 2,28p "$0"; exit 0 ;;
         *) echo "gguf_beside_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+case "$rounds" in '' | *[!0-9]* | 0) echo "gguf_beside_llamacpp.sh: --rounds $rounds: expected a count of 1 or more" >&2; exit 2 ;; esac
 [ -x "$engine" ] || { echo "gguf_beside_llamacpp.sh: build anvil-engine first ($engine)" >&2; exit 2; }
 [ -d "$anchor" ] || { echo "gguf_beside_llamacpp.sh: the llama.cpp anchor is not at $anchor" >&2; exit 2; }
 
@@ -76,20 +82,33 @@ variant="$("$bin/llama_greedy" -m "$(file_of "${formats%% *}")" --prompt 1 -n 1 
 echo "# anvil kernels: ${ANVIL_KERNELS:-best available}; llama.cpp $("$bin/llama-bench" --version 2>&1 | grep -m1 '^version' | cut -d' ' -f2-), CPU backend ${variant:-?}"
 echo "# model $preset seed $seed; prompt $prompt ids, $gen generated, best of $reps; KV cache: anvil $anvil_kv, llama.cpp $kv"
 echo "fmt     thr  file_MB  anvil_tok/s  llama_tok/s  ratio  anvil_prefill_ms  llama_prefill_ms"
+anvil_time() {
+    "$py" "$anchor/anvil_http.py" decode --model "$model" --weights "$1" --threads "$2" \
+        --prompt-len "$prompt" --gen "$gen" --reps "$reps"
+}
+llama_time() { "$bin/llama_greedy" -m "$(file_of "$1")" -t "$2" --prompt "$ids" -n "$gen" --reps "$reps" --kv "$kv"; }
 for t in $threads; do
     for f in $formats; do
-        g="$(file_of "$f")"
-        a="$("$py" "$anchor/anvil_http.py" decode --model "$model" --weights "$f" --threads "$t" \
-              --prompt-len "$prompt" --gen "$gen" --reps "$reps")"
-        l="$("$bin/llama_greedy" -m "$g" -t "$t" --prompt "$ids" -n "$gen" --reps "$reps" --kv "$kv")"
-        "$py" - "$f" "$t" "$(du -m "$g" | cut -f1)" "$a" "$l" <<'EOF'
-import json, sys
-fmt, t, mb, a, l = sys.argv[1:]
-a, l = json.loads(a), json.loads(l)
-at, lt = a["decode_tok_s"], l["decode_tok_s"]
+        pairs=()
+        for ((r = 1; r <= rounds; ++r)); do
+            if ((r % 2)); then a="$(anvil_time "$f" "$t")"; l="$(llama_time "$f" "$t")"
+            else l="$(llama_time "$f" "$t")"; a="$(anvil_time "$f" "$t")"; fi
+            pairs+=("$a" "$l")
+        done
+        "$py" - "$f" "$t" "$(du -m "$(file_of "$f")" | cut -f1)" "${pairs[@]}" <<'EOF'
+import json, statistics, sys
+fmt, t, mb, *runs = sys.argv[1:]
+runs = [json.loads(r) for r in runs]
 num = lambda x: f"{x:.2f}" if x else "n/a"
-ratio = f"{at / lt:.2f}" if at and lt else "n/a"
-print(f"{fmt:7s} {t:>3s}  {mb:>7s}  {num(at):>11s}  {num(lt):>11s}  {ratio:>5s}  {a['prefill_ms']:16.2f}  {l['prefill_ms']:16.2f}")
+ratios = []
+for a, l in zip(runs[0::2], runs[1::2]):
+    at, lt = a["decode_tok_s"], l["decode_tok_s"]
+    if at and lt:
+        ratios.append(at / lt)
+    ratio = f"{at / lt:.2f}" if at and lt else "n/a"
+    print(f"{fmt:7s} {t:>3s}  {mb:>7s}  {num(at):>11s}  {num(lt):>11s}  {ratio:>5s}  {a['prefill_ms']:16.2f}  {l['prefill_ms']:16.2f}")
+if len(runs) > 2 and ratios:
+    print(f"{fmt:7s} {t:>3s}  median of {len(ratios)} rounds: ratio {statistics.median(ratios):.2f} (from {min(ratios):.2f} to {max(ratios):.2f})")
 EOF
     done
 done
