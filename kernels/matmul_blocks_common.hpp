@@ -39,13 +39,8 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // lines in flight, and the far requests took bench-model decode, 1 thread, Q4_K_M 218 -> 274
 // tok/s, Q4_0 246 -> 334, Q6_K 121 -> 147 (AVX2 level).
 constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hpp) into L2
-// The Q6_K tiles at both levels and the VNNI level's Q4_K tiles ask into L1 further ahead, at the
-// distance of the L2 requests: paired from memory on the Zen 5 VM (old and new kernels in one
-// process, taking turns), Q6_K 1.07-1.34x at 1024 and 14336 columns, one and two threads, and
-// the VNNI Q4_K tiles 0.95-1.15x (median 1.07); Q4_0 lost 5-14% with it at long rows and AVX2's
-// Q4_K gained nothing (docs/PERFORMANCE.md, session 28). Q6_K reads 210 bytes a super-block row
-// where Q4_K reads 144 for the same arithmetic, so its stream runs further ahead of its products.
-constexpr int kPrefetchAheadDeep = 8192;
+// (Q4_0 at both levels and AVX2's Q4_K; the Q6_K tiles and the VNNI Q4_K tiles ask into L1 at
+// kPrefetchAheadDeep, matmul_tiling.hpp.)
 
 // A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit
 // pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.
