@@ -39,7 +39,8 @@ constexpr int kPrefetchFar = 8192;
 // (matmul_blocks_common.hpp); the packed q8 tiles keep kPrefetchNear (4 and 8 KB gained in the
 // paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, and the tiles still
 // make both requests for that line: without the L2 one the VNNI Q6_K tiles gained less (0.99-1.25x
-// against 1.14-1.34x; AVX2's a little more), though in principle it adds nothing. docs/PERFORMANCE.md, session 28.
+// against 1.14-1.34x; AVX2's a little more), though in principle it adds nothing.
+// docs/PERFORMANCE.md, session 28.
 constexpr int kPrefetchAheadDeep = 8192;
 // The largest decode tile whose successor a tile asks for into L1 as it goes (AVX2 bf16): with
 // both in a 32-48 KB L1 (docs/PERFORMANCE.md, session 27).

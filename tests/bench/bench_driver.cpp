@@ -15,6 +15,7 @@
 
 #include "engine/supervisor/embedded_driver.hpp"
 #include "engine/supervisor/readiness.hpp"
+#include "bench_support.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::driver;
@@ -23,10 +24,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 void poll_ready(const std::string& host, int port, const std::string& model) {
     auto pause = std::chrono::milliseconds(2);
@@ -86,7 +83,7 @@ int main(int argc, char** argv) {
         ::kill(pid, SIGTERM);
         ::waitpid(pid, nullptr, 0);
     }
-    const double driver_ms = median(by_driver), hand_ms = median(by_hand);
+    const double driver_ms = anvil::bench::median(by_driver), hand_ms = anvil::bench::median(by_hand);
     std::printf("embedded engine, tiny model, start to ready: %.1f ms median of %d (by hand: %.1f ms)\n", driver_ms, runs, hand_ms);
     std::printf("driver overhead: %.1f ms (target < 50 ms) %s\n", driver_ms - hand_ms, driver_ms - hand_ms < 50 ? "ok" : "OVER");
     return 0;

@@ -400,10 +400,9 @@ int main(int argc, char** argv) {
             fractions.push_back(d.tokens_per_second / ceiling);
         }
         if (rounds > 1) {
-            std::sort(fractions.begin(), fractions.end());
-            const size_t n = fractions.size();
-            std::printf("decode    %-6s median fraction of %zu rounds %.2f  (from %.2f to %.2f)\n", name, n,
-                        n % 2 ? fractions[n / 2] : (fractions[n / 2 - 1] + fractions[n / 2]) / 2, fractions.front(), fractions.back());
+            const auto [lowest, highest] = std::minmax_element(fractions.begin(), fractions.end());
+            std::printf("decode    %-6s median fraction of %d rounds %.2f  (from %.2f to %.2f)\n", name, rounds,
+                        anvil::bench::median(fractions), *lowest, *highest);
         }
         const double p = prefill(c, weights, 512);
         std::printf("prefill   %-6s 512 tokens %7.1f tok/s  (%.1f x decode)\n", name, p, p / d.tokens_per_second);
