@@ -39,8 +39,18 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // lines in flight, and the far requests took bench-model decode, 1 thread, Q4_K_M 218 -> 274
 // tok/s, Q4_0 246 -> 334, Q6_K 121 -> 147 (AVX2 level).
 constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hpp) into L2
-// (Q4_0 at both levels and AVX2's Q4_K; the Q6_K tiles and the VNNI Q4_K tiles ask into L1 at
-// kPrefetchAheadDeep, matmul_tiling.hpp.)
+// How far ahead into L1 the one-stream block tiles ask where the nearer distance starved them: Q6_K
+// (both levels) and the VNNI level's Q4_K. Paired from memory on the Zen 5 VM (old and new kernels
+// in one process, alternated every pass; a same-code control 0.96-1.04): Q6_K 1.07-1.34x over
+// 1024-14336 columns, VNNI Q4_K 0.95-1.15x (median 1.07), where 2 KB was; and in bench_engine
+// (old and new binaries alternated) Q6_K decode 1.20x at the VNNI level. Q4_0 lost 5-14% with it
+// at long rows and AVX2's Q4_K gained nothing, so they keep kPrefetchAhead;
+// the packed q8 tiles keep kPrefetchNear (matmul_tiling.hpp; 4 and 8 KB gained in the
+// paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, and the tiles still
+// make both requests for that line: without the L2 one the VNNI Q6_K tiles gained less (0.99-1.25x
+// against 1.14-1.34x; AVX2's a little more), though in principle it adds nothing.
+// docs/PERFORMANCE.md, session 28.
+constexpr int kPrefetchAheadDeep = 8192;
 
 // A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit
 // pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.

@@ -30,18 +30,6 @@ constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thre
 // (matmul_blocks_common.hpp), measured apart.
 constexpr int kPrefetchNear = 1024;
 constexpr int kPrefetchFar = 8192;
-// How far ahead into L1 the one-stream block tiles ask where the nearer distance starved them: Q6_K
-// (both levels) and the VNNI level's Q4_K. Paired from memory on the Zen 5 VM (old and new kernels
-// in one process, alternated every pass; a same-code control 0.96-1.04): Q6_K 1.07-1.34x over
-// 1024-14336 columns, VNNI Q4_K 0.95-1.15x (median 1.07), where 2 KB was; and in bench_engine
-// (old and new binaries alternated) Q6_K decode 1.20x at the VNNI level. Q4_0 lost 5-14% with it
-// at long rows and AVX2's Q4_K gained nothing, so they keep kPrefetchAhead
-// (matmul_blocks_common.hpp); the packed q8 tiles keep kPrefetchNear (4 and 8 KB gained in the
-// paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, and the tiles still
-// make both requests for that line: without the L2 one the VNNI Q6_K tiles gained less (0.99-1.25x
-// against 1.14-1.34x; AVX2's a little more), though in principle it adds nothing.
-// docs/PERFORMANCE.md, session 28.
-constexpr int kPrefetchAheadDeep = 8192;
 // The largest decode tile whose successor a tile asks for into L1 as it goes (AVX2 bf16): with
 // both in a 32-48 KB L1 (docs/PERFORMANCE.md, session 27).
 constexpr size_t kNextTileBytes = 16384;
