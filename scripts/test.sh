@@ -10,9 +10,21 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
 
+# stage NAME: starts the next stage; each one's wall time is listed at the end, so that a run near
+# CI's time budget shows where its minutes went.
+stage_timings=()
+stage_name="install the packages"
+stage_started=$SECONDS
+stage() {
+  stage_timings+=("$((SECONDS - stage_started)) s  $stage_name")
+  stage_name=$1
+  stage_started=$SECONDS
+  if [[ -n "$1" ]]; then echo "== $1"; fi
+}
+
 "$root/scripts/install-deps.sh" --browser
 
-echo "== build (gcc)"
+stage "build (gcc)"
 # -g1 (line tables: stacks still name functions, files and lines) rather than -g: full debug info
 # was about a quarter of each file's compile time, and both builds are most of this script's time.
 cmake -S . -B build/gcc -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
@@ -20,9 +32,10 @@ cmake -S . -B build/gcc -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLA
 cmake --build build/gcc -j "$jobs"
 
 # anvild.service under a real systemd, in a container (skips, saying why, where none can start).
+stage "systemd"
 tests/systemd/run.sh build/gcc
 
-echo "== build (clang, AddressSanitizer + UBSan, fuzz targets)"
+stage "build (clang, AddressSanitizer + UBSan, fuzz targets)"
 # -O1, as the sanitizers' authors advise: the sanitized suite is the slowest step, and -O0 makes it slower
 # still; asserts are kept and stacks stay readable (-g1, as above).
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -52,7 +65,7 @@ fuzz() {
     { tail -50 "build/asan/fuzz-$name.log"; echo "fuzzing $name found a crash: see build/asan/fuzz-$name.log"; exit 1; }
   echo "   $name: $(grep -Ec '^#[0-9]+.*NEW' "build/asan/fuzz-$name.log") new inputs kept, no crash"
 }
-echo "== fuzz ($fuzz_how): documents, safetensors headers, GGUF headers, tokenizer.json, NFC, HTTP requests, JSON schemas and answers"
+stage "fuzz ($fuzz_how): documents, safetensors headers, GGUF headers, tokenizer.json, NFC, HTTP requests, JSON schemas and answers"
 mapfile -t document_seeds < <(find ../shared/seeds ../shared/corpus examples tests/fuzz/regressions -type f \
   \( -path '../shared/seeds/*' -o -name '*.json' \) ! -name '*.schema.json' 2>/dev/null)
 fuzz documents build/asan/tests/fuzz/fuzz_documents "${document_seeds[@]}"
@@ -63,8 +76,11 @@ fuzz nfc build/asan/tests/fuzz/fuzz_nfc tests/fuzz/seeds/*.nfc.txt $(compgen -G 
 fuzz http build/asan/tests/fuzz/fuzz_http tests/fuzz/seeds/*.http $(compgen -G 'tests/fuzz/regressions/*.http' || true)
 fuzz json-schema build/asan/tests/fuzz/fuzz_json_schema tests/fuzz/seeds/*.schema $(compgen -G 'tests/fuzz/regressions/*.schema' || true)
 
-echo "== tests (clang, sanitizers)"
+stage "tests (clang, sanitizers)"
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
-echo "== tests (gcc)"
+stage "tests (gcc)"
 ctest --test-dir build/gcc --output-on-failure -j "$jobs"
+stage ""
+echo "== wall time by stage ($((SECONDS / 60)) min in all)"
+printf '   %s\n' "${stage_timings[@]}"
