@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "registry/document.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -36,6 +39,17 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);
+}
+
+std::string trimmed(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    return s;
+}
+
+std::string all_errors(const registry::Document& doc) {
+    std::string out;
+    for (const auto& line : doc.error_lines()) out += line + "\n";
+    return out;
 }
 
 std::string read_file(const fs::path& file) {

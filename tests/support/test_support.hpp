@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace anvil::registry {
+struct Document;
+}
+
 namespace anvil::test {
 
 // A fresh directory under $TMPDIR, removed with everything in it when the object goes away.
@@ -24,6 +28,10 @@ private:
 
 std::string read_file(const std::filesystem::path& file);
 void write_file(const std::filesystem::path& file, const std::string& content);
+// s without its trailing whitespace (a command's output without its newline).
+std::string trimmed(std::string s);
+// A parsed document's error lines, one a line: what a failed check prints.
+std::string all_errors(const registry::Document& doc);
 
 struct ProcessResult {
     int exit_code = -1;

@@ -157,7 +157,7 @@ public:
     }
 };
 
-struct Measured {
+struct ControllerMeasured {
     double warm_e2e_seconds = 10.0;
     double tasks_per_hour = 1440.0;
     double relative_quality_loss = 0.0;
@@ -222,7 +222,7 @@ struct World {
     }
     // The running qualification ends as the runner would record it: every gate passed, the
     // measurements taken, compared with the control it was given.
-    void finish_qualification(const Measured& m) {
+    void finish_qualification(const ControllerMeasured& m) {
         REQUIRE(qualifications.job);
         const auto& job = *qualifications.job;
         state::QualificationRecord record;
@@ -248,7 +248,7 @@ struct World {
         qualifications.job.reset();
     }
     // Passes until nothing waits for qualification, finishing each with `measured(recipe id)`.
-    void qualify_all(const std::function<Measured(const std::string&)>& measured) {
+    void qualify_all(const std::function<ControllerMeasured(const std::string&)>& measured) {
         for (int i = 0; i < 10; ++i) {
             pass();
             if (!qualifications.job) return;
@@ -258,7 +258,7 @@ struct World {
     }
 };
 
-Measured speed(double e2e) { return {e2e, 3600.0 * 4 / e2e, 0.0}; }
+ControllerMeasured speed(double e2e) { return {e2e, 3600.0 * 4 / e2e, 0.0}; }
 
 }  // namespace
 

@@ -40,7 +40,7 @@ namespace {
 
 const std::string kDevice = "cuda:0";
 
-bool device_or_skip() {
+bool gpu_present_or_skip() {
     std::string reason;
     const int count = engine::cuda_devices(reason);
     if (count == 0) WARN(reason << "; skipped");
@@ -73,7 +73,7 @@ engine::RunnerOptions small_options() {
 
 TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU runner's top token where it leads by 0.02",
           "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 11, 1});
     const auto config = engine::load_config(dir / "m");
@@ -96,7 +96,7 @@ TEST_CASE("cuda runner: bf16 and q8 weights and a bf16 KV cache keep the CPU run
 }
 
 TEST_CASE("cuda runner: a GGUF file's adjacent-pair rope and an early exit give the CPU runner's logits", "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m.gguf", "tiny", "llama", "f32", 5, 1});
     auto gpu_model = load_model(dir / "m.gguf", WeightFormat::Stored, WeightHome::Device);
@@ -125,7 +125,7 @@ TEST_CASE("cuda runner: a GGUF file's adjacent-pair rope and an early exit give 
 TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, less a companion's share, and one the fraction "
           "cannot hold is refused",
           "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 3, 1});
     auto model = load_model(dir / "m", WeightFormat::Stored, WeightHome::Device);
@@ -168,7 +168,7 @@ TEST_CASE("cuda runner: the KV cache is sized from the memory fraction, less a c
 }
 
 TEST_CASE("cuda runner: rows marked largest_only come back as their first largest alone, the others whole", "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 13, 1});
     auto cpu_model = load_model(dir / "m", WeightFormat::Stored);
@@ -204,7 +204,7 @@ TEST_CASE("cuda runner: rows marked largest_only come back as their first larges
 
 TEST_CASE("cuda runner: a runner made from the same weights reads the other's copy, and device bytes are runner.hpp's model",
           "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "tiny", "llama", "f32", 17, 1});
     auto model = load_model(dir / "m", WeightFormat::BF16, WeightHome::Device);
@@ -239,7 +239,7 @@ TEST_CASE("cuda runner: a runner made from the same weights reads the other's co
 
 TEST_CASE("cuda engine: a self draft in the target's format runs on the target's copy of the weights and is lossless",
           "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "small", "llama", "f32", 23, 1});
     engine::EngineOptions options;
@@ -295,7 +295,7 @@ TEST_CASE("cuda engine: a self draft in the target's format runs on the target's
 }
 
 TEST_CASE("cuda engine: greedy decoding on the GPU gives the CPU engine's tokens up to a near tie", "[cuda][engine]") {
-    if (!device_or_skip()) return;
+    if (!gpu_present_or_skip()) return;
     TempDir dir;
     engine::make_model({dir / "m", "small", "llama", "f32", 9, 1});
     const auto generate = [&](const std::string& device) {

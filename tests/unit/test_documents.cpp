@@ -12,6 +12,8 @@ using namespace anvil::registry;
 using anvil::test::read_file;
 using anvil::test::seed_text;
 
+using anvil::test::all_errors;
+
 namespace {
 
 Document parse(const std::string& text, const std::string& path = "doc.json") {
@@ -24,11 +26,6 @@ bool has_error_at(const Document& doc, const std::string& pointer) {
     return false;
 }
 
-std::string all_errors(const Document& doc) {
-    std::string out;
-    for (const auto& line : doc.error_lines()) out += line + "\n";
-    return out;
-}
 
 json seed_json(const std::string& prefix) { return json::parse(seed_text(prefix)); }
 

@@ -14,14 +14,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
+struct AdoptionRun {
     std::map<std::string, pid_t> adopted, started;  // recipe id → keeper pid
     bool ready = false;
 };
 
 // Reads the supervisor's report up to "ready" (or its end), leaving it running.
-Run read_report(anvil::test::ChildProcess& sup) {
-    Run r;
+AdoptionRun read_report(anvil::test::ChildProcess& sup) {
+    AdoptionRun r;
     std::string line;
     while (sup.read_line(line, 60000)) {
         std::istringstream in(line);
@@ -48,7 +48,7 @@ TEST_CASE("engines outlive a supervisor killed with SIGKILL and are adopted, nev
     std::map<std::string, pid_t> first;
     {
         anvil::test::ChildProcess sup(argv);
-        const Run r = read_report(sup);
+        const AdoptionRun r = read_report(sup);
         REQUIRE(r.ready);
         CHECK(r.adopted.empty());
         REQUIRE(r.started.size() == 2);
@@ -60,7 +60,7 @@ TEST_CASE("engines outlive a supervisor killed with SIGKILL and are adopted, nev
 
     {
         anvil::test::ChildProcess sup(argv);
-        const Run r = read_report(sup);
+        const AdoptionRun r = read_report(sup);
         REQUIRE(r.ready);
         CHECK(r.started.empty());
         CHECK(r.adopted == first);
@@ -72,7 +72,7 @@ TEST_CASE("engines outlive a supervisor killed with SIGKILL and are adopted, nev
 
     {
         anvil::test::ChildProcess sup(argv);
-        const Run r = read_report(sup);
+        const AdoptionRun r = read_report(sup);
         REQUIRE(r.ready);
         CHECK(r.adopted == std::map<std::string, pid_t>{{"sup-0", first.at("sup-0")}});
         REQUIRE(r.started.count("sup-1"));

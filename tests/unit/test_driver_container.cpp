@@ -24,13 +24,10 @@
 using namespace anvil::driver;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using anvil::test::trimmed;
 
 namespace {
 
-std::string trimmed(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
-}
 
 // podman as this kind of machine runs it: runc, cgroupfs, no default ulimits.
 ContainerDriverOptions podman_options(const anvil::test::TempDir& dir, const std::string& owner) {

@@ -39,7 +39,7 @@ Probe wait_exit(Driver& d, const EngineHandle& e, std::chrono::milliseconds limi
     return p;
 }
 
-bool gone(pid_t pid) {
+bool exited_or_reaped(pid_t pid) {
     const auto s = read_proc_stat(pid);
     return !s || s->state == 'Z' || s->state == 'X';
 }
@@ -87,8 +87,8 @@ TEST_CASE("a helper command is killed with its process group at its deadline", "
     // What it started in its group goes with it.
     const pid_t background = std::stoi(anvil::test::read_file(pid_file));
     const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!gone(background) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
-    CHECK(gone(background));
+    while (!exited_or_reaped(background) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    CHECK(exited_or_reaped(background));
 
     const auto quick = run_command({"/bin/echo", "in time"}, std::nullopt, 10s);
     CHECK(quick.ok());
@@ -141,8 +141,8 @@ TEST_CASE("stop sends SIGTERM to the process group and SIGKILL after the grace",
     const auto took = std::chrono::steady_clock::now() - t0;
     CHECK(took >= 300ms);
     CHECK(took < 5s);
-    CHECK(gone(stubborn.pid));
-    CHECK(gone(child_pid));
+    CHECK(exited_or_reaped(stubborn.pid));
+    CHECK(exited_or_reaped(child_pid));
 }
 
 TEST_CASE("an engine's stdout and stderr go to a size-capped log", "[driver]") {

@@ -11,8 +11,8 @@ using anvil::endpoint::StableEndpoint;
 
 namespace {
 
-struct Fixture {
-    Fixture() : endpoint(EndpointOptions{}) {
+struct ForwardingFixture {
+    ForwardingFixture() : endpoint(EndpointOptions{}) {
         endpoint.start();
         endpoint.switch_to(engine_a().upstream());
     }
@@ -22,7 +22,7 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE("the endpoint relays completions, chat and streams exactly as the engine answers them", "[endpoint]") {
-    Fixture f;
+    ForwardingFixture f;
     HttpClient direct(engine_a().port());
     HttpClient through(f.endpoint.port());
     const std::string model = engine_a().name();
@@ -71,7 +71,7 @@ TEST_CASE("the endpoint relays completions, chat and streams exactly as the engi
 }
 
 TEST_CASE("a stream reaches the client event by event while the engine produces it", "[endpoint]") {
-    Fixture f;
+    ForwardingFixture f;
     httplib::Client client("127.0.0.1", f.endpoint.port());
     client.set_read_timeout(60, 0);
     httplib::Request req;
@@ -149,7 +149,7 @@ TEST_CASE("the endpoint answers for its alias and the engine's id, rewrites the 
 }
 
 TEST_CASE("upstream errors reach the client with their status and body", "[endpoint]") {
-    Fixture f;
+    ForwardingFixture f;
     HttpClient direct(engine_a().port());
     HttpClient through(f.endpoint.port());
     const json bad = {{"prompt", "Hello"}, {"max_tokens", 0}};

@@ -68,9 +68,9 @@ TEST_CASE("prefix cache: full blocks are named, matched by their tokens and the 
 
 namespace {
 
-class Served {
+class PrefixCacheEngine {
 public:
-    Served(bool caching, int kv_blocks = 0, DraftOptions draft = {}) {
+    PrefixCacheEngine(bool caching, int kv_blocks = 0, DraftOptions draft = {}) {
         EngineOptions options;
         options.max_context = 512;
         options.prefix_caching = caching;
@@ -113,7 +113,7 @@ json body_for(const std::vector<int32_t>& prompt, int max_tokens, double tempera
 
 TEST_CASE("prefix cache: prompts that start alike reuse blocks and give the tokens they give without the cache",
           "[engine][prefix_cache]") {
-    Served cached(true), uncached(false);
+    PrefixCacheEngine cached(true), uncached(false);
     const int vocab = cached.vocab();
     const std::vector<int32_t> system = anvil::test::engine::token_sequence(100, vocab, 1);
     std::vector<std::vector<int32_t>> prompts;
@@ -147,9 +147,9 @@ TEST_CASE("prefix cache: with a draft of its own cache, and with a cache small e
     draft.kind = DraftKind::Self;
     draft.weights = WeightFormat::Q8;
     draft.tokens = 3;
-    Served speculative(true, 0, draft), plain(false);
+    PrefixCacheEngine speculative(true, 0, draft), plain(false);
     // 20 blocks of 16: room for two sequences of 150 tokens at most, so earlier prefixes give way.
-    Served small(true, 20);
+    PrefixCacheEngine small(true, 20);
     const int vocab = plain.vocab();
     for (int round = 0; round < 2; ++round)
         for (int salt = 0; salt < 4; ++salt) {

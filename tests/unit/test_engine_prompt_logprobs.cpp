@@ -33,9 +33,9 @@ double reference_logprob(const float* row, int vocab, int32_t token) {
     return double(row[token]) - largest - std::log(sum);
 }
 
-class Served {
+class LogprobsEngine {
 public:
-    explicit Served(int kv_blocks = 0) {
+    explicit LogprobsEngine(int kv_blocks = 0) {
         EngineOptions options;
         options.max_context = 256;
         options.kv_blocks = kv_blocks;
@@ -98,7 +98,7 @@ json body_for(const std::vector<int32_t>& prompt, int max_tokens) {
 
 TEST_CASE("echo with logprobs gives every prompt token the logprob a whole forward pass gives it",
           "[engine][prompt_logprobs]") {
-    Served served;
+    LogprobsEngine served;
     const auto model = anvil::test::engine::load_model(served.model(), WeightFormat::Stored);
     const int vocab = model.config.vocab_size;
     const Tokenizer& tokenizer = served.engine().tokenizer();
@@ -144,7 +144,7 @@ TEST_CASE("echo with logprobs gives every prompt token the logprob a whole forwa
 TEST_CASE("prompt logprobs are reported once, beside other prompts and across preemption", "[engine][prompt_logprobs]") {
     // 14 blocks of 16: two 100-token prompts are admitted together (7 blocks each), and the
     // newer one is preempted when the older one's answer needs a block, then recomputed.
-    Served served(14);
+    LogprobsEngine served(14);
     const auto model = anvil::test::engine::load_model(served.model(), WeightFormat::Stored);
     const int vocab = model.config.vocab_size;
     const Tokenizer& tokenizer = served.engine().tokenizer();
@@ -159,7 +159,7 @@ TEST_CASE("prompt logprobs are reported once, beside other prompts and across pr
         for (const auto& p : prompts)
             replies.push_back(std::async(std::launch::async, [&, p] { return served.post_unchecked(body_for(p, 40)); }));
         for (size_t i = 0; i < prompts.size(); ++i) {
-            const json reply = json::parse(Served::checked(body_for(prompts[i], 40), replies[i].get()));
+            const json reply = json::parse(LogprobsEngine::checked(body_for(prompts[i], 40), replies[i].get()));
             INFO("prompt " << i);
             const std::string echo = sanitize_utf8(tokenizer.decode(prompts[i], false));
             check_prompt_logprobs(reply["choices"][0]["logprobs"], prompts[i], reference[i], tokenizer, vocab, 40, echo.size());

@@ -21,12 +21,12 @@ std::string recipe_with_id(const std::string& id) {
     return j.dump(2);
 }
 
-struct Fixture {
+struct GitFixture {
     TempDir tmp;
     GitRepo upstream{tmp / "upstream"};
     std::filesystem::path data = tmp / "data";
 
-    Fixture() {
+    GitFixture() {
         upstream.write("recipes/a.json", recipe_with_id("recipe-a"));
         upstream.write("recipes/b.json", recipe_with_id("recipe-b"));
         upstream.write("priors/p.json", seed_text("000_"));
@@ -39,7 +39,7 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE("a first sync reads every document from the commit with provenance", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     auto report = catalog.sync(source);
@@ -59,7 +59,7 @@ TEST_CASE("a first sync reads every document from the commit with provenance", "
 }
 
 TEST_CASE("documents are read from the commit, never from the working tree", "[git]") {
-    Fixture f;
+    GitFixture f;
     f.upstream.write("recipes/a.json", "{ uncommitted garbage");
     f.upstream.write("recipes/new.json", recipe_with_id("uncommitted"));
     GitSource source(f.upstream.dir().string(), "main", f.data);
@@ -70,7 +70,7 @@ TEST_CASE("documents are read from the commit, never from the working tree", "[g
 }
 
 TEST_CASE("new commits apply incrementally: add, change, rename, delete", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -112,7 +112,7 @@ TEST_CASE("new commits apply incrementally: add, change, rename, delete", "[git]
 }
 
 TEST_CASE("a corrupt file is reported and the other documents are still read", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -132,7 +132,7 @@ TEST_CASE("a corrupt file is reported and the other documents are still read", "
 }
 
 TEST_CASE("a duplicate id added later is an error until the first goes away", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -147,7 +147,7 @@ TEST_CASE("a duplicate id added later is an error until the first goes away", "[
 }
 
 TEST_CASE("a force-pushed ref is detected and read in full", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -170,7 +170,7 @@ TEST_CASE("a force-pushed ref is detected and read in full", "[git]") {
 }
 
 TEST_CASE("refs: branches, tags, commits, the default branch, and a clear error for a missing ref", "[git]") {
-    Fixture f;
+    GitFixture f;
     const std::string first = f.upstream.head();
     f.upstream.git({"tag", "v1"});
     f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
@@ -204,7 +204,7 @@ TEST_CASE("an unreachable source is a clear error", "[git]") {
 }
 
 TEST_CASE("file:// URLs and bare repositories are sources too", "[git]") {
-    Fixture f;
+    GitFixture f;
     auto bare = f.tmp / "bare.git";
     REQUIRE(anvil::test::run({"git", "clone", "-q", "--bare", f.upstream.dir().string(), bare.string()}).exit_code == 0);
     CHECK(is_git_location(bare.string()));
@@ -217,7 +217,7 @@ TEST_CASE("file:// URLs and bare repositories are sources too", "[git]") {
 }
 
 TEST_CASE("a source on this machine shares its objects with the clone instead of being fetched", "[git]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -246,7 +246,7 @@ TEST_CASE("a source on this machine shares its objects with the clone instead of
 
 
 TEST_CASE("an id stays with the file that had it first, even when a newcomer's path sorts first", "[git][catalog]") {
-    Fixture f;
+    GitFixture f;
     GitSource source(f.upstream.dir().string(), "main", f.data);
     Catalog catalog;
     catalog.sync(source);
@@ -279,7 +279,7 @@ TEST_CASE("an id stays with the file that had it first, even when a newcomer's p
 }
 
 TEST_CASE("a first read honours the owners remembered from before (the ledger after a restart)", "[git][catalog]") {
-    Fixture f;
+    GitFixture f;
     f.upstream.write("recipes/0-thief.json", recipe_with_id("recipe-b"));
     f.upstream.commit("a newcomer claims recipe-b");
     GitSource source(f.upstream.dir().string(), "main", f.data);

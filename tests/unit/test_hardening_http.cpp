@@ -11,10 +11,13 @@
 #include <fstream>
 
 #include "daemon_fixture.hpp"
+#include "raw_http.hpp"
 
 #ifdef ANVILD
 
 using namespace anvil::test::daemon;
+using anvil::test::body_of;
+using anvil::test::status_of;
 
 namespace {
 
@@ -43,13 +46,6 @@ std::string raw_exchange(int port, const std::string& request, std::chrono::mill
     }
     ::close(fd);
     return out;
-}
-
-int status_of(const std::string& response) { return response.size() >= 12 && response.starts_with("HTTP/1.1 ") ? std::stoi(response.substr(9, 3)) : 0; }
-
-json body_of(const std::string& response) {
-    const auto at = response.find("\r\n\r\n");
-    return at == std::string::npos ? json() : json::parse(response.substr(at + 4), nullptr, false);
 }
 
 long peak_rss_kb(int pid) {

@@ -22,6 +22,8 @@
 using namespace anvil::registry;
 namespace fs = std::filesystem;
 
+using anvil::test::all_errors;
+
 namespace {
 
 const std::string kDigest = "sha256:" + std::string(64, 'a');
@@ -57,11 +59,6 @@ Document parse(std::string_view text, const std::string& path = "recipes/doc.jso
     return parse_document(text, Provenance{"test", "", path, "", ""}, limits);
 }
 
-std::string all_errors(const Document& doc) {
-    std::string out;
-    for (const auto& line : doc.error_lines()) out += line + "\n";
-    return out;
-}
 
 std::string repeat(const std::string& token, std::size_t times) {
     std::string out;

@@ -22,10 +22,13 @@
 #include "engine/http/request_head.hpp"
 #include "daemon/anvild/config.hpp"
 #include "engine/http/safe_text.hpp"
+#include "raw_http.hpp"
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 using anvil::http::GuardedServer;
+using anvil::test::body_of;
+using anvil::test::status_of;
 
 namespace {
 
@@ -110,16 +113,6 @@ struct Raw {
         return ::recv(fd, buf, sizeof buf, MSG_PEEK) == 0 || (p.revents & (POLLHUP | POLLERR));
     }
 };
-
-int status_of(const std::string& response) {
-    if (response.size() < 12 || response.compare(0, 9, "HTTP/1.1 ") != 0) return 0;
-    return std::stoi(response.substr(9, 3));
-}
-
-json body_of(const std::string& response) {
-    const auto at = response.find("\r\n\r\n");
-    return at == std::string::npos ? json() : json::parse(response.substr(at + 4), nullptr, false);
-}
 
 }  // namespace
 

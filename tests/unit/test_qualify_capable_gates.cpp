@@ -24,9 +24,9 @@ namespace {
 // How the stand-in answers: right, or wrong in one specific way.
 enum class Behaviour { capable, wrong_tool_arguments, forgets_needle };
 
-class StandInEngine {
+class CapableStandIn {
 public:
-    explicit StandInEngine(Behaviour behaviour) : behaviour_(behaviour), server_([this](httplib::Server& http) {
+    explicit CapableStandIn(Behaviour behaviour) : behaviour_(behaviour), server_([this](httplib::Server& http) {
         http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
         http.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
             res.set_content(json{{"object", "list"}, {"data", {{{"id", "capable"}, {"object", "model"}}}}}.dump(), "application/json");
@@ -67,13 +67,13 @@ private:
     anvil::test::LoopbackServer server_;
 };
 
-struct Run {
+struct GateRun {
     Target target;
     Plan plan;
     Journal journal;
     std::unique_ptr<RunContext> context;
 
-    explicit Run(int port) {
+    explicit GateRun(int port) {
         target.host = "127.0.0.1";
         target.port = port;
         target.model = "capable";
@@ -89,8 +89,8 @@ struct Run {
 }  // namespace
 
 TEST_CASE("an engine that calls the tool with the required arguments passes the tool-call gate", "[qualify]") {
-    StandInEngine engine(Behaviour::capable);
-    Run run(engine.port());
+    CapableStandIn engine(Behaviour::capable);
+    GateRun run(engine.port());
     const GateOutcome tools = tools_gate(*run.context);
     INFO((tools.reasons.empty() ? std::string() : tools.reasons.front()));
     CHECK(tools.pass);
@@ -98,8 +98,8 @@ TEST_CASE("an engine that calls the tool with the required arguments passes the 
 }
 
 TEST_CASE("a tool call without the required argument fails the tool-call gate, naming it", "[qualify]") {
-    StandInEngine engine(Behaviour::wrong_tool_arguments);
-    Run run(engine.port());
+    CapableStandIn engine(Behaviour::wrong_tool_arguments);
+    GateRun run(engine.port());
     const GateOutcome tools = tools_gate(*run.context);
     CHECK_FALSE(tools.pass);
     REQUIRE_FALSE(tools.reasons.empty());
@@ -107,8 +107,8 @@ TEST_CASE("a tool call without the required argument fails the tool-call gate, n
 }
 
 TEST_CASE("an engine that finds the needle at every depth and length passes the needle gate", "[qualify]") {
-    StandInEngine engine(Behaviour::capable);
-    Run run(engine.port());
+    CapableStandIn engine(Behaviour::capable);
+    GateRun run(engine.port());
     const GateOutcome needle = needle_gate(*run.context);
     INFO((needle.reasons.empty() ? std::string() : needle.reasons.front()));
     CHECK(needle.pass);
@@ -127,8 +127,8 @@ TEST_CASE("an engine that finds the needle at every depth and length passes the 
 }
 
 TEST_CASE("an engine that answers without the needle fails the needle gate with every miss counted", "[qualify]") {
-    StandInEngine engine(Behaviour::forgets_needle);
-    Run run(engine.port());
+    CapableStandIn engine(Behaviour::forgets_needle);
+    GateRun run(engine.port());
     const GateOutcome needle = needle_gate(*run.context);
     CHECK_FALSE(needle.pass);
     REQUIRE_FALSE(needle.reasons.empty());

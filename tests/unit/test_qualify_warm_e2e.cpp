@@ -26,9 +26,9 @@ const std::string kSecondTask = "Write a short email asking a colleague to move 
 
 enum class SecondPass { slow, fails };
 
-class StandInEngine {
+class WarmStandIn {
 public:
-    explicit StandInEngine(SecondPass how) : how_(how), server_([this](httplib::Server& http) {
+    explicit WarmStandIn(SecondPass how) : how_(how), server_([this](httplib::Server& http) {
         http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
             const json body = json::parse(req.body);
             if (body.value("stream", false)) {  // TTFT: not what this test is about
@@ -60,7 +60,7 @@ private:
     anvil::test::LoopbackServer server_;
 };
 
-struct Measured {
+struct WarmMeasured {
     std::vector<Measurement> measurements;
     json notes, exchanges;
     const Measurement* find(const std::string& metric) const {
@@ -78,7 +78,7 @@ struct Measured {
     }
 };
 
-Measured measure(const StandInEngine& engine) {
+WarmMeasured measure(const WarmStandIn& engine) {
     Target target;
     target.port = engine.port();
     target.model = "stand-in";
@@ -87,7 +87,7 @@ Measured measure(const StandInEngine& engine) {
     plan.request_timeout = std::chrono::seconds(10);
     Journal journal;
     RunContext run(target, plan, journal);
-    Measured m;
+    WarmMeasured m;
     m.measurements = measure_speed(run);
     m.notes = journal.notes();
     m.exchanges = journal.exchanges();
@@ -97,8 +97,8 @@ Measured measure(const StandInEngine& engine) {
 }  // namespace
 
 TEST_CASE("a slow pass of the warm tasks does not move warm e2e: the median pass is the figure", "[qualify]") {
-    StandInEngine engine(SecondPass::slow);
-    const Measured m = measure(engine);
+    WarmStandIn engine(SecondPass::slow);
+    const WarmMeasured m = measure(engine);
     INFO(m.warm_note());
     CHECK(m.warm_requests() == 3 * 4);
     REQUIRE(m.find("warm_e2e_seconds"));
@@ -109,8 +109,8 @@ TEST_CASE("a slow pass of the warm tasks does not move warm e2e: the median pass
 }
 
 TEST_CASE("a pass with a failed warm task is the last, and leaves tasks per hour but no e2e time", "[qualify]") {
-    StandInEngine engine(SecondPass::fails);
-    const Measured m = measure(engine);
+    WarmStandIn engine(SecondPass::fails);
+    const WarmMeasured m = measure(engine);
     INFO(m.warm_note());
     CHECK(m.warm_requests() == 2 * 4);  // no third pass
     CHECK_FALSE(m.find("warm_e2e_seconds"));

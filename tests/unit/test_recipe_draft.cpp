@@ -17,6 +17,8 @@
 using namespace anvil::registry;
 using anvil::test::read_file;
 
+using anvil::test::all_errors;
+
 namespace {
 
 const std::string kDraftDigest = "sha256:" + std::string(64, 'd');
@@ -44,11 +46,6 @@ Document parse(const json& j, const std::string& path = "recipes/spec.json") {
 
 std::vector<std::string> errors_of(const json& j) { return parse(j).error_lines(); }
 
-std::string all_errors(const Document& doc) {
-    std::string out;
-    for (const auto& line : doc.error_lines()) out += line + "\n";
-    return out;
-}
 
 }  // namespace
 

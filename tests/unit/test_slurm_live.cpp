@@ -26,6 +26,7 @@
 using namespace anvil::driver;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+using anvil::test::trimmed;
 
 namespace {
 
@@ -279,10 +280,6 @@ TEST_CASE("anvild places engines as Slurm jobs: promotes, adopts after SIGKILL, 
 #ifdef ANVILD
 namespace {
 
-std::string trimmed(std::string s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-    return s;
-}
 
 }  // namespace
 
