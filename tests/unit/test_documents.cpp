@@ -11,7 +11,6 @@
 using namespace anvil::registry;
 using anvil::test::read_file;
 using anvil::test::seed_text;
-
 using anvil::test::all_errors;
 
 namespace {
@@ -25,7 +24,6 @@ bool has_error_at(const Document& doc, const std::string& pointer) {
         if (e.pointer == pointer) return true;
     return false;
 }
-
 
 json seed_json(const std::string& prefix) { return json::parse(seed_text(prefix)); }
 

@@ -28,7 +28,6 @@ using anvil::test::trimmed;
 
 namespace {
 
-
 // podman as this kind of machine runs it: runc, cgroupfs, no default ulimits.
 ContainerDriverOptions podman_options(const anvil::test::TempDir& dir, const std::string& owner) {
     anvil::test::write_file(dir / "containers.conf",

@@ -21,7 +21,6 @@
 
 using namespace anvil::registry;
 namespace fs = std::filesystem;
-
 using anvil::test::all_errors;
 
 namespace {
@@ -58,7 +57,6 @@ std::string with_deep_field(const json& recipe, std::size_t levels) {
 Document parse(std::string_view text, const std::string& path = "recipes/doc.json", DocumentLimits limits = {}) {
     return parse_document(text, Provenance{"test", "", path, "", ""}, limits);
 }
-
 
 std::string repeat(const std::string& token, std::size_t times) {
     std::string out;

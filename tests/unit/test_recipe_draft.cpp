@@ -16,7 +16,6 @@
 
 using namespace anvil::registry;
 using anvil::test::read_file;
-
 using anvil::test::all_errors;
 
 namespace {
@@ -45,7 +44,6 @@ Document parse(const json& j, const std::string& path = "recipes/spec.json") {
 }
 
 std::vector<std::string> errors_of(const json& j) { return parse(j).error_lines(); }
-
 
 }  // namespace
 

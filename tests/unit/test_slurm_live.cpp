@@ -280,7 +280,6 @@ TEST_CASE("anvild places engines as Slurm jobs: promotes, adopts after SIGKILL, 
 #ifdef ANVILD
 namespace {
 
-
 }  // namespace
 
 TEST_CASE("anvild runs a container recipe as a Slurm job under rootless podman, and its stop removes the container", "[.][slurm-live]") {
