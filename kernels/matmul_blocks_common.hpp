@@ -79,6 +79,23 @@ void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c
     }
 }
 
+// As packed8_item, where the kernel has a one-token tile for both blocks of an item at once
+// (TilePair, with TileOne for an item's lone last block).
+template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TilePair)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item_paired(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    const int lone = c0 + (c1 - c0) / Wide * Wide;  // the first token after the wide tiles
+    for (int b = b0; b < b0 + blocks; ++b)
+        for (int t = c0; t < lone; t += Wide) TileWide(w, b, x, t, y);
+    for (int t = lone; t < c1; ++t) {
+        if (blocks == 2) TilePair(w, b0, x, t, y);
+        else TileOne(w, b0, x, t, y);
+    }
+}
+
 inline int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }
 
 }  // namespace

@@ -163,41 +163,67 @@ inline __m512i pair_halves_added(__m512i a, __m512i b) {
 // 256-bit tile computed ~37 GB/s of weights, no faster than one thread can read memory). A
 // sub-block pair's two sums fold into one register, [low nibbles' 8 rows, high nibbles' 8 rows],
 // which the pair's 16 scale bytes multiply as they lie: one vpmulld a pair, where each sum's own
-// reduction and multiply took twice the instructions (in L2, one thread: 5% faster). The same
-// int32 sums as the 256-bit tile in another order, exact, so the same results bit for bit.
+// reduction and multiply took twice the instructions (in L2, one thread: 5% faster). Blocks (1 or
+// 2) 8-row blocks at once, as q4_0_packed8_token512: the activations' permutes serve both. The high
+// nibbles are multiplied in place (the byte & 0xf0, 16 x the nibble) and their sum shifted down
+// once a pair of sub-blocks, one instruction where the nibbles' shift took four. The same int32
+// sums as the 256-bit tile in another order, exact, so the same results bit for bit.
+template <int Blocks>
 void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    static_assert(Blocks == 1 || Blocks == 2);
     const int supers = w.cols / kSuperBlock;
-    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ4_KPacked8Bytes;
-    __m256 acc = _mm256_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const size_t block_bytes = size_t(supers) * kQ4_KPacked8Bytes;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * block_bytes;
+    __m256 acc[Blocks];
+    ANVIL_UNROLL
+    for (int b = 0; b < Blocks; ++b) acc[b] = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(int8_t(0xf0));
     for (int i = 0; i < supers; ++i) {
-        const uint8_t* tile = block + size_t(i) * kQ4_KPacked8Bytes;
+        const uint8_t* tiles[Blocks];
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) tiles[b] = block + size_t(b) * block_bytes + size_t(i) * kQ4_KPacked8Bytes;
         const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
-        __m512i sum = _mm512_setzero_si512();
+        __m512i sum[Blocks];
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) sum[b] = _mm512_setzero_si512();
         ANVIL_UNROLL
         for (int c = 0; c < 4; ++c) {
-            __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+            __m512i lo_sum[Blocks], hi_sum[Blocks];
+            ANVIL_UNROLL
+            for (int b = 0; b < Blocks; ++b) lo_sum[b] = hi_sum[b] = _mm512_setzero_si512();
             ANVIL_UNROLL
             for (int s = 0; s < 8; s += 2) {
-                const uint8_t* at = tile + 160 + size_t(c * 8 + s) * 32;
-                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
-                const __m512i v = _mm512_loadu_si512(at);
-                lo_sum = _mm512_dpbusd_epi32(lo_sum, _mm512_and_si512(v, low4), two_steps(xs + 64 * c + 4 * s));
-                hi_sum = _mm512_dpbusd_epi32(hi_sum, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), two_steps(xs + 64 * c + 32 + 4 * s));
+                const __m512i xa = two_steps(xs + 64 * c + 4 * s), xb = two_steps(xs + 64 * c + 32 + 4 * s);
+                ANVIL_UNROLL
+                for (int b = 0; b < Blocks; ++b) {
+                    const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
+                    const __m512i v = _mm512_loadu_si512(at);
+                    lo_sum[b] = _mm512_dpbusd_epi32(lo_sum[b], _mm512_and_si512(v, low4), xa);
+                    hi_sum[b] = _mm512_dpbusd_epi32(hi_sum[b], _mm512_and_si512(v, high4), xb);
+                }
             }
-            const __m512i pair = pair_halves_added(lo_sum, hi_sum);
-            const __m512i scales = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * c)));
-            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(pair, scales));
+            ANVIL_UNROLL
+            for (int b = 0; b < Blocks; ++b) {
+                // Each high sum is 16 x an integer (at most 16 x 4 x 4 x 15 x 128 a lane): exact.
+                const __m512i pair = pair_halves_added(lo_sum[b], _mm512_srai_epi32(hi_sum[b], 4));
+                const __m512i scales = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 32 + 16 * c)));
+                sum[b] = _mm512_add_epi32(sum[b], _mm512_mullo_epi32(pair, scales));
+            }
         }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16)));
-        const __m256i offsets = q4_k_min_offsets(tile, x->sums32 + (size_t(t0) * supers + size_t(i)) * 8);
         const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0) * supers + i]);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves_added(sum)), _mm256_mul_ps(d, x_scale), acc);
-        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc);
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b])));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b] + 16)));
+            const __m256i offsets = q4_k_min_offsets(tiles[b], x->sums32 + (size_t(t0) * supers + size_t(i)) * 8);
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves_added(sum[b])), _mm256_mul_ps(d, x_scale), acc[b]);
+            acc[b] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(dmin, x_scale), acc[b]);
+        }
     }
-    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+    ANVIL_UNROLL
+    for (int b = 0; b < Blocks; ++b) store_rows8(acc[b], w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
 // Q6_K: a sub-block's 16 values are four steps of one quarter; they add up in int32 before its
@@ -266,11 +292,19 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
 }
 
 // Q6_K for one token with two steps a 512-bit register (as q4_k_packed8_token512): steps s and
-// s + 1 are 96 bytes apart, so each of their three 32-byte parts is two loads.
+// s + 1 are 96 bytes apart, so each of their three 32-byte parts is two loads. Blocks (1 or 2)
+// 8-row blocks at once, the activations' permutes serving both; each value's two high bits are
+// masked into place first and its low nibble merged in by one vpternlogd (13 instructions a step
+// pair's four quarters, where and/or took 17).
+template <int Blocks>
 void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    static_assert(Blocks == 1 || Blocks == 2);
     const int supers = w.cols / kSuperBlock;
-    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(supers) * kQ6_KPacked8Bytes;
-    __m256 acc = _mm256_setzero_ps();
+    const size_t block_bytes = size_t(supers) * kQ6_KPacked8Bytes;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * block_bytes;
+    __m256 acc[Blocks];
+    ANVIL_UNROLL
+    for (int b = 0; b < Blocks; ++b) acc[b] = _mm256_setzero_ps();
     // Each row's even or odd scale byte of a pair to the low 8 bytes of each 128-bit half.
     const __m256i even = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1,
                                           0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -281,53 +315,74 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
     const auto both = [](const uint8_t* at) {
         return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at)), load256(at + 96), 1);
     };
+    // (low & 0x0f) | high, where high has no bit outside 0x30: 0xd8 takes the second operand's bit
+    // where the third's is set, the first's elsewhere. The first is overwritten (the instruction's
+    // destination): the masked high bits, a temporary, where low may be a load still needed.
+    const auto merged = [low4](__m512i low, __m512i high) { return _mm512_ternarylogic_epi32(high, low, low4, 0xd8); };
     for (int i = 0; i < supers; ++i) {
-        const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
+        const uint8_t* tiles[Blocks];
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) tiles[b] = block + size_t(b) * block_bytes + size_t(i) * kQ6_KPacked8Bytes;
         const int8_t* xs = x->values + size_t(t0) * w.cols + size_t(i) * kSuperBlock;
-        __m256i sum = q6_k_start_sums(tile, x->sums + (size_t(t0) * supers + size_t(i)) * 16);
-        __m512i folded_sum = _mm512_setzero_si512();
+        const int16_t* sums = x->sums + (size_t(t0) * supers + size_t(i)) * 16;
+        __m512i folded_sum[Blocks];
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) folded_sum[b] = _mm512_setzero_si512();
         ANVIL_UNROLL
         for (int h = 0; h < 2; ++h)
             ANVIL_UNROLL
             for (int s4 = 0; s4 < 2; ++s4) {
-                __m512i part[4];
+                __m512i part[Blocks][4];
                 ANVIL_UNROLL
-                for (int k = 0; k < 4; ++k) part[k] = _mm512_setzero_si512();
+                for (int b = 0; b < Blocks; ++b)
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 4; ++k) part[b][k] = _mm512_setzero_si512();
                 ANVIL_UNROLL
                 for (int s = 4 * s4; s < 4 * s4 + 4; s += 2) {
-                    const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
+                    __m512i xk[4];
                     ANVIL_UNROLL
-                    for (int line = 0; line < 192; line += 64) {
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + line, _MM_HINT_T0);
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
+                    for (int k = 0; k < 4; ++k) xk[k] = two_steps(xs + 128 * h + 32 * k + 4 * s);
+                    ANVIL_UNROLL
+                    for (int b = 0; b < Blocks; ++b) {
+                        const uint8_t* at = tiles[b] + 144 + size_t(h * 8 + s) * 96;
+                        ANVIL_UNROLL
+                        for (int line = 0; line < 192; line += 64) {
+                            _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + line, _MM_HINT_T0);
+                            _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
+                        }
+                        const __m512i a = both(at), bb = both(at + 32), hb = both(at + 64);
+                        const __m512i q[4] = {merged(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45)),
+                                              merged(bb, _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45)),
+                                              merged(_mm512_srli_epi16(a, 4), _mm512_and_si512(hb, bits45)),
+                                              merged(_mm512_srli_epi16(bb, 4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45))};
+                        ANVIL_UNROLL
+                        for (int k = 0; k < 4; ++k) part[b][k] = _mm512_dpbusd_epi32(part[b][k], q[k], xk[k]);
                     }
-                    const __m512i a = both(at), b = both(at + 32), hb = both(at + 64);
-                    const __m512i q[4] = {
-                        _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45)),
-                        _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45)),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4), _mm512_and_si512(hb, bits45)),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
-                                        _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45))};
-                    ANVIL_UNROLL
-                    for (int k = 0; k < 4; ++k) part[k] = _mm512_dpbusd_epi32(part[k], q[k], two_steps(xs + 128 * h + 32 * k + 4 * s));
                 }
                 // Quarters 2m and 2m + 1 together, as the Q4_K tile folds a pair: their sub-blocks'
                 // scales are in consecutive 16-byte pairs of scale bytes (8h + 2k + s4 is in pair
                 // 4h + k), the even or odd byte of each row.
                 ANVIL_UNROLL
-                for (int m = 0; m < 2; ++m) {
-                    const __m256i pairs = load256(tile + 16 + 16 * (4 * h + 2 * m));
-                    const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd : even);
-                    const __m512i scales = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
-                    const __m512i folded = pair_halves_added(part[2 * m], part[2 * m + 1]);
-                    folded_sum = _mm512_add_epi32(folded_sum, _mm512_mullo_epi32(folded, scales));
-                }
+                for (int b = 0; b < Blocks; ++b)
+                    ANVIL_UNROLL
+                    for (int m = 0; m < 2; ++m) {
+                        const __m256i pairs = load256(tiles[b] + 16 + 16 * (4 * h + 2 * m));
+                        const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd : even);
+                        const __m512i scales = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
+                        const __m512i folded = pair_halves_added(part[b][2 * m], part[b][2 * m + 1]);
+                        folded_sum[b] = _mm512_add_epi32(folded_sum[b], _mm512_mullo_epi32(folded, scales));
+                    }
             }
-        sum = _mm256_add_epi32(sum, halves_added(folded_sum));
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0) * supers + i])), acc);
+        const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0) * supers + i]);
+        ANVIL_UNROLL
+        for (int b = 0; b < Blocks; ++b) {
+            const __m256i sum = _mm256_add_epi32(q6_k_start_sums(tiles[b], sums), halves_added(folded_sum[b]));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[b])));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, x_scale), acc[b]);
+        }
     }
-    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+    ANVIL_UNROLL
+    for (int b = 0; b < Blocks; ++b) store_rows8(acc[b], w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
 template <int TT>
@@ -376,34 +431,61 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
-// Q4_0 for one token with two steps a 512-bit register (as q4_k_packed8_token512).
+// Q4_0 for one token with two steps a 512-bit register (as q4_k_packed8_token512), over Blocks
+// (1 or 2) 8-row blocks at once: the activations' permutes (port 5, as many as the products) and
+// broadcasts serve both blocks, and their two sums fold into one register for the float steps,
+// which are the 256-bit tile's lane for lane (the same bits).
+template <int Blocks>
 void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0, float* y) {
+    static_assert(Blocks == 1 || Blocks == 2);
     const int per_row = w.cols / kQ4_0Values;
-    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * size_t(per_row) * kQ4_0Packed8Bytes;
-    __m256 acc = _mm256_setzero_ps();
+    const size_t block_bytes = size_t(per_row) * kQ4_0Packed8Bytes;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * block_bytes;
+    __m512 acc = _mm512_setzero_ps();  // [block b0's 8 rows, block b0 + 1's] (one block: the low half)
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int i = 0; i < per_row; ++i) {
-        const uint8_t* tile = block + size_t(i) * kQ4_0Packed8Bytes;
+        const uint8_t* tiles[Blocks];
         ANVIL_UNROLL
-        for (int line = 0; line < 192; line += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchAhead + line, _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchFar + line, _MM_HINT_T1);
+        for (int b = 0; b < Blocks; ++b) {
+            tiles[b] = block + size_t(b) * block_bytes + size_t(i) * kQ4_0Packed8Bytes;
+            ANVIL_UNROLL
+            for (int line = 0; line < 192; line += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(tiles[b]) + kPrefetchAhead + line, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(tiles[b]) + kPrefetchFar + line, _MM_HINT_T1);
+            }
         }
         const size_t g = size_t(t0) * per_row + size_t(i);
         const int8_t* xv = x->values + g * kQ4_0Values;
-        __m512i sum = _mm512_setzero_si512();
+        const __m512i xa[2] = {two_steps(xv), two_steps(xv + 8)}, xb[2] = {two_steps(xv + 16), two_steps(xv + 24)};
+        __m512i sum[Blocks];
         ANVIL_UNROLL
-        for (int s = 0; s < 4; s += 2) {
-            const __m512i v = _mm512_loadu_si512(tile + 16 + 32 * s);
-            sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(v, low4), two_steps(xv + 4 * s));
-            sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), two_steps(xv + 16 + 4 * s));
+        for (int b = 0; b < Blocks; ++b) {
+            sum[b] = _mm512_setzero_si512();
+            ANVIL_UNROLL
+            for (int s = 0; s < 2; ++s) {
+                const __m512i v = _mm512_loadu_si512(tiles[b] + 16 + 64 * s);
+                sum[b] = _mm512_dpbusd_epi32(sum[b], _mm512_and_si512(v, low4), xa[s]);
+                sum[b] = _mm512_dpbusd_epi32(sum[b], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), xb[s]);
+            }
         }
         // The stored values are q + 8: less 8 x the activations' sum.
-        const __m256i total = _mm256_add_epi32(halves_added(sum), _mm256_set1_epi32(-8 * int(x->sums[g])));
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[g])), acc);
+        const __m512i offset = _mm512_set1_epi32(-8 * int(x->sums[g]));
+        const __m128i d0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[0]));
+        __m512i total;
+        __m256i d;
+        if constexpr (Blocks == 2) {
+            total = _mm512_add_epi32(pair_halves_added(sum[0], sum[1]), offset);
+            d = _mm256_inserti128_si256(_mm256_castsi128_si256(d0), _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[1])), 1);
+        } else {
+            // Zero upper halves: no stray NaN or denormal reaches the float steps.
+            total = _mm512_zextsi256_si512(_mm256_add_epi32(halves_added(sum[0]), _mm512_castsi512_si256(offset)));
+            d = _mm256_zextsi128_si256(d0);
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(_mm512_cvtph_ps(d), _mm512_set1_ps(x->scales[g])), acc);
     }
-    store_rows8(acc, w.rows, b0 * kPack8Rows, t0, y);
+    ANVIL_UNROLL
+    for (int b = 0; b < Blocks; ++b)
+        store_rows8(b == 0 ? _mm512_castps512_ps256(acc) : _mm512_extractf32x8_ps(acc, 1), w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
 }  // namespace
@@ -413,15 +495,18 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512>(w, item, q256, c0, c1, y);
+                packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0,
+                                                                                                                        c1, y);
             });
         case WeightType::Q6_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512>(w, item, q256, c0, c1, y);
+                packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, q256, c0, c1,
+                                                                                                                   y);
             });
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512>(w, item, q32, c0, c1, y);
+                packed8_item_paired<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512<1>, q4_0_packed8_token512<2>>(w, item, q32, c0, c1,
+                                                                                                                  y);
             });
         default: break;  // matmul_group_with sends only packed GGUF blocks here
     }

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/convert.hpp"
@@ -131,10 +133,21 @@ int main(int, char** argv) {
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
-    const char* only = std::getenv("ANVIL_BENCH_FORMATS");  // e.g. "Q4_K Q6_K": just these formats
+    // e.g. "Q4_K Q6_K": just these formats, each word matched against a name's first word, so that
+    // "Q4_0" selects "Q4_0 (packed by 8)" and "q8" only q8 itself.
+    const char* only = std::getenv("ANVIL_BENCH_FORMATS");
+    const auto chosen = [only](WeightType type) {
+        if (!only) return true;
+        std::string first = weight_type_name(type);
+        first = first.substr(0, first.find(' '));
+        std::istringstream words(only);
+        for (std::string word; words >> word;)
+            if (word == first) return true;
+        return false;
+    };
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
                             WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
-        if (only && !std::strstr(only, weight_type_name(type))) continue;
+        if (!chosen(type)) continue;
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
         const double same_size = anvil::bench::read_bandwidth(m.bytes);
