@@ -99,6 +99,10 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                     for (int t = 0; t < TT; ++t) {
                         lo_sum[b][t] = _mm256_add_epi16(lo_sum[b][t], _mm256_maddubs_epi16(lo, xa[t]));
                         hi_sum[b][t] = _mm256_add_epi16(hi_sum[b][t], _mm256_maddubs_epi16(hi, xb[t]));
+                        // Each sum one chain in one register: GCC otherwise regroups the int16 adds
+                        // into trees whose partial sums spill (16 registers); 1.04-1.08x decode and
+                        // 1.06x for 64 tokens, one thread in L2 (docs/PERFORMANCE.md, session 30).
+                        asm("" : "+x"(lo_sum[b][t]), "+x"(hi_sum[b][t]));
                     }
                 }
             }
