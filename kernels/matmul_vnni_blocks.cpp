@@ -291,11 +291,15 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
-// Q6_K for one token with two steps a 512-bit register (as q4_k_packed8_token512): steps s and
-// s + 1 are 96 bytes apart, so each of their three 32-byte parts is two loads. Blocks (1 or 2)
-// 8-row blocks at once, the activations' permutes serving both; each value's two high bits are
-// masked into place first and its low nibble merged in by one vpternlogd (13 instructions a step
-// pair's four quarters, where and/or took 17).
+// Q6_K for one token, a step a 512-bit register: its first 64 bytes (the low nibbles of quarters 0
+// and 2 in lanes 0-7, of quarters 1 and 3 in lanes 8-15) in one load, its 32 bytes of high bit
+// pairs broadcast to both halves, which shift by 4 and 2 (quarters 0 and 1) or 0 and 2 (quarters
+// 2 and 3) per half so that each value's two high bits land in bits 4-5; one vpternlogd merges them
+// with the low nibbles. The two quarters of a register take their activations from one permute of
+// 64 activation bytes. A register's halves hold two quarters' sub-blocks, whose scales the
+// [quarter 2m rows, quarter 2m + 1 rows] scale bytes multiply as they lie. Blocks (1 or 2) 8-row
+// blocks at once, the permutes serving both. The same int32 sums as the 256-bit tile in another
+// order, exact, so the same results bit for bit.
 template <int Blocks>
 void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     static_assert(Blocks == 1 || Blocks == 2);
@@ -312,9 +316,10 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                                          1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
-    const auto both = [](const uint8_t* at) {
-        return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at)), load256(at + 96), 1);
-    };
+    const __m512i up01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);    // quarters 0, 1: << 4, << 2
+    const __m512i down23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // quarters 2, 3: >> 0, >> 2
+    // Step s's activations of two quarters from their 64 bytes: dword s to lanes 0-7, dword 8 + s to 8-15.
+    const __m512i first = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(8), 1);
     // (low & 0x0f) | high, where high has no bit outside 0x30: 0xd8 takes the second operand's bit
     // where the third's is set, the first's elsewhere. The first is overwritten (the instruction's
     // destination): the masked high bits, a temporary, where low may be a load still needed.
@@ -329,39 +334,37 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
         ANVIL_UNROLL
         for (int b = 0; b < Blocks; ++b) folded_sum[b] = _mm512_setzero_si512();
         ANVIL_UNROLL
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+            const __m512i x01 = _mm512_loadu_si512(xs + 128 * h), x23 = _mm512_loadu_si512(xs + 128 * h + 64);
             ANVIL_UNROLL
             for (int s4 = 0; s4 < 2; ++s4) {
-                __m512i part[Blocks][4];
+                __m512i part01[Blocks], part23[Blocks];
                 ANVIL_UNROLL
-                for (int b = 0; b < Blocks; ++b)
-                    ANVIL_UNROLL
-                    for (int k = 0; k < 4; ++k) part[b][k] = _mm512_setzero_si512();
+                for (int b = 0; b < Blocks; ++b) part01[b] = part23[b] = _mm512_setzero_si512();
                 ANVIL_UNROLL
-                for (int s = 4 * s4; s < 4 * s4 + 4; s += 2) {
-                    __m512i xk[4];
-                    ANVIL_UNROLL
-                    for (int k = 0; k < 4; ++k) xk[k] = two_steps(xs + 128 * h + 32 * k + 4 * s);
+                for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
+                    const __m512i pick = _mm512_add_epi32(first, _mm512_set1_epi32(s));
+                    const __m512i xa = _mm512_permutexvar_epi32(pick, x01), xb = _mm512_permutexvar_epi32(pick, x23);
                     ANVIL_UNROLL
                     for (int b = 0; b < Blocks; ++b) {
                         const uint8_t* at = tiles[b] + 144 + size_t(h * 8 + s) * 96;
-                        ANVIL_UNROLL
-                        for (int line = 0; line < 192; line += 64) {
-                            _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + line, _MM_HINT_T0);
-                            _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
+                        if (s % 2 == 0) {
+                            ANVIL_UNROLL
+                            for (int line = 0; line < 192; line += 64) {
+                                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + line, _MM_HINT_T0);
+                                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + line, _MM_HINT_T1);
+                            }
                         }
-                        const __m512i a = both(at), bb = both(at + 32), hb = both(at + 64);
-                        const __m512i q[4] = {merged(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45)),
-                                              merged(bb, _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45)),
-                                              merged(_mm512_srli_epi16(a, 4), _mm512_and_si512(hb, bits45)),
-                                              merged(_mm512_srli_epi16(bb, 4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45))};
-                        ANVIL_UNROLL
-                        for (int k = 0; k < 4; ++k) part[b][k] = _mm512_dpbusd_epi32(part[b][k], q[k], xk[k]);
+                        const __m512i v = _mm512_loadu_si512(at);
+                        const __m512i hb = _mm512_broadcast_i64x4(load256(at + 64));
+                        const __m512i q01 = merged(v, _mm512_and_si512(_mm512_sllv_epi16(hb, up01), bits45));
+                        const __m512i q23 = merged(_mm512_srli_epi16(v, 4), _mm512_and_si512(_mm512_srlv_epi16(hb, down23), bits45));
+                        part01[b] = _mm512_dpbusd_epi32(part01[b], q01, xa);
+                        part23[b] = _mm512_dpbusd_epi32(part23[b], q23, xb);
                     }
                 }
-                // Quarters 2m and 2m + 1 together, as the Q4_K tile folds a pair: their sub-blocks'
-                // scales are in consecutive 16-byte pairs of scale bytes (8h + 2k + s4 is in pair
-                // 4h + k), the even or odd byte of each row.
+                // The sub-block of quarter k in these steps is 8h + 2k + s4, its scale bytes in pair
+                // 4h + k: quarters 0 and 1 in the 32 bytes from pair 4h, 2 and 3 from pair 4h + 2.
                 ANVIL_UNROLL
                 for (int b = 0; b < Blocks; ++b)
                     ANVIL_UNROLL
@@ -369,10 +372,10 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                         const __m256i pairs = load256(tiles[b] + 16 + 16 * (4 * h + 2 * m));
                         const __m256i picked = _mm256_shuffle_epi8(pairs, s4 ? odd : even);
                         const __m512i scales = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
-                        const __m512i folded = pair_halves_added(part[b][2 * m], part[b][2 * m + 1]);
-                        folded_sum[b] = _mm512_add_epi32(folded_sum[b], _mm512_mullo_epi32(folded, scales));
+                        folded_sum[b] = _mm512_add_epi32(folded_sum[b], _mm512_mullo_epi32(m ? part23[b] : part01[b], scales));
                     }
             }
+        }
         const __m256 x_scale = _mm256_set1_ps(x->scales[size_t(t0) * supers + i]);
         ANVIL_UNROLL
         for (int b = 0; b < Blocks; ++b) {
