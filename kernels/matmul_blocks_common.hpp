@@ -44,7 +44,9 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 // in one process, alternated every pass; a same-code control 0.96-1.04): Q6_K 1.07-1.34x over
 // 1024-14336 columns, VNNI Q4_K 0.95-1.15x (median 1.07), where 2 KB was; and in bench_engine
 // (old and new binaries alternated) Q6_K decode 1.20x at the VNNI level. Q4_0 lost 5-14% with it
-// at long rows and AVX2's Q4_K gained nothing, so they keep kPrefetchAhead;
+// at long rows and AVX2's Q4_K gained nothing, so they keep kPrefetchAhead (but the VNNI level's
+// one-token Q4_0 tile, which reads two blocks side by side since session 30, gained 2-3% with it
+// on the Intel VM and takes it);
 // the packed q8 tiles keep kPrefetchNear (matmul_tiling.hpp; 4 and 8 KB gained in the
 // paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, and the tiles still
 // make both requests for that line: without the L2 one the VNNI Q6_K tiles gained less (0.99-1.25x

@@ -485,16 +485,16 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
             }
         }
         // The stored values are q + 8: less 8 x the activations' sum.
-        const __m512i offset = _mm512_set1_epi32(-8 * int(x->sums[g]));
+        const __m512i less_8_sums = _mm512_set1_epi32(-8 * int(x->sums[g]));
         const __m128i d0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[0]));
         __m512i total;
         __m256i d;
         if constexpr (Blocks == 2) {
-            total = _mm512_add_epi32(pair_halves_added(sum[0], sum[1]), offset);
+            total = _mm512_add_epi32(pair_halves_added(sum[0], sum[1]), less_8_sums);
             d = _mm256_inserti128_si256(_mm256_castsi128_si256(d0), _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[1])), 1);
         } else {
             // Zero upper halves: no stray NaN or denormal reaches the float steps.
-            total = _mm512_zextsi256_si512(_mm256_add_epi32(halves_added(sum[0]), _mm512_castsi512_si256(offset)));
+            total = _mm512_zextsi256_si512(_mm256_add_epi32(halves_added(sum[0]), _mm512_castsi512_si256(less_8_sums)));
             d = _mm256_zextsi128_si256(d0);
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(_mm512_cvtph_ps(d), _mm512_set1_ps(x->scales[g])), acc);

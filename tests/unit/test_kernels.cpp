@@ -110,21 +110,21 @@ TEST_CASE("a token's product is bit-identical whatever the batch around it and t
                             WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
         const int cols = is_ggml_block_type(type) ? 512 : 160;
         // Nine 8-row blocks, the last with padding rows: four items of two blocks and a lone one.
-        const int kRows = 69;
-        const TestMatrix m = make_matrix(type, kRows, cols, 7);
+        const int rows = 69;
+        const TestMatrix m = make_matrix(type, rows, cols, 7);
         const int tokens = 71;
         const auto x = random_vector(size_t(tokens) * cols, 3);
         for (Isa isa : available_isas()) {
             INFO(weight_type_name(type) << " " << isa_name(isa));
             omp_set_num_threads(2);
-            std::vector<float> batched(size_t(tokens) * kRows);
+            std::vector<float> batched(size_t(tokens) * rows);
             matmul_with(isa, m.view, x.data(), tokens, batched.data());
             omp_set_num_threads(1);
             bool identical = true;
             for (int t = 0; t < tokens; ++t) {
-                std::vector<float> alone(kRows);
+                std::vector<float> alone(rows);
                 matmul_with(isa, m.view, &x[size_t(t) * cols], 1, alone.data());
-                identical = identical && std::equal(alone.begin(), alone.end(), batched.begin() + long(t) * kRows);
+                identical = identical && std::equal(alone.begin(), alone.end(), batched.begin() + long(t) * rows);
             }
             CHECK(identical);
         }
