@@ -68,21 +68,8 @@ inline void q6_k_step_values(const uint8_t* at, __m256i q[4]) {
 
 // Items of two 8-row blocks, each taken `Wide` tokens a tile and the leftover tokens one at a
 // time: a token's sums are in the same order in either tile, so its result does not depend on
-// the batch.
-template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
-          void (*Tile1)(const WeightMatrix&, int, const Input*, int, float*)>
-void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    for (int b = b0; b < b0 + blocks; ++b) {
-        int t = c0;
-        for (; t + Wide <= c1; t += Wide) TileWide(w, b, x, t, y);
-        for (; t < c1; ++t) Tile1(w, b, x, t, y);
-    }
-}
-
-// As packed8_item, where the kernel has a one-token tile for both blocks of an item at once
-// (TilePair, with TileOne for an item's lone last block).
+// the batch. A leftover token takes both blocks of an item at once where the kernel has such a
+// tile (TilePair; TileOne for an item's lone last block).
 template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
           void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*),
           void (*TilePair)(const WeightMatrix&, int, const Input*, int, float*)>
@@ -96,6 +83,19 @@ void packed8_item_paired(const WeightMatrix& w, int item, const Input* x, int c0
         if (blocks == 2) TilePair(w, b0, x, t, y);
         else TileOne(w, b0, x, t, y);
     }
+}
+
+// The one-block tile on each block of a pair in turn, for kernels without a pair tile.
+template <typename Input, void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*)>
+void each_of_pair(const WeightMatrix& w, int b0, const Input* x, int t, float* y) {
+    TileOne(w, b0, x, t, y);
+    TileOne(w, b0 + 1, x, t, y);
+}
+
+template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    packed8_item_paired<Input, Wide, TileWide, TileOne, each_of_pair<Input, TileOne>>(w, item, x, c0, c1, y);
 }
 
 inline int packed8_items(const WeightMatrix& w) { return (pack8_blocks(w.rows) + 1) / 2; }

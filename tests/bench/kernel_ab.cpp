@@ -23,6 +23,7 @@
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/streamed_memory.hpp"
+#include "tests/support/kernel_matrices.hpp"
 
 using namespace anvil::kernels;
 
@@ -61,29 +62,17 @@ double median(std::vector<double> v) {
 bool run(const Case& c, bool vnni, int passes) {
     const bool q4_0 = c.format == "Q4_0", q4_k = c.format == "Q4_K";
     const WeightType type = q4_0 ? WeightType::Q4_0Packed8 : q4_k ? WeightType::Q4_KPacked8 : WeightType::Q6_KPacked8;
-    std::vector<float> values(size_t(c.rows) * c.cols);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-4f;
-    const size_t row_bytes = q4_0 ? q4_0_row_bytes(c.cols) : q4_k ? q4_k_row_bytes(c.cols) : q6_k_row_bytes(c.cols);
+    // Quantized and packed as the engine holds them (the kernel tests' construction), then copied
+    // onto huge pages, as the engine holds its weights.
+    const anvil::test::TestMatrix m = anvil::test::make_matrix(type, c.rows, c.cols, 7);
     const size_t matrix_bytes = q4_0 ? q4_0_packed8_bytes(c.rows, c.cols) : q4_k ? q4_k_packed8_bytes(c.rows, c.cols)
                                                                                : q6_k_packed8_bytes(c.rows, c.cols);
-    std::vector<uint8_t> blocks(row_bytes * size_t(c.rows));
-#pragma omp parallel for
-    for (int r = 0; r < c.rows; ++r) {
-        const float* in = &values[size_t(r) * c.cols];
-        uint8_t* out = &blocks[size_t(r) * row_bytes];
-        if (q4_0) quantize_q4_0(in, size_t(c.cols), out);
-        else if (q4_k) quantize_q4_k(in, size_t(c.cols), out);
-        else quantize_q6_k(in, size_t(c.cols), out);
-    }
-    // On huge pages, as the engine holds its weights.
     StreamedVector<uint8_t> packed(matrix_bytes * size_t(c.copies));
-    (q4_0 ? pack_q4_0_rows8 : q4_k ? pack_q4_k_rows8 : pack_q6_k_rows8)(blocks.data(), c.rows, c.cols, packed.data());
-    for (int i = 1; i < c.copies; ++i) std::memcpy(&packed[matrix_bytes * size_t(i)], packed.data(), matrix_bytes);
+    for (int i = 0; i < c.copies; ++i) std::memcpy(&packed[matrix_bytes * size_t(i)], m.view.data, matrix_bytes);
     std::vector<WeightMatrix> ws;
     for (int i = 0; i < c.copies; ++i) ws.push_back({type, c.rows, c.cols, &packed[matrix_bytes * size_t(i)], nullptr});
 
-    std::vector<float> x(size_t(c.tokens) * c.cols);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 40503u % 201) - 100) * 0.013f;
+    const std::vector<float> x = anvil::test::random_vector(size_t(c.tokens) * c.cols, 3);
     const size_t n = x.size();
     std::vector<int8_t> q(n);
     std::vector<float> scales(n / 32);
