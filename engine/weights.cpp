@@ -43,11 +43,11 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::Q8: return n + n / kernels::kQ8Group * 4;
         case WeightType::Q8Packed: {
             const size_t padded = size_t(kernels::q8_packed_blocks(m.rows)) * kernels::kQ8PackRows * m.cols;
-            return padded + padded / kernels::kQ8Group * 4;
+            return padded + padded / kernels::kQ8Group * 2;
         }
         case WeightType::Q8Packed8: {
             const size_t padded = size_t(kernels::q8_packed8_blocks(m.rows)) * kernels::kQ8Pack8Rows * m.cols;
-            return padded + padded / kernels::kQ8Group * 4;
+            return padded + padded / kernels::kQ8Group * 2;
         }
         case WeightType::Q4_0: return size_t(m.rows) * kernels::q4_0_row_bytes(m.cols);
         case WeightType::Q4_K: return size_t(m.rows) * kernels::q4_k_row_bytes(m.cols);
@@ -255,19 +255,19 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
             if (vnni) {
                 const size_t padded = size_t(kernels::q8_packed_blocks(rows)) * kernels::kQ8PackRows * size_t(cols);
                 auto* packed = static_cast<uint8_t*>(allocate(padded));
-                auto* packed_scales = static_cast<float*>(allocate(padded / kernels::kQ8Group * 4));
+                auto* packed_scales = static_cast<uint16_t*>(allocate(padded / kernels::kQ8Group * 2));
                 kernels::pack_q8(out, scales, rows, cols, packed, packed_scales);
                 m.type = WeightType::Q8Packed;
                 m.data = packed;
-                m.scales = packed_scales;
+                m.scales_f16 = packed_scales;
             } else if (rows8) {
                 const size_t padded = size_t(kernels::q8_packed8_blocks(rows)) * kernels::kQ8Pack8Rows * size_t(cols);
                 auto* packed = static_cast<int8_t*>(allocate(padded));
-                auto* packed_scales = static_cast<float*>(allocate(padded / kernels::kQ8Group * 4));
+                auto* packed_scales = static_cast<uint16_t*>(allocate(padded / kernels::kQ8Group * 2));
                 kernels::pack_q8_rows8(out, scales, rows, cols, packed, packed_scales);
                 m.type = WeightType::Q8Packed8;
                 m.data = packed;
-                m.scales = packed_scales;
+                m.scales_f16 = packed_scales;
             } else {
                 m.data = out;
                 m.scales = scales;

@@ -1,6 +1,9 @@
 #include "kernels/convert.hpp"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/weight_matrix.hpp"
@@ -100,13 +103,13 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
             const uint8_t* q = static_cast<const uint8_t*>(w.data);
             for (int k = 0; k < w.cols; ++k)
                 out[k] = float(int(q[q8_packed_index(w.cols, row, k)]) - 128) *
-                         w.scales[q8_packed_scale_index(w.cols, row, k / kQ8Group)];
+                         f16_to_f32(w.scales_f16[q8_packed_scale_index(w.cols, row, k / kQ8Group)]);
             return;
         }
         case WeightType::Q8Packed8: {
             const int8_t* q = static_cast<const int8_t*>(w.data);
             for (int k = 0; k < w.cols; ++k)
-                out[k] = float(q[q8_packed8_index(w.cols, row, k)]) * w.scales[q8_packed8_scale_index(w.cols, row, k / kQ8Group)];
+                out[k] = float(q[q8_packed8_index(w.cols, row, k)]) * f16_to_f32(w.scales_f16[q8_packed8_scale_index(w.cols, row, k / kQ8Group)]);
             return;
         }
         case WeightType::Q4_0:
@@ -124,9 +127,27 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
     }
 }
 
-void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* out, float* out_scales) {
+namespace {
+
+// The q8 scales as the packed layouts hold them: checked first, outside the parallel loops, so
+// that a scale f16 would round is an error and not a quietly different model.
+std::vector<uint16_t> scales_as_f16(const float* scales, size_t n) {
+    std::vector<uint16_t> half(n);
+    for (size_t i = 0; i < n; ++i) {
+        half[i] = f32_to_f16(scales[i]);
+        if (!(f16_to_f32(half[i]) == scales[i]) && !std::isnan(scales[i]))
+            throw std::invalid_argument("q8 scale " + std::to_string(scales[i]) + " (group " + std::to_string(i) +
+                                        ") is not a value f16 holds: q8 is made by quantize_q8_row or from f16 scales");
+    }
+    return half;
+}
+
+}  // namespace
+
+void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* out, uint16_t* out_scales) {
     const int blocks = q8_packed_blocks(rows);
     const int groups = cols / kQ8Group;
+    const std::vector<uint16_t> half = scales_as_f16(scales, size_t(rows) * groups);
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < blocks; ++b)
         for (int i = 0; i < kQ8PackRows; ++i) {
@@ -134,7 +155,7 @@ void pack_q8(const int8_t* q, const float* scales, int rows, int cols, uint8_t* 
             for (int k = 0; k < cols; ++k)
                 out[q8_packed_index(cols, r, k)] = uint8_t(128 + (r < rows ? int(q[size_t(r) * cols + k]) : 0));
             for (int g = 0; g < groups; ++g)
-                out_scales[q8_packed_scale_index(cols, r, g)] = r < rows ? scales[size_t(r) * groups + g] : 0.0f;
+                out_scales[q8_packed_scale_index(cols, r, g)] = r < rows ? half[size_t(r) * groups + g] : uint16_t(0);
         }
 }
 
@@ -160,7 +181,9 @@ void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales) {
         const float* block = in + g * kQ8Group;
         float largest = 0.0f;
         for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(block[k]));
-        const float scale = largest / 127.0f;
+        // Rounded to f16 before the values are (so that they are rounded against the scale they
+        // will meet); the largest finite f16 bounds it, a value past 127 x 65504 is clamped.
+        const float scale = f16_to_f32(f32_to_f16(std::fmin(largest / 127.0f, 65504.0f)));
         scales[g] = scale;
         const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
         for (int k = 0; k < kQ8Group; ++k) {
@@ -170,16 +193,17 @@ void quantize_q8_row(const float* in, int cols, int8_t* out, float* scales) {
     }
 }
 
-void pack_q8_rows8(const int8_t* q, const float* scales, int rows, int cols, int8_t* out, float* out_scales) {
+void pack_q8_rows8(const int8_t* q, const float* scales, int rows, int cols, int8_t* out, uint16_t* out_scales) {
     const int blocks = q8_packed8_blocks(rows);
     const int groups = cols / kQ8Group;
+    const std::vector<uint16_t> half = scales_as_f16(scales, size_t(rows) * groups);
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < blocks; ++b)
         for (int i = 0; i < kQ8Pack8Rows; ++i) {
             const int r = b * kQ8Pack8Rows + i;
             for (int k = 0; k < cols; ++k) out[q8_packed8_index(cols, r, k)] = r < rows ? q[size_t(r) * cols + k] : int8_t(0);
             for (int g = 0; g < groups; ++g)
-                out_scales[q8_packed8_scale_index(cols, r, g)] = r < rows ? scales[size_t(r) * groups + g] : 0.0f;
+                out_scales[q8_packed8_scale_index(cols, r, g)] = r < rows ? half[size_t(r) * groups + g] : uint16_t(0);
         }
 }
 

@@ -82,7 +82,8 @@ void packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, int t0
         for (int t = 0; t < TT; ++t) x_scale[t] = _mm256_broadcast_ss(x->scales + size_t(t0 + t) * groups + g);
         ANVIL_UNROLL
         for (int b = 0; b < BT; ++b) {
-            const __m256 w_scale = _mm256_loadu_ps(w.scales + (size_t(b0 + b) * groups + g) * kQ8Pack8Rows);
+            const __m256 w_scale =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_f16 + (size_t(b0 + b) * groups + g) * kQ8Pack8Rows)));
             ANVIL_UNROLL
             for (int t = 0; t < TT; ++t)
                 acc[b][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[b][t]), _mm256_mul_ps(w_scale, x_scale[t]), acc[b][t]);

@@ -171,7 +171,8 @@ void packed_tile(const WeightMatrix& w, int b0, const Int8Input* x, int t0, floa
         }
         ANVIL_UNROLL
         for (int b = 0; b < BT; ++b) {
-            const __m512 w_scale = _mm512_loadu_ps(w.scales + (size_t(b0 + b) * groups + g) * kQ8PackRows);
+            const __m512 w_scale =
+                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales_f16 + (size_t(b0 + b) * groups + g) * kQ8PackRows)));
             ANVIL_UNROLL
             for (int t = 0; t < TT; ++t) {
                 const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x->scales[size_t(t0 + t) * groups + g]));

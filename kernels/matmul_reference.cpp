@@ -50,7 +50,7 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                         float part = 0.0f;
                         for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k)
                             part += float(int(q[q8_packed_index(w.cols, r, k)]) - 128) * xt[k];
-                        sum += part * w.scales[q8_packed_scale_index(w.cols, r, g)];
+                        sum += part * f16_to_f32(w.scales_f16[q8_packed_scale_index(w.cols, r, g)]);
                     }
                     break;
                 }
@@ -67,7 +67,7 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                     for (int g = 0; g < groups; ++g) {
                         float part = 0.0f;
                         for (int k = g * kQ8Group; k < (g + 1) * kQ8Group; ++k) part += float(q[q8_packed8_index(w.cols, r, k)]) * xt[k];
-                        sum += part * w.scales[q8_packed8_scale_index(w.cols, r, g)];
+                        sum += part * f16_to_f32(w.scales_f16[q8_packed8_scale_index(w.cols, r, g)]);
                     }
                     break;
                 }

@@ -21,7 +21,9 @@ constexpr int kQ8Group = 32;
 // 16 rows by 4 inputs per instruction and applies the scales once per group of 16 rows: blocks of
 // kQ8PackRows rows (the last padded with zeros), and within a block, for each run of 4 columns,
 // the 16 rows' 4 values in turn (64 bytes), each stored + 128 as an unsigned byte. Its scales are
-// [blocks][cols / kQ8Group][kQ8PackRows]. Made from a Q8 matrix by pack_q8 (convert.hpp).
+// [blocks][cols / kQ8Group][kQ8PackRows] in f16 (`scales_f16`), as GGUF's Q8_0 holds them: a weight
+// then takes 1.0625 bytes, not 1.125, and decode reads that much less. Exact, since every q8 scale
+// is a value f16 holds (quantize_q8_row rounds them so). Made from a Q8 matrix by pack_q8 (convert.hpp).
 constexpr int kQ8PackRows = 16;
 inline size_t q8_packed_index(int cols, int row, int col) {
     return (size_t(row / kQ8PackRows) * size_t(cols / 4) + size_t(col / 4)) * (kQ8PackRows * 4) +
@@ -36,7 +38,8 @@ inline int q8_packed_blocks(int rows) { return (rows + kQ8PackRows - 1) / kQ8Pac
 // then multiply 8 rows by 4 inputs per instruction and apply the scales once per group of 8 rows:
 // blocks of kQ8Pack8Rows rows (the last padded with zeros), and within a block, for each run of 4
 // columns, the 8 rows' 4 values in turn (32 bytes), signed. Its scales are
-// [blocks][cols / kQ8Group][kQ8Pack8Rows]. Made from a Q8 matrix by pack_q8_rows8 (convert.hpp).
+// [blocks][cols / kQ8Group][kQ8Pack8Rows] in f16 (`scales_f16`), as Q8Packed's. Made from a Q8 matrix
+// by pack_q8_rows8 (convert.hpp).
 constexpr int kQ8Pack8Rows = 8;
 inline size_t q8_packed8_index(int cols, int row, int col) {
     return (size_t(row / kQ8Pack8Rows) * size_t(cols / 4) + size_t(col / 4)) * (kQ8Pack8Rows * 4) +
@@ -48,13 +51,15 @@ inline size_t q8_packed8_scale_index(int cols, int row, int group) {
 inline int q8_packed8_blocks(int rows) { return (rows + kQ8Pack8Rows - 1) / kQ8Pack8Rows; }
 
 // A [rows][cols] matrix: row-major but for Q8Packed and Q8Packed8. `data` holds floats, bf16 bits, int8 or
-// GGUF blocks by `type`; `scales` only for the q8 types (the GGUF blocks carry their own). The memory belongs to the weights that made the view.
+// GGUF blocks by `type`; `scales` only for Q8 and `scales_f16` only for the packed q8 types (the GGUF
+// blocks carry their own). The memory belongs to the weights that made the view.
 struct WeightMatrix {
     WeightType type = WeightType::F32;
     int rows = 0;
     int cols = 0;
     const void* data = nullptr;
     const float* scales = nullptr;
+    const uint16_t* scales_f16 = nullptr;
 };
 
 // Q4_K and Q6_K rows are whole super-blocks of 256 values, Q4_0 rows whole blocks of 32.

@@ -34,9 +34,9 @@ const char* name(Held h) {
 // more bits than the rest.
 enum class Role { output, other };
 
-// anvil-engine's q8: one int8 per weight and one f32 scale per group of 32 inputs of a row; the
-// AVX-512 VNNI layout pads the rows to a multiple of 16, the AVX2 one to 8, which lies between
-// (kernels/weight_matrix.hpp).
+// anvil-engine's q8: one int8 per weight and one scale per group of 32 inputs of a row, f32 row-major
+// (the reference level) and f16 packed; the AVX-512 VNNI layout pads the rows to a multiple of 16,
+// the AVX2 one to 8 (kernels/weight_matrix.hpp).
 constexpr std::int64_t kQ8Group = 32;
 constexpr std::int64_t kQ8PackRows = 16;
 
@@ -124,11 +124,11 @@ I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::strin
     const bool super = cols % 256 == 0;
     // Packed by 8 rows, Q4_K takes 1184 bytes where 8 blocks take 1152, and the rows are padded to 8.
     const I padded = exact((rows + 7) / 8 * 8) * exact(cols);
-    const I q4_0 = block_bytes(n, 32, 18), q4_0_packed = block_bytes(padded, 32, 18), q8_0 = block_bytes(n, 32, 34);
+    const I q4_0 = block_bytes(n, 32, 18), q4_0_packed = block_bytes(padded, 32, 18);
     const I q4_k = block_bytes(n, 256, 144), q6_k = block_bytes(n, 256, 210), q6_k_packed = block_bytes(padded, 256, 210);
     switch (held) {
         case Held::q4_0:
-            if (role == Role::output) return {q4_0.min, super ? q6_k_packed.max : q8_0.max};
+            if (role == Role::output) return {q4_0.min, super ? q6_k_packed.max : matrix_bytes(rows, cols, Held::q8, model).max};
             return {q4_0.min, q4_0_packed.max};
         case Held::q4_k_m:  // rows that are not whole super-blocks: Q5_0 or Q8_0, both held as q8
             if (!super) return matrix_bytes(rows, cols, Held::q8, model);
@@ -143,10 +143,14 @@ I matrix_bytes(std::int64_t rows, std::int64_t cols, Held held, const std::strin
             if (cols % kQ8Group != 0)
                 throw Unknown{"model " + model + " has a matrix of " + std::to_string(cols) + " columns, not a multiple of 32: anvil-engine " +
                               "cannot hold it in q8"};
-            const I padded = exact((rows + kQ8PackRows - 1) / kQ8PackRows * kQ8PackRows) * exact(cols);
-            const I row_major = n + floor_divide(n, exact(kQ8Group)) * exact(4);
-            const I packed = padded + floor_divide(padded, exact(kQ8Group)) * exact(4);
-            return {row_major.min, packed.max};
+            // Row-major with f32 scales (the reference level), or packed with f16 scales by 8 or 16
+            // rows: the least and the most of the three.
+            auto packed = [&](std::int64_t pack_rows) {
+                const std::int64_t padded = (rows + pack_rows - 1) / pack_rows * pack_rows * cols;
+                return padded + padded / kQ8Group * 2;
+            };
+            const std::int64_t row_major = rows * cols + rows * cols / kQ8Group * 4;
+            return {std::min(row_major, packed(8)), std::max(row_major, packed(kQ8PackRows))};
         }
     }
     return {};

@@ -34,6 +34,7 @@ struct Matrices {
     StreamedVector<int8_t> q8;
     StreamedVector<uint8_t> packed;
     StreamedVector<float> scales;
+    StreamedVector<uint16_t> scales_f16;  // the packed q8 types'
     std::vector<WeightMatrix> views;
     size_t bytes = 0;
 };
@@ -63,20 +64,20 @@ Matrices make(WeightType type, int count, int rows, int cols) {
     }
     if (type == WeightType::Q8Packed) {  // rows is a multiple of 16 here: no padding
         m.packed.resize(n);
-        StreamedVector<float> packed_scales(m.scales.size());
+        m.scales_f16.resize(m.scales.size());
         for (int i = 0; i < count; ++i)
             pack_q8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
-                    m.packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
-        m.scales = std::move(packed_scales);
+                    m.packed.data() + size_t(i) * rows * cols, m.scales_f16.data() + size_t(i) * rows * groups);
+        m.scales = StreamedVector<float>();
     }
     if (type == WeightType::Q8Packed8) {  // rows is a multiple of 8 here: no padding
         StreamedVector<int8_t> packed(n);
-        StreamedVector<float> packed_scales(m.scales.size());
+        m.scales_f16.resize(m.scales.size());
         for (int i = 0; i < count; ++i)
             pack_q8_rows8(m.q8.data() + size_t(i) * rows * cols, m.scales.data() + size_t(i) * rows * groups, rows, cols,
-                          packed.data() + size_t(i) * rows * cols, packed_scales.data() + size_t(i) * rows * groups);
+                          packed.data() + size_t(i) * rows * cols, m.scales_f16.data() + size_t(i) * rows * groups);
         m.q8 = std::move(packed);
-        m.scales = std::move(packed_scales);
+        m.scales = StreamedVector<float>();
     }
     if (is_ggml_block_type(type)) {
         // One matrix quantized (the K-quants' scale search is slow), packed by 8 rows as the engine
@@ -112,11 +113,12 @@ Matrices make(WeightType type, int count, int rows, int cols) {
         if (type == WeightType::BF16 || type == WeightType::F16) w.data = m.bf16.data() + offset;
         if (type == WeightType::Q8 || type == WeightType::Q8Packed8) w.data = m.q8.data() + offset;
         if (type == WeightType::Q8Packed) w.data = m.packed.data() + offset;
-        if (q8) w.scales = m.scales.data() + size_t(i) * rows * groups;
+        if (type == WeightType::Q8) w.scales = m.scales.data() + size_t(i) * rows * groups;
+        if (type == WeightType::Q8Packed || type == WeightType::Q8Packed8) w.scales_f16 = m.scales_f16.data() + size_t(i) * rows * groups;
         m.views.push_back(w);
     }
     const size_t per = type == WeightType::F32 ? 4 : type == WeightType::BF16 || type == WeightType::F16 ? 2 : 1;
-    m.bytes = n * per + (q8 ? m.scales.size() * 4 : 0);
+    m.bytes = n * per + m.scales.size() * 4 + m.scales_f16.size() * 2;
     return m;
 }
 

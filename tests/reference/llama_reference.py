@@ -10,8 +10,9 @@ usage: llama_reference.py --model DIR --tokens 1,2,3 [--tokens 4,5 ...] --out FI
 FILE receives, for each sequence in order, [len][vocab] little-endian float32 logits.
 --bf16-inputs rounds the input of every product with a weight stored as bf16 to bf16 first (float32,
 then round to nearest even), as an engine multiplying bf16 pairs in hardware does.
---q8-weights rounds every matrix to int8 with one float32 scale per group of 32 inputs (largest
-magnitude / 127, round to nearest even), as the engine's --weights q8 does on load;
+--q8-weights rounds every matrix to int8 with one scale per group of 32 inputs (largest magnitude /
+127 rounded to float16, as GGUF's Q8_0 stores it; values rounded to nearest even against it), as the
+engine's --weights q8 does on load;
 --q8-input-steps N rounds the inputs of those products (and of those with a GGUF file's Q8_0 or
 Q4_0 weights) the same way with N steps (127: int8, as every vector level of the engine multiplies
 them), and those of products with Q4_K or Q6_K weights per group of 256 (llama.cpp's q8_K).
@@ -321,12 +322,15 @@ def round_to_bf16(x):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def round_per_group(x, steps, group=32):
+def round_per_group(x, steps, group=32, f16_scales=False):
     """x rounded in float32 to `steps` levels each side of zero per group of `group` consecutive
-    values, returned as the float64 values the rounding stands for."""
+    values, returned as the float64 values the rounding stands for; with f16_scales each group's
+    scale is rounded to float16 first (q8 weights)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     groups = x.reshape(*x.shape[:-1], -1, group)
     scale = (np.abs(groups).max(axis=-1, keepdims=True) / np.float32(steps)).astype(np.float32)
+    if f16_scales:
+        scale = np.minimum(scale, np.float32(65504)).astype(np.float16).astype(np.float32)
     safe = np.where(scale > 0, scale, np.float32(1))
     inverse = np.where(scale > 0, np.float32(1) / safe, np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(groups * inverse), -steps, steps)
@@ -421,7 +425,7 @@ def main():
     if args.q8_weights:
         for name, value in weights.items():
             if value.ndim == 2:
-                weights[name] = round_per_group(value, 127)
+                weights[name] = round_per_group(value, 127, f16_scales=True)
                 Q8_PRODUCTS.add(name)
     with open(args.out, "wb") as f:
         for text in args.tokens:

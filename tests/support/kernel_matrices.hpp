@@ -29,9 +29,9 @@ struct TestMatrix {
     std::vector<std::uint16_t> bf16;
     std::vector<std::int8_t> q8;
     std::vector<float> scales;
-    std::vector<std::uint8_t> packed;  // Q8Packed: q8 and scales packed (scales then holds the packed ones);
-                                       // GGUF blocks: their bytes
-                                       // (Q8Packed8 packs into q8 and scales themselves)
+    std::vector<std::uint16_t> scales_f16;  // the packed q8 types' scales
+    std::vector<std::uint8_t> packed;  // Q8Packed: q8 packed; GGUF blocks: their bytes
+                                       // (Q8Packed8 packs into q8 itself)
     std::vector<double> exact;  // [rows][cols] the values the kernel multiplies with
 };
 
@@ -71,10 +71,10 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
                 quantize_q8_row(&values[std::size_t(r) * cols], cols, &m.q8[std::size_t(r) * cols], &row_scales[std::size_t(r) * cols / kQ8Group]);
             const std::size_t padded = std::size_t(q8_packed_blocks(rows)) * kQ8PackRows * cols;
             m.packed.resize(padded);
-            m.scales.resize(padded / kQ8Group);
-            pack_q8(m.q8.data(), row_scales.data(), rows, cols, m.packed.data(), m.scales.data());
+            m.scales_f16.resize(padded / kQ8Group);
+            pack_q8(m.q8.data(), row_scales.data(), rows, cols, m.packed.data(), m.scales_f16.data());
             m.view.data = m.packed.data();
-            m.view.scales = m.scales.data();
+            m.view.scales_f16 = m.scales_f16.data();
             break;
         }
         case WeightType::Q8Packed8: {
@@ -84,10 +84,10 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
                 quantize_q8_row(&values[std::size_t(r) * cols], cols, &row_major[std::size_t(r) * cols], &row_scales[std::size_t(r) * cols / kQ8Group]);
             const std::size_t padded = std::size_t(q8_packed8_blocks(rows)) * kQ8Pack8Rows * cols;
             m.q8.resize(padded);
-            m.scales.resize(padded / kQ8Group);
-            pack_q8_rows8(row_major.data(), row_scales.data(), rows, cols, m.q8.data(), m.scales.data());
+            m.scales_f16.resize(padded / kQ8Group);
+            pack_q8_rows8(row_major.data(), row_scales.data(), rows, cols, m.q8.data(), m.scales_f16.data());
             m.view.data = m.q8.data();
-            m.view.scales = m.scales.data();
+            m.view.scales_f16 = m.scales_f16.data();
             break;
         }
         case WeightType::Q4_0:

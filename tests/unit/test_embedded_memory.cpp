@@ -39,8 +39,9 @@ json draft_config() {
 // weights; embedding and head 250x64 each = 32000; in all 2 x 36864 + 32000 = 105728 weights.
 // Norms: 2 x 64 per layer and 64 final = 320 floats = 1280 bytes.
 constexpr std::int64_t kTargetWeightsF32 = 105728 * 4 + 1280;           // 424192
-constexpr std::int64_t kTargetMatricesQ8Min = 105728 + 105728 / 32 * 4;  // 118944
-constexpr std::int64_t kTargetMatricesQ8Max = 106496 + 106496 / 32 * 4;  // rows of 250 padded to 256: 119808
+// q8: packed with f16 scales (rows of 250 padded to 256) the least, row-major with f32 ones the most.
+constexpr std::int64_t kTargetMatricesQ8Min = 106496 + 106496 / 32 * 2;  // 113152
+constexpr std::int64_t kTargetMatricesQ8Max = 105728 + 105728 / 32 * 4;  // 118944
 constexpr std::int64_t kTargetMatricesBf16 = 105728 * 2;                // 211456
 // --max-context 2048 --max-seqs 4: 4 x (2048 / 16 + 1) = 516 blocks of 16 tokens; keys and values
 // of 2 layers x 2 KV heads x 16 dims in f32.

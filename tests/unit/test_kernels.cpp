@@ -178,6 +178,53 @@ TEST_CASE("f16 widens exactly and q8 quantizes within half a step", "[kernels]")
     CHECK(q[0] == 0);
 }
 
+TEST_CASE("q8 scales are f16 values that the packed layouts hold in two bytes exactly", "[kernels]") {
+    // Magnitudes from tiny (subnormal f16 scales) to large, so that each scale is one f16 rounds.
+    std::vector<float> row = random_vector(512, 21, 1.0f);
+    for (int g = 0; g < 16; ++g)
+        for (int k = 0; k < kQ8Group; ++k) row[size_t(g * kQ8Group + k)] *= std::ldexp(1.0f, 2 * g - 20);
+    std::vector<int8_t> q(512);
+    std::vector<float> scales(16);
+    quantize_q8_row(row.data(), 512, q.data(), scales.data());
+    for (int g = 0; g < 16; ++g) {
+        INFO("group " << g << " scale " << scales[size_t(g)]);
+        CHECK(f16_to_f32(f32_to_f16(scales[size_t(g)])) == scales[size_t(g)]);
+        float largest = 0.0f;
+        for (int k = 0; k < kQ8Group; ++k) largest = std::fmax(largest, std::fabs(row[size_t(g * kQ8Group + k)]));
+        // The f16 scale rounds largest / 127 by at most half an f16 step (or a subnormal's unit).
+        CHECK(std::fabs(scales[size_t(g)] - largest / 127.0f) <= std::fmax(largest / 127.0f * 0x1p-11f, 0x1p-25f));
+        for (int k = 0; k < kQ8Group; ++k) {
+            const size_t i = size_t(g * kQ8Group + k);
+            // Against the rounded scale: half a step, or the clamp at 127 where it rounded down.
+            CHECK(std::fabs(q[i] * scales[size_t(g)] - row[i]) <= std::fmax(scales[size_t(g)] * 0.5f, largest - 127.0f * scales[size_t(g)]) * 1.0001f);
+        }
+    }
+    // Packed, the scales come back as they were (two rows: the padding rows' scales are zeros).
+    std::vector<int8_t> two_rows(1024);
+    std::vector<float> two_scales(32);
+    for (int r = 0; r < 2; ++r) {
+        std::copy(q.begin(), q.end(), two_rows.begin() + r * 512);
+        std::copy(scales.begin(), scales.end(), two_scales.begin() + r * 16);
+    }
+    std::vector<uint8_t> packed(size_t(kQ8PackRows) * 512);
+    std::vector<uint16_t> packed_scales(size_t(kQ8PackRows) * 16);
+    pack_q8(two_rows.data(), two_scales.data(), 2, 512, packed.data(), packed_scales.data());
+    std::vector<int8_t> packed8(size_t(kQ8Pack8Rows) * 512);
+    std::vector<uint16_t> packed8_scales(size_t(kQ8Pack8Rows) * 16);
+    pack_q8_rows8(two_rows.data(), two_scales.data(), 2, 512, packed8.data(), packed8_scales.data());
+    for (int r = 0; r < 2; ++r)
+        for (int g = 0; g < 16; ++g) {
+            CHECK(f16_to_f32(packed_scales[q8_packed_scale_index(512, r, g)]) == scales[size_t(g)]);
+            CHECK(f16_to_f32(packed8_scales[q8_packed8_scale_index(512, r, g)]) == scales[size_t(g)]);
+        }
+    CHECK(packed_scales[q8_packed_scale_index(512, 2, 0)] == 0);
+    // A scale f16 would round is refused, not quietly changed.
+    two_scales[3] = 0.1f;
+    CHECK_THROWS_WITH(pack_q8(two_rows.data(), two_scales.data(), 2, 512, packed.data(), packed_scales.data()),
+                      Catch::Contains("not a value f16 holds"));
+    CHECK_THROWS_AS(pack_q8_rows8(two_rows.data(), two_scales.data(), 2, 512, packed8.data(), packed8_scales.data()), std::invalid_argument);
+}
+
 TEST_CASE("rmsnorm, rope, softmax and silu match their definitions", "[kernels]") {
     const int n = 67;
     const auto x = random_vector(n, 1, 2.0f);
