@@ -154,6 +154,10 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         case Isa::Avx512Bf16:
             if (!cpu_features().avx512_bf16) throw std::runtime_error("this processor lacks AVX-512 BF16");
             return detail::matmul_avx512bf16(ws, ys, count, x, &qx, n_tokens);
+        case Isa::Amx:
+            if (!cpu_features().amx_int8) throw std::runtime_error("this processor (or this kernel) offers no AMX int8 tiles");
+            if (ws[0].type == WeightType::Q8Packed) return detail::matmul_avx512vnni(ws, ys, count, x, &qx, n_tokens, true);
+            return detail::matmul_avx512bf16(ws, ys, count, x, &qx, n_tokens);
     }
 }
 

@@ -43,6 +43,15 @@ struct SuperBlockInput {
 void quantize_input_super(const float* x, int n_tokens, int cols, int8_t* values, float* scales, int16_t* sums,
                           int16_t* sums32);
 
+// The activations of the VNNI levels' q8 products (matmul_avx512vnni.cpp): int8, [n_tokens][cols],
+// with [n_tokens][cols / kQ8Group] scales, rounded as QuantizedInput's.
+struct Int8Input {
+    const int8_t* values;
+    const float* scales;
+    const int32_t* offsets;  // [n_tokens][groups]: -128 x the group's sum of values (packed layout)
+    int groups;
+};
+
 void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                  int n_tokens);
@@ -56,9 +65,14 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
                         const SuperBlockInput* q256, int n_tokens);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);
-// q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512.
+// q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512. With `amx`,
+// whole runs of kAmxTokens tokens of packed q8 take the AMX tiles instead (the same bits).
 void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
-                       int n_tokens);
+                       int n_tokens, bool amx = false);
+// Packed q8 (Q8Packed) block `block` (16 rows) times tokens t0..t1, a whole number of kAmxTokens,
+// with the AMX int8 tiles (matmul_amx.cpp): for each token and row, bit for bit the VNNI tile's sum.
+constexpr int kAmxTokens = 16;
+void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int t0, int t1, float* y);
 // bf16 weights with the AVX-512 BF16 dot product; q8 to matmul_avx512vnni, f32 to matmul_avx512.
 void matmul_avx512bf16(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens);

@@ -36,14 +36,6 @@ namespace {
 
 constexpr int kBytes = 64;  // int8 values in one 512-bit vector: two groups
 
-// Activations rounded to int8, [n_tokens][cols], with [n_tokens][cols / kQ8Group] scales.
-struct Int8Input {
-    const int8_t* values;
-    const float* scales;
-    const int32_t* offsets;  // [n_tokens][groups]: -128 x the group's sum of values (packed layout)
-    int groups;
-};
-
 // Two consecutive group scales spread over the lanes their groups' sums land in: lanes 0-7 hold
 // the first group's (bytes 0-31), lanes 8-15 the second's. A lone last group repeats its scale.
 inline __m512 spread_scales(const float* scales, bool pair) {
@@ -198,10 +190,15 @@ void packed_tile(const WeightMatrix& w, int b0, const Int8Input* x, int t0, floa
 constexpr int kPackedBlocks = 2;
 constexpr int kPackedTokens = 2;
 
-void packed_item(const WeightMatrix& w, int item, const Int8Input* x, int c0, int c1, float* y) {
+void packed_item(const WeightMatrix& w, int item, const Int8Input* x, int c0, int c1, float* y, bool amx) {
     const int b0 = item * kPackedBlocks;
     const bool whole = b0 + kPackedBlocks <= q8_packed_blocks(w.rows);
     int t = c0;
+    if (amx && c1 - c0 >= kAmxTokens) {
+        // Each block's weights stay in L1 while the runs of tokens pass them.
+        t = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+        for (int b = b0; b < std::min(b0 + kPackedBlocks, q8_packed_blocks(w.rows)); ++b) amx_packed_block(w, b, x, c0, t, y);
+    }
     if (whole) {
         for (; t + kPackedTokens <= c1; t += kPackedTokens) packed_tile<kPackedBlocks, kPackedTokens>(w, b0, x, t, y);
         for (; t < c1; ++t)
@@ -212,11 +209,11 @@ void packed_item(const WeightMatrix& w, int item, const Int8Input* x, int c0, in
     }
 }
 
-void run_packed(const WeightMatrix* ws, float* const* ys, int count, const Int8Input* x, int n_tokens) {
+void run_packed(const WeightMatrix* ws, float* const* ys, int count, const Int8Input* x, int n_tokens, bool amx) {
     run_items(
         ws, ys, count, n_tokens,
         [](const WeightMatrix& w) { return (q8_packed_blocks(w.rows) + kPackedBlocks - 1) / kPackedBlocks; },
-        [x](const WeightMatrix& w, int item, int c0, int c1, float* y) { packed_item(w, item, x, c0, c1, y); });
+        [x, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) { packed_item(w, item, x, c0, c1, y, amx); });
 }
 
 // One token's activations to int8, a group of 32 at a time: scale = largest magnitude / 127,
@@ -244,7 +241,7 @@ void quantize_int8(const float* x, int cols, int8_t* values, float* scales, int3
 }  // namespace
 
 void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
-                       int n_tokens) {
+                       int n_tokens, bool amx) {
     const WeightType type = ws[0].type;
     if (type != WeightType::Q8 && type != WeightType::Q8Packed) return matmul_avx512(ws, ys, count, x, qx, n_tokens);
     const int cols = ws[0].cols;
@@ -261,7 +258,7 @@ void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, cons
         quantize_int8(x + size_t(t) * cols, cols, values.data() + size_t(t) * cols, scales.data() + size_t(t) * groups,
                       offsets.data() + size_t(t) * groups);
     const Int8Input input{values.data(), scales.data(), offsets.data(), groups};
-    if (type == WeightType::Q8Packed) return run_packed(ws, ys, count, &input, n_tokens);
+    if (type == WeightType::Q8Packed) return run_packed(ws, ys, count, &input, n_tokens, amx);
     // Eight rows a tile: longer runs of contiguous bytes between tiles than four.
     run_tiles<Tile, WeightType::Q8, 8, 2>(ws, ys, count, &input, qx, n_tokens);
 }

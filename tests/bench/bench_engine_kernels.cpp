@@ -134,6 +134,7 @@ int main(int, char** argv) {
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
+    if (cpu_features().amx_int8) isas.push_back(Isa::Amx);
     std::vector<float> x(size_t(64) * cols, 0.01f), y(size_t(64) * rows);
     // e.g. "Q4_K Q6_K": just these formats, each word matched against a name's first word, so that
     // "Q4_0" selects "Q4_0 (packed by 8)" and "q8" only q8 itself.
@@ -155,13 +156,15 @@ int main(int, char** argv) {
         const double same_size = anvil::bench::read_bandwidth(m.bytes);
         // The int8 dot product level differs from avx512 only for q8 weights, the bf16 one only
         // for bf16 weights.
-        // The packed q8 layout is only the VNNI level's; q8 packed by 8 runs the same AVX2 kernel at
-        // every vector level; GGUF's blocks have an AVX2 kernel and a VNNI one.
+        // The packed q8 layout is only the VNNI level's (and the AMX level's for batches); q8 packed
+        // by 8 runs the same AVX2 kernel at every vector level; GGUF's blocks have an AVX2 kernel and
+        // a VNNI one.
         const auto skip = [type](Isa isa) {
-            if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni;
+            if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni && isa != Isa::Amx;
             if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
             if (is_ggml_block_type(type)) return isa != Isa::Avx2 && isa != Isa::Avx512Vnni;  // the two kernels
-            return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16);
+            return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16) ||
+                   isa == Isa::Amx;
         };
         for (Isa isa : isas) {
             if (skip(isa)) continue;

@@ -179,6 +179,7 @@ TEST_CASE("the block products equal the exact product of the rounded activations
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
+    if (cpu_features().amx_int8) isas.push_back(Isa::Amx);
     if (isas.empty()) {
         WARN("SKIPPED: this processor has no vector level");
         return;

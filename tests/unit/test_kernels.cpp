@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ std::vector<Isa> available_isas() {
     if (cpu_features().avx512) isas.push_back(Isa::Avx512);
     if (cpu_features().avx512_vnni) isas.push_back(Isa::Avx512Vnni);
     if (cpu_features().avx512_bf16) isas.push_back(Isa::Avx512Bf16);
+    if (cpu_features().amx_int8) isas.push_back(Isa::Amx);
     return isas;
 }
 
@@ -75,7 +77,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
                                               (is_ggml_block_type(type) && !row_major_blocks && isa != Isa::Reference);
                     const int input_group = super_blocks ? 256 : kQ8Group;
                     const double input_steps = 127.0;
-                    const bool rounds_to_bf16 = type == WeightType::BF16 && isa == Isa::Avx512Bf16;
+                    const bool rounds_to_bf16 = type == WeightType::BF16 && int(isa) >= int(Isa::Avx512Bf16);
                     double worst = 0;
                     for (int t = 0; t < tokens; ++t)
                         for (int r = 0; r < shape.rows; ++r) {
@@ -127,6 +129,33 @@ TEST_CASE("a token's product is bit-identical whatever the batch around it and t
                 identical = identical && std::equal(alone.begin(), alone.end(), batched.begin() + long(t) * rows);
             }
             CHECK(identical);
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8, batch after batch", "[kernels][amx]") {
+    if (!cpu_features().amx_int8) {
+        WARN("SKIPPED: this processor (or kernel) offers no AMX int8 tiles");
+        return;
+    }
+    const int saved = omp_get_max_threads();
+    struct Shape {
+        int rows, cols;
+    };
+    // One group (no pair), an odd number of groups, a padded last block, a long row.
+    for (const Shape shape : std::vector<Shape>{{16, 32}, {37, 96}, {250, 256}, {64, 4096}}) {
+        const TestMatrix m = make_matrix(WeightType::Q8Packed, shape.rows, shape.cols, uint32_t(shape.rows + shape.cols));
+        for (int tokens : {16, 47, 64, 200}) {
+            INFO(shape.rows << "x" << shape.cols << ", " << tokens << " tokens");
+            const auto x = random_vector(size_t(tokens) * shape.cols, uint32_t(tokens), 4.0f);
+            std::vector<float> vnni(size_t(tokens) * shape.rows), amx(size_t(tokens) * shape.rows, NAN);
+            for (int threads : {1, 2}) {
+                omp_set_num_threads(threads);
+                matmul_with(Isa::Avx512Vnni, m.view, x.data(), tokens, vnni.data());
+                matmul_with(Isa::Amx, m.view, x.data(), tokens, amx.data());
+                CHECK(std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0);
+            }
         }
     }
     omp_set_num_threads(saved);
