@@ -100,7 +100,12 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     if (is_ggml_block_type(ws[0].type)) {
         if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
         const bool vnni = int(isa) >= int(Isa::Avx512Vnni) && cpu_features().avx512_vnni;
-        const auto blocks = vnni ? detail::matmul_vnni_blocks : detail::matmul_avx2_blocks;
+        const bool amx = isa == Isa::Amx && cpu_features().amx_int8;
+        const auto blocks = [vnni, amx](const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32,
+                                        const detail::SuperBlockInput* q256, int n_tokens) {
+            if (vnni) return detail::matmul_vnni_blocks(ws, ys, count, q32, q256, n_tokens, amx);
+            detail::matmul_avx2_blocks(ws, ys, count, q32, q256, n_tokens);
+        };
         const int cols = ws[0].cols;
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);

@@ -61,8 +61,9 @@ void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, co
 // levels (matmul_avx2_blocks.cpp), the VNNI dot product from them on (matmul_vnni_blocks.cpp).
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens);
+// With `amx`, whole runs of kAmxTokens tokens of Q4_0 take the AMX tiles (the same bits).
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
-                        const SuperBlockInput* q256, int n_tokens);
+                        const SuperBlockInput* q256, int n_tokens, bool amx = false);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                    int n_tokens);
 // q8 weights with the AVX-512 VNNI dot product; other formats go to matmul_avx512. With `amx`,
@@ -73,6 +74,9 @@ void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, cons
 // with the AMX int8 tiles (matmul_amx.cpp): for each token and row, bit for bit the VNNI tile's sum.
 constexpr int kAmxTokens = 16;
 void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int t0, int t1, float* y);
+// The same for Q4_0 packed by 8 rows (Q4_0Packed8): item `item`'s two 8-row blocks (packed8_items)
+// unpacked to int8 once, then the tiles; bit for bit the VNNI Q4_0 tile's sums.
+void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int t0, int t1, float* y);
 // bf16 weights with the AVX-512 BF16 dot product; q8 to matmul_avx512vnni, f32 to matmul_avx512.
 void matmul_avx512bf16(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens);

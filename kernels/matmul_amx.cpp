@@ -17,7 +17,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
 
 namespace anvil::kernels::detail {
@@ -45,30 +48,36 @@ TileConfig group_tiles() {
 
 using GroupSums = int32_t[kAmxTokens][kQ8PackRows];
 
-// One group's sums into the 16 tokens' accumulators, as packed_tile<1, 1> adds them.
-inline void scale_group(const GroupSums& sums, __m512 w_scale, const Int8Input* x, int t0, int g, __m512 acc[kAmxTokens]) {
+// One group's sums into the 16 tokens' accumulators, as the VNNI tiles add them: the offset in
+// int32, then the rows' scales x the token's.
+template <typename OffsetOf>
+inline void scale_group(const GroupSums& sums, __m512 w_scale, const float* x_scales, int groups, OffsetOf offset_of, int t0, int g,
+                        __m512 acc[kAmxTokens]) {
     for (int m = 0; m < kAmxTokens; ++m) {
-        const size_t at = size_t(t0 + m) * x->groups + g;
-        const __m512i dot = _mm512_add_epi32(_mm512_load_si512(sums[m]), _mm512_set1_epi32(x->offsets[at]));
-        const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x->scales[at]));
+        const size_t at = size_t(t0 + m) * groups + g;
+        const __m512i dot = _mm512_add_epi32(_mm512_load_si512(sums[m]), _mm512_set1_epi32(offset_of(at)));
+        const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x_scales[at]));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[m]);
     }
 }
 
-}  // namespace
-
-void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int t0, int t1, float* y) {
-    const int cols = w.cols;
+// 16 rows from r0 (`live` of them stored) times tokens t0..t1 (whole runs of 16): each group's
+// weights are 512 bytes at `weights` + 512 g as a tile multiply's second operand (unsigned), its 16
+// rows' scales f16 at `w_scales` + 16 g; `values` the int8 activations [tokens][cols] with their
+// scales and the offset the weights' stored bias takes (offset_of(token x groups + g)).
+template <typename OffsetOf>
+void amx_rows16(const uint8_t* weights, const uint16_t* w_scales, int cols, const int8_t* values, const float* x_scales, OffsetOf offset_of,
+                int t0, int t1, int r0, int rows, float* y) {
     const int groups = cols / kQ8Group;
-    const uint8_t* weights = static_cast<const uint8_t*>(w.data) + size_t(block) * kQ8PackRows * size_t(cols);
-    const uint16_t* w_scales = w.scales_f16 + size_t(block) * size_t(groups) * kQ8PackRows;
-    const int r0 = block * kQ8PackRows;
-    const __mmask16 live = __mmask16((1u << std::min(kQ8PackRows, w.rows - r0)) - 1);
+    const __mmask16 live = __mmask16((1u << std::min(kQ8PackRows, rows - r0)) - 1);
     static const TileConfig config = group_tiles();
     _tile_loadconfig(&config);
     alignas(64) GroupSums sums[2];
+    const auto row_scales = [w_scales](int g) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + size_t(g) * kQ8PackRows)));
+    };
     for (int t = t0; t < t1; t += kAmxTokens) {
-        const int8_t* activations = x->values + size_t(t) * cols;
+        const int8_t* activations = values + size_t(t) * cols;
         __m512 acc[kAmxTokens];
         for (auto& a : acc) a = _mm512_setzero_ps();
         for (int g = 0; g < groups; g += 2) {
@@ -85,17 +94,58 @@ void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int 
                 _tile_dpbsud(1, 3, 5);
                 _tile_stored(1, sums[1], kQ8PackRows * 4);
             }
-            scale_group(sums[0], _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + size_t(g) * kQ8PackRows))),
-                        x, t, g, acc);
-            if (pair)
-                scale_group(sums[1],
-                            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + size_t(g + 1) * kQ8PackRows))),
-                            x, t, g + 1, acc);
+            scale_group(sums[0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
+            if (pair) scale_group(sums[1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
         }
-        for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * w.rows + r0, live, acc[m]);
+        for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * rows + r0, live, acc[m]);
     }
     // Back to the init state: a context switch then saves no tile data.
     _tile_release();
+}
+
+}  // namespace
+
+void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int t0, int t1, float* y) {
+    const int groups = w.cols / kQ8Group;
+    const uint8_t* weights = static_cast<const uint8_t*>(w.data) + size_t(block) * kQ8PackRows * size_t(w.cols);
+    const int32_t* offsets = x->offsets;
+    amx_rows16(weights, w.scales_f16 + size_t(block) * size_t(groups) * kQ8PackRows, w.cols, x->values, x->scales,
+               [offsets](size_t at) { return offsets[at]; }, t0, t1, block * kQ8PackRows, w.rows, y);
+}
+
+void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int t0, int t1, float* y) {
+    // The item's two 8-row blocks as one 16-row operand a group, unpacked once for all its runs of
+    // tokens: a step's 32 bytes of each block (4 columns of its 8 rows, the low nibbles one run,
+    // the high ones the run 16 columns on) side by side, and the blocks' 8 + 8 scales.
+    const int groups = w.cols / kQ4_0Values;
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    const size_t block_bytes = size_t(groups) * kQ4_0Packed8Bytes;
+    thread_local std::vector<uint8_t> weights;
+    thread_local std::vector<uint16_t> scales;
+    if (weights.size() < size_t(groups) * 512) weights.resize(size_t(groups) * 512);
+    if (scales.size() < size_t(groups) * 16) scales.resize(size_t(groups) * 16);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int g = 0; g < groups; ++g) {
+        const uint8_t* tiles[2];
+        for (int b = 0; b < 2; ++b)
+            tiles[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + std::min(b, blocks - 1)) * block_bytes + size_t(g) * kQ4_0Packed8Bytes;
+        for (int b = 0; b < 2; ++b) std::memcpy(&scales[size_t(g) * 16 + size_t(b) * 8], tiles[b], 16);
+        if (blocks == 1) std::memset(&scales[size_t(g) * 16 + 8], 0, 16);
+        for (int s = 0; s < 4; ++s) {
+            const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[0] + 16 + 32 * s));
+            const __m256i second = blocks == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[1] + 16 + 32 * s))
+                                               : _mm256_set1_epi8(char(0x88));  // no rows: q = 8, value 0
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+            uint8_t* runs = &weights[size_t(g) * 512];
+            _mm512_storeu_si512(runs + 64 * s, _mm512_and_si512(both, low4));
+            _mm512_storeu_si512(runs + 64 * (s + 4), _mm512_and_si512(_mm512_srli_epi16(both, 4), low4));
+        }
+    }
+    const int16_t* sums = x->sums;
+    // The stored values are q + 8: -8 x the activations' sum, as the VNNI tile starts from.
+    amx_rows16(weights.data(), scales.data(), w.cols, x->values, x->scales, [sums](size_t at) { return -8 * int32_t(sums[at]); }, t0, t1,
+               b0 * kPack8Rows, w.rows, y);
 }
 
 }  // namespace anvil::kernels::detail

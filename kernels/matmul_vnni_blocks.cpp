@@ -507,7 +507,7 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
 }  // namespace
 
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
-                        const SuperBlockInput* q256, int n_tokens) {
+                        const SuperBlockInput* q256, int n_tokens, bool amx) {
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
@@ -520,7 +520,12 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
                                                                                                                    y);
             });
         case WeightType::Q4_0Packed8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q32, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                if (amx && c1 - c0 >= kAmxTokens) {
+                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+                    amx_q4_0_item(w, item, q32, c0, whole, y);
+                    c0 = whole;
+                }
                 packed8_item_paired<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512<1>, q4_0_packed8_token512<2>>(w, item, q32, c0, c1,
                                                                                                                   y);
             });

@@ -134,7 +134,7 @@ TEST_CASE("a token's product is bit-identical whatever the batch around it and t
     omp_set_num_threads(saved);
 }
 
-TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8, batch after batch", "[kernels][amx]") {
+TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8 and Q4_0, batch after batch", "[kernels][amx]") {
     if (!cpu_features().amx_int8) {
         WARN("SKIPPED: this processor (or kernel) offers no AMX int8 tiles");
         return;
@@ -143,18 +143,21 @@ TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8, batch after ba
     struct Shape {
         int rows, cols;
     };
-    // One group (no pair), an odd number of groups, a padded last block, a long row.
-    for (const Shape shape : std::vector<Shape>{{16, 32}, {37, 96}, {250, 256}, {64, 4096}}) {
-        const TestMatrix m = make_matrix(WeightType::Q8Packed, shape.rows, shape.cols, uint32_t(shape.rows + shape.cols));
-        for (int tokens : {16, 47, 64, 200}) {
-            INFO(shape.rows << "x" << shape.cols << ", " << tokens << " tokens");
-            const auto x = random_vector(size_t(tokens) * shape.cols, uint32_t(tokens), 4.0f);
-            std::vector<float> vnni(size_t(tokens) * shape.rows), amx(size_t(tokens) * shape.rows, NAN);
-            for (int threads : {1, 2}) {
-                omp_set_num_threads(threads);
-                matmul_with(Isa::Avx512Vnni, m.view, x.data(), tokens, vnni.data());
-                matmul_with(Isa::Amx, m.view, x.data(), tokens, amx.data());
-                CHECK(std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0);
+    // One group (no pair), an odd number of groups, a padded last block (Q4_0: an item's lone last
+    // 8-row block, 69 rows), a long row.
+    for (const WeightType type : {WeightType::Q8Packed, WeightType::Q4_0Packed8}) {
+        for (const Shape shape : std::vector<Shape>{{16, 32}, {37, 96}, {69, 160}, {250, 256}, {64, 4096}}) {
+            const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows + shape.cols));
+            for (int tokens : {16, 47, 64, 200}) {
+                INFO(weight_type_name(type) << " " << shape.rows << "x" << shape.cols << ", " << tokens << " tokens");
+                const auto x = random_vector(size_t(tokens) * shape.cols, uint32_t(tokens), 4.0f);
+                std::vector<float> vnni(size_t(tokens) * shape.rows), amx(size_t(tokens) * shape.rows, NAN);
+                for (int threads : {1, 2}) {
+                    omp_set_num_threads(threads);
+                    matmul_with(Isa::Avx512Vnni, m.view, x.data(), tokens, vnni.data());
+                    matmul_with(Isa::Amx, m.view, x.data(), tokens, amx.data());
+                    CHECK(std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0);
+                }
             }
         }
     }
