@@ -61,7 +61,7 @@ void matmul_avx2_packed8(const WeightMatrix* ws, float* const* ys, int count, co
 // levels (matmul_avx2_blocks.cpp), the VNNI dot product from them on (matmul_vnni_blocks.cpp).
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens);
-// With `amx`, whole runs of kAmxTokens tokens of Q4_0 take the AMX tiles (the same bits).
+// With `amx`, whole runs of kAmxTokens tokens take the AMX tiles (the same bits).
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens, bool amx = false);
 void matmul_avx512(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
@@ -77,6 +77,9 @@ void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int 
 // The same for Q4_0 packed by 8 rows (Q4_0Packed8): item `item`'s two 8-row blocks (packed8_items)
 // unpacked to int8 once, then the tiles; bit for bit the VNNI Q4_0 tile's sums.
 void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int t0, int t1, float* y);
+// And Q4_K and Q6_K packed by 8 rows, bit for bit the VNNI tiles' sums.
+void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int t0, int t1, float* y);
+void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int t0, int t1, float* y);
 // bf16 weights with the AVX-512 BF16 dot product; q8 to matmul_avx512vnni, f32 to matmul_avx512.
 void matmul_avx512bf16(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
                        int n_tokens);

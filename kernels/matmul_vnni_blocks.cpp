@@ -510,12 +510,22 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
                         const SuperBlockInput* q256, int n_tokens, bool amx) {
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                if (amx && c1 - c0 >= kAmxTokens) {
+                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+                    amx_q4_k_item(w, item, q256, c0, whole, y);
+                    c0 = whole;
+                }
                 packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0,
                                                                                                                         c1, y);
             });
         case WeightType::Q6_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+            return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                if (amx && c1 - c0 >= kAmxTokens) {
+                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+                    amx_q6_k_item(w, item, q256, c0, whole, y);
+                    c0 = whole;
+                }
                 packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, q256, c0, c1,
                                                                                                                    y);
             });

@@ -134,7 +134,7 @@ TEST_CASE("a token's product is bit-identical whatever the batch around it and t
     omp_set_num_threads(saved);
 }
 
-TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8 and Q4_0, batch after batch", "[kernels][amx]") {
+TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8, Q4_0, Q4_K and Q6_K, batch after batch", "[kernels][amx]") {
     if (!cpu_features().amx_int8) {
         WARN("SKIPPED: this processor (or kernel) offers no AMX int8 tiles");
         return;
@@ -145,8 +145,10 @@ TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8 and Q4_0, batch
     };
     // One group (no pair), an odd number of groups, a padded last block (Q4_0: an item's lone last
     // 8-row block, 69 rows), a long row.
-    for (const WeightType type : {WeightType::Q8Packed, WeightType::Q4_0Packed8}) {
-        for (const Shape shape : std::vector<Shape>{{16, 32}, {37, 96}, {69, 160}, {250, 256}, {64, 4096}}) {
+    for (const WeightType type : {WeightType::Q8Packed, WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
+        const bool super_blocks = type == WeightType::Q4_KPacked8 || type == WeightType::Q6_KPacked8;
+        for (const Shape shape : super_blocks ? std::vector<Shape>{{16, 256}, {69, 512}, {37, 768}, {64, 4096}}
+                                              : std::vector<Shape>{{16, 32}, {37, 96}, {69, 160}, {250, 256}, {64, 4096}}) {
             const TestMatrix m = make_matrix(type, shape.rows, shape.cols, uint32_t(shape.rows + shape.cols));
             for (int tokens : {16, 47, 64, 200}) {
                 INFO(weight_type_name(type) << " " << shape.rows << "x" << shape.cols << ", " << tokens << " tokens");
