@@ -1,18 +1,17 @@
-// Packed q8 weights (WeightType::Q8Packed) times a batch of int8 activations with the AMX int8
-// tiles: the prefill product of q8 and GGUF Q8_0 models on processors with AMX (Sapphire Rapids
-// on). The packed layout already is what a tile multiply takes as its second operand: a group's 32
-// columns of a 16-row block are 8 runs of 4 columns, 64 bytes each (the 16 rows' 4 values, +128),
-// so one TDPBSUD takes 16 tokens' 32 activations of a group (signed, straight from the int8 rows)
-// by those 512 bytes (unsigned) into 16 x 16 int32 sums: 8192 multiply-adds where a VNNI
-// instruction does 64.
+// Batched products (prefill) with the AMX int8 tiles, on processors that have them (Sapphire
+// Rapids on): packed q8 (q8 and GGUF Q8_0 models) and GGUF's Q4_0, Q4_K and Q6_K packed by 8 rows.
+// One TDPBSUD multiplies 16 tokens' activations (signed, straight from the int8 rows) by a 16-row
+// operand (unsigned): 8192 multiply-adds for a group of 32 columns, where a VNNI instruction does
+// 64. Packed q8 already is that operand: a group's 32 columns of a 16-row block are 8 runs of 4
+// columns, 64 bytes each (the 16 rows' 4 values, +128). The GGUF formats' two 8-row blocks of an
+// item are unpacked into such operands once per run of tokens (their values 0..15 or 0..63).
 //
-// A group's sums then take its scales in floats, and that is the VNNI tile's work exactly: the
-// offset of 128 x the activations' sum added in int32, converted, multiplied by the rows' scales x
-// the token's, and added to the accumulator in group order (matmul_avx512vnni.cpp, packed_tile).
-// So each (token, row) result is bit for bit what the VNNI tile gives, and a token's result still
-// does not depend on the batch (kernels/matmul.hpp). That float work, 16 x 16 lanes a group, is
-// what bounds this loop, not the tiles: two groups are in flight so the tiles of one run while
-// the other's sums are scaled.
+// Each group's (Q4_K: sub-block's; Q6_K: 16-value sub-block's) int32 sums then take exactly the
+// VNNI tile's steps: the offset of the stored bias, the rows' integer scales, the conversion and
+// the float scales in the same order (matmul_avx512vnni.cpp, matmul_vnni_blocks.cpp). So each
+// (token, row) result is bit for bit the VNNI tile's, and a token's result still does not depend
+// on the batch (kernels/matmul.hpp). That work, 16 x 16 lanes a group, bounds these loops as much
+// as the tiles do, and the two hardly overlap (docs/PERFORMANCE.md, session 31).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -55,6 +54,18 @@ TileConfig sub_block16_tiles() {
     return c;
 }
 
+// Sums tile `sum` = activations tile `act` (16 tokens from `a`, a row every `stride` bytes) times
+// weights tile `wt` (the 64-byte runs at `operand`), stored to `out`. A macro: GCC's tile
+// intrinsics take the tile numbers as literals.
+#define ANVIL_TILE_PRODUCT(sum, act, wt, a, stride, operand, out) \
+    do {                                                          \
+        _tile_zero(sum);                                          \
+        _tile_loadd(act, a, stride);                              \
+        _tile_loadd(wt, operand, 64);                             \
+        _tile_dpbsud(sum, act, wt);                               \
+        _tile_stored(sum, out, 64);                               \
+    } while (0)
+
 using GroupSums = int32_t[kAmxTokens][kQ8PackRows];
 
 // One group's sums into the 16 tokens' accumulators, as the VNNI tiles add them: the offset in
@@ -91,17 +102,9 @@ void amx_rows16(const uint8_t* weights, const uint16_t* w_scales, int cols, cons
         for (auto& a : acc) a = _mm512_setzero_ps();
         for (int g = 0; g < groups; g += 2) {
             const bool pair = g + 1 < groups;
-            _tile_zero(0);
-            _tile_loadd(2, activations + size_t(g) * kQ8Group, cols);
-            _tile_loadd(4, weights + size_t(g) * kQ8Group * kQ8PackRows, kQ8PackRows * 4);
-            _tile_dpbsud(0, 2, 4);
-            _tile_stored(0, sums[0], kQ8PackRows * 4);
+            ANVIL_TILE_PRODUCT(0, 2, 4, activations + size_t(g) * kQ8Group, cols, weights + size_t(g) * kQ8Group * kQ8PackRows, sums[0]);
             if (pair) {
-                _tile_zero(1);
-                _tile_loadd(3, activations + size_t(g + 1) * kQ8Group, cols);
-                _tile_loadd(5, weights + size_t(g + 1) * kQ8Group * kQ8PackRows, kQ8PackRows * 4);
-                _tile_dpbsud(1, 3, 5);
-                _tile_stored(1, sums[1], kQ8PackRows * 4);
+                ANVIL_TILE_PRODUCT(1, 3, 5, activations + size_t(g + 1) * kQ8Group, cols, weights + size_t(g + 1) * kQ8Group * kQ8PackRows, sums[1]);
             }
             scale_group(sums[0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
             if (pair) scale_group(sums[1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
@@ -217,16 +220,8 @@ void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
             for (auto& v : sum) v = _mm512_setzero_si512();
             for (int j = 0; j < 8; j += 2) {
                 const int8_t* a = activations + size_t(i) * kSuperBlock + size_t(j) * 32;
-                _tile_zero(0);
-                _tile_loadd(2, a, w.cols);
-                _tile_loadd(4, u.operands[j], 64);
-                _tile_dpbsud(0, 2, 4);
-                _tile_stored(0, sums[0], 64);
-                _tile_zero(1);
-                _tile_loadd(3, a + 32, w.cols);
-                _tile_loadd(5, u.operands[j + 1], 64);
-                _tile_dpbsud(1, 3, 5);
-                _tile_stored(1, sums[1], 64);
+                ANVIL_TILE_PRODUCT(0, 2, 4, a, w.cols, u.operands[j], sums[0]);
+                ANVIL_TILE_PRODUCT(1, 3, 5, a + 32, w.cols, u.operands[j + 1], sums[1]);
                 const __m512i scale_a = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
                 const __m512i scale_b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
                 for (int m = 0; m < kAmxTokens; ++m)
@@ -327,16 +322,8 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
             }
             for (int j = 0; j < 16; j += 2) {
                 const int8_t* a = activations + size_t(i) * kSuperBlock + size_t(j) * 16;
-                _tile_zero(0);
-                _tile_loadd(2, a, w.cols);
-                _tile_loadd(4, u.operands[j], 64);
-                _tile_dpbsud(0, 2, 4);
-                _tile_stored(0, sums[0], 64);
-                _tile_zero(1);
-                _tile_loadd(3, a + 16, w.cols);
-                _tile_loadd(5, u.operands[j + 1], 64);
-                _tile_dpbsud(1, 3, 5);
-                _tile_stored(1, sums[1], 64);
+                ANVIL_TILE_PRODUCT(0, 2, 4, a, w.cols, u.operands[j], sums[0]);
+                ANVIL_TILE_PRODUCT(1, 3, 5, a + 16, w.cols, u.operands[j + 1], sums[1]);
                 const __m512i scale_a = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
                 const __m512i scale_b = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
                 for (int m = 0; m < kAmxTokens; ++m)
