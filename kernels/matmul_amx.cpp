@@ -160,11 +160,56 @@ void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int
                b0 * kPack8Rows, w.rows, y);
 }
 
+namespace {
+
+// An item of two 8-row blocks of a K-quant (the second missing for a lone last block: its 8 lanes
+// are zeros and never stored), unpacked once for all its runs of tokens into a Super a super-block
+// (`unpack(super, tiles, blocks)`, tiles: the two blocks' tiles of it, the first twice where there
+// is one); then for each run of 16 tokens and each super-block in turn, `add(super, i, t,
+// activations, sums, acc)` adds its products to the 16 tokens' accumulators of 16 rows.
+template <typename Super, typename Unpack, typename Add>
+void amx_super_item(const WeightMatrix& w, int item, size_t tile_bytes, const TileConfig& config, const int8_t* values, int t0, int t1,
+                    float* y, Unpack unpack, Add add) {
+    const int supers = w.cols / kSuperBlock;
+    const int b0 = item * 2;
+    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
+    const size_t block_bytes = size_t(supers) * tile_bytes;
+    thread_local std::vector<Super> unpacked;
+    if (unpacked.size() < size_t(supers)) unpacked.resize(size_t(supers));
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tiles[2];
+        for (int b = 0; b < 2; ++b)
+            tiles[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + std::min(b, blocks - 1)) * block_bytes + size_t(i) * tile_bytes;
+        unpack(unpacked[size_t(i)], tiles, blocks);
+    }
+    const int r0 = b0 * kPack8Rows;
+    const __mmask16 live = __mmask16((1u << std::min(16, w.rows - r0)) - 1);
+    _tile_loadconfig(&config);
+    alignas(64) GroupSums sums[2];
+    alignas(64) float acc[kAmxTokens][16];
+    for (int t = t0; t < t1; t += kAmxTokens) {
+        const int8_t* activations = values + size_t(t) * w.cols;
+        for (auto& a : acc) _mm512_store_ps(a, _mm512_setzero_ps());
+        for (int i = 0; i < supers; ++i) add(unpacked[size_t(i)], i, t, activations + size_t(i) * kSuperBlock, sums, acc);
+        for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * w.rows + r0, live, _mm512_load_ps(acc[m]));
+    }
+    _tile_release();
+}
+
+// The 8 + 8 rows' f16 factors of a tile pair (d, or Q4_K's dmin), at `offset` in each tile.
+inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int blocks, int offset) {
+    for (int b = 0; b < 2; ++b) {
+        if (b < blocks) std::memcpy(out + 8 * b, tiles[b] + offset, 16);
+        else std::memset(out + 8 * b, 0, 16);
+    }
+}
+
+}  // namespace
+
 void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int t0, int t1, float* y) {
-    // The item's two 8-row blocks unpacked once for all its runs of tokens, a super-block at a time:
-    // each sub-block's 16-row operand (a chunk's step of each block side by side, the low nibbles
-    // sub-block 2c, the high ones 2c + 1), the 16 rows' scale of each sub-block (u8), their d and
-    // dmin (f16), and their mins widened to int16 pairs as the offsets' vpdpwssd takes them.
+    // A super-block's sub-block operands (a chunk's step of each block side by side, the low
+    // nibbles sub-block 2c, the high ones 2c + 1), the 16 rows' scale of each sub-block (u8),
+    // their d and dmin, and their mins widened to int16 pairs as the offsets' vpdpwssd takes them.
     struct alignas(64) Super {
         uint8_t operands[8][512];
         uint8_t scales[8][16];
@@ -172,89 +217,66 @@ void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
         int16_t mins[4][32];
     };
     const int supers = w.cols / kSuperBlock;
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    const size_t block_bytes = size_t(supers) * kQ4_KPacked8Bytes;
-    thread_local std::vector<Super> unpacked;
-    if (unpacked.size() < size_t(supers)) unpacked.resize(size_t(supers));
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    for (int i = 0; i < supers; ++i) {
-        const uint8_t* tiles[2];
-        for (int b = 0; b < 2; ++b)
-            tiles[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + std::min(b, blocks - 1)) * block_bytes + size_t(i) * kQ4_KPacked8Bytes;
-        Super& u = unpacked[size_t(i)];
+    const auto unpack = [](Super& u, const uint8_t* const tiles[2], int blocks) {
+        both_blocks_f16(u.d, tiles, blocks, 0);
+        both_blocks_f16(u.dmin, tiles, blocks, 16);
         for (int b = 0; b < 2; ++b) {
-            const bool none = b >= blocks;  // a lone last block: the other 8 lanes are zeros, never stored
+            const bool none = b >= blocks;
             for (int j = 0; j < 8; ++j)
                 for (int r = 0; r < 8; ++r) u.scales[j][8 * b + r] = none ? 0 : tiles[b][32 + 8 * j + r];
-            for (int r = 0; r < 8; ++r) {
-                u.d[8 * b + r] = none ? 0 : uint16_t(tiles[b][2 * r] | tiles[b][2 * r + 1] << 8);
-                u.dmin[8 * b + r] = none ? 0 : uint16_t(tiles[b][16 + 2 * r] | tiles[b][16 + 2 * r + 1] << 8);
-            }
             for (int p = 0; p < 4; ++p)
                 for (int k = 0; k < 16; ++k) u.mins[p][16 * b + k] = none ? 0 : tiles[b][96 + 16 * p + k];
         }
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
         for (int c = 0; c < 4; ++c)
             for (int step = 0; step < 8; ++step) {
-                const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[0] + 160 + (c * 8 + step) * 32));
-                const __m256i second = blocks == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[1] + 160 + (c * 8 + step) * 32))
-                                                   : _mm256_setzero_si256();
+                const size_t at = 160 + size_t(c * 8 + step) * 32;
+                const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[0] + at));
+                const __m256i second = blocks == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[1] + at)) : _mm256_setzero_si256();
                 const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
                 _mm512_storeu_si512(u.operands[2 * c] + 64 * step, _mm512_and_si512(both, low4));
                 _mm512_storeu_si512(u.operands[2 * c + 1] + 64 * step, _mm512_and_si512(_mm512_srli_epi16(both, 4), low4));
             }
-    }
-    const int r0 = b0 * kPack8Rows;
-    const __mmask16 live = __mmask16((1u << std::min(16, w.rows - r0)) - 1);
-    static const TileConfig config = group_tiles();
-    _tile_loadconfig(&config);
-    alignas(64) GroupSums sums[2];
-    alignas(64) float acc[kAmxTokens][16];
-    for (int t = t0; t < t1; t += kAmxTokens) {
-        const int8_t* activations = x->values + size_t(t) * w.cols;
-        for (auto& a : acc) _mm512_store_ps(a, _mm512_setzero_ps());
-        for (int i = 0; i < supers; ++i) {
-            const Super& u = unpacked[size_t(i)];
-            // As the VNNI tile: each sub-block's exact sums times the rows' scale, added in int32.
-            __m512i sum[kAmxTokens];
-            for (auto& v : sum) v = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j += 2) {
-                const int8_t* a = activations + size_t(i) * kSuperBlock + size_t(j) * 32;
-                ANVIL_TILE_PRODUCT(0, 2, 4, a, w.cols, u.operands[j], sums[0]);
-                ANVIL_TILE_PRODUCT(1, 3, 5, a + 32, w.cols, u.operands[j + 1], sums[1]);
-                const __m512i scale_a = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
-                const __m512i scale_b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
-                for (int m = 0; m < kAmxTokens; ++m)
-                    sum[m] = _mm512_add_epi32(sum[m], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(sums[0][m]), scale_a),
-                                                                       _mm512_mullo_epi32(_mm512_load_si512(sums[1][m]), scale_b)));
-            }
-            const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.d)));
-            const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.dmin)));
-            for (int m = 0; m < kAmxTokens; ++m) {
-                const size_t at = size_t(t + m) * supers + size_t(i);
-                const int16_t* sums32 = x->sums32 + at * 8;
-                __m512i offsets = _mm512_setzero_si512();
-                for (int p = 0; p < 4; ++p) {
-                    int32_t pair;
-                    std::memcpy(&pair, sums32 + 2 * p, 4);
-                    offsets = _mm512_dpwssd_epi32(offsets, _mm512_load_si512(u.mins[p]), _mm512_set1_epi32(pair));
-                }
-                const __m512 x_scale = _mm512_set1_ps(x->scales[at]);
-                __m512 a = _mm512_load_ps(acc[m]);
-                a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, x_scale), a);
-                a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(offsets), _mm512_mul_ps(dmin, x_scale), a);
-                _mm512_store_ps(acc[m], a);
-            }
+    };
+    const auto add = [x, supers, cols = w.cols](const Super& u, int i, int t, const int8_t* a, GroupSums sums[2], float acc[][16]) {
+        // As the VNNI tile: each sub-block's exact sums times the rows' scale, added in int32.
+        __m512i sum[kAmxTokens];
+        for (auto& v : sum) v = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j += 2) {
+            ANVIL_TILE_PRODUCT(0, 2, 4, a + 32 * j, cols, u.operands[j], sums[0]);
+            ANVIL_TILE_PRODUCT(1, 3, 5, a + 32 * (j + 1), cols, u.operands[j + 1], sums[1]);
+            const __m512i scale_a = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
+            const __m512i scale_b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
+            for (int m = 0; m < kAmxTokens; ++m)
+                sum[m] = _mm512_add_epi32(sum[m], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(sums[0][m]), scale_a),
+                                                                   _mm512_mullo_epi32(_mm512_load_si512(sums[1][m]), scale_b)));
         }
-        for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * w.rows + r0, live, _mm512_load_ps(acc[m]));
-    }
-    _tile_release();
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.d)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.dmin)));
+        for (int m = 0; m < kAmxTokens; ++m) {
+            const size_t at = size_t(t + m) * supers + size_t(i);
+            const int16_t* sums32 = x->sums32 + at * 8;
+            __m512i offsets = _mm512_setzero_si512();
+            for (int p = 0; p < 4; ++p) {
+                int32_t pair;
+                std::memcpy(&pair, sums32 + 2 * p, 4);
+                offsets = _mm512_dpwssd_epi32(offsets, _mm512_load_si512(u.mins[p]), _mm512_set1_epi32(pair));
+            }
+            const __m512 x_scale = _mm512_set1_ps(x->scales[at]);
+            __m512 total = _mm512_load_ps(acc[m]);
+            total = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, x_scale), total);
+            total = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(offsets), _mm512_mul_ps(dmin, x_scale), total);
+            _mm512_store_ps(acc[m], total);
+        }
+    };
+    static const TileConfig config = group_tiles();
+    amx_super_item<Super>(w, item, kQ4_KPacked8Bytes, config, x->values, t0, t1, y, unpack, add);
 }
 
 void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int t0, int t1, float* y) {
-    // Unpacked once for all the item's runs of tokens, a super-block at a time: each of the 16
-    // sub-blocks' 16-row operands (a step's quarter of each block side by side), the rows' scale of
-    // each sub-block (i8), their d, and their scale pairs widened to int16 for the start sums.
+    // A super-block's 16 sub-blocks' operands (a step's quarter of each block side by side), the
+    // rows' scale of each sub-block (i8), their d, and their scale pairs widened to int16 for the
+    // start sums.
     struct alignas(64) Super {
         uint8_t operands[16][256];
         int8_t scales[16][16];
@@ -262,26 +284,15 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
         uint16_t d[16];
     };
     const int supers = w.cols / kSuperBlock;
-    const int b0 = item * 2;
-    const int blocks = std::min(2, pack8_blocks(w.rows) - b0);
-    const size_t block_bytes = size_t(supers) * kQ6_KPacked8Bytes;
-    thread_local std::vector<Super> unpacked;
-    if (unpacked.size() < size_t(supers)) unpacked.resize(size_t(supers));
-    for (int i = 0; i < supers; ++i) {
-        const uint8_t* tiles[2];
+    const auto unpack = [](Super& u, const uint8_t* const tiles[2], int blocks) {
+        both_blocks_f16(u.d, tiles, blocks, 0);
         for (int b = 0; b < 2; ++b)
-            tiles[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + std::min(b, blocks - 1)) * block_bytes + size_t(i) * kQ6_KPacked8Bytes;
-        Super& u = unpacked[size_t(i)];
-        for (int b = 0; b < 2; ++b) {
-            const bool none = b >= blocks;  // a lone last block: the other 8 lanes are zeros, never stored
-            for (int r = 0; r < 8; ++r) u.d[8 * b + r] = none ? 0 : uint16_t(tiles[b][2 * r] | tiles[b][2 * r + 1] << 8);
             for (int p = 0; p < 8; ++p)
                 for (int k = 0; k < 16; ++k) {
-                    const int8_t scale = none ? int8_t(0) : int8_t(tiles[b][16 + 16 * p + k]);
+                    const int8_t scale = b < blocks ? int8_t(tiles[b][16 + 16 * p + k]) : int8_t(0);
                     u.scale_pairs[p][16 * b + k] = scale;
                     u.scales[2 * p + k % 2][8 * b + k / 2] = scale;
                 }
-        }
         for (int h = 0; h < 2; ++h)
             for (int step = 0; step < 8; ++step) {
                 __m256i q[2][4];
@@ -295,50 +306,38 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
                     _mm512_storeu_si512(u.operands[j] + 64 * (step % 4), _mm512_inserti64x4(_mm512_castsi256_si512(q[0][k]), q[1][k], 1));
                 }
             }
-    }
-    const int r0 = b0 * kPack8Rows;
-    const __mmask16 live = __mmask16((1u << std::min(16, w.rows - r0)) - 1);
-    static const TileConfig config = sub_block16_tiles();
-    _tile_loadconfig(&config);
-    alignas(64) GroupSums sums[2];
-    alignas(64) float acc[kAmxTokens][16];
-    for (int t = t0; t < t1; t += kAmxTokens) {
-        const int8_t* activations = x->values + size_t(t) * w.cols;
-        for (auto& a : acc) _mm512_store_ps(a, _mm512_setzero_ps());
-        for (int i = 0; i < supers; ++i) {
-            const Super& u = unpacked[size_t(i)];
-            // As the VNNI tile: the stored values are q + 32, so the sums start at -32 x each
-            // sub-block's scale x its activations' sum; then each sub-block's sums times its scale.
-            __m512i sum[kAmxTokens];
-            for (int m = 0; m < kAmxTokens; ++m) {
-                const int16_t* sums16 = x->sums + (size_t(t + m) * supers + size_t(i)) * 16;
-                __m512i start = _mm512_setzero_si512();
-                for (int p = 0; p < 8; ++p) {
-                    int32_t pair;
-                    std::memcpy(&pair, sums16 + 2 * p, 4);
-                    start = _mm512_dpwssd_epi32(start, _mm512_load_si512(u.scale_pairs[p]), _mm512_set1_epi32(pair));
-                }
-                sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(start, 5));
+    };
+    const auto add = [x, supers, cols = w.cols](const Super& u, int i, int t, const int8_t* a, GroupSums sums[2], float acc[][16]) {
+        // As the VNNI tile: the stored values are q + 32, so the sums start at -32 x each
+        // sub-block's scale x its activations' sum; then each sub-block's sums times its scale.
+        __m512i sum[kAmxTokens];
+        for (int m = 0; m < kAmxTokens; ++m) {
+            const int16_t* sums16 = x->sums + (size_t(t + m) * supers + size_t(i)) * 16;
+            __m512i start = _mm512_setzero_si512();
+            for (int p = 0; p < 8; ++p) {
+                int32_t pair;
+                std::memcpy(&pair, sums16 + 2 * p, 4);
+                start = _mm512_dpwssd_epi32(start, _mm512_load_si512(u.scale_pairs[p]), _mm512_set1_epi32(pair));
             }
-            for (int j = 0; j < 16; j += 2) {
-                const int8_t* a = activations + size_t(i) * kSuperBlock + size_t(j) * 16;
-                ANVIL_TILE_PRODUCT(0, 2, 4, a, w.cols, u.operands[j], sums[0]);
-                ANVIL_TILE_PRODUCT(1, 3, 5, a + 16, w.cols, u.operands[j + 1], sums[1]);
-                const __m512i scale_a = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
-                const __m512i scale_b = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
-                for (int m = 0; m < kAmxTokens; ++m)
-                    sum[m] = _mm512_add_epi32(_mm512_add_epi32(sum[m], _mm512_mullo_epi32(_mm512_load_si512(sums[0][m]), scale_a)),
-                                              _mm512_mullo_epi32(_mm512_load_si512(sums[1][m]), scale_b));
-            }
-            const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.d)));
-            for (int m = 0; m < kAmxTokens; ++m) {
-                const __m512 x_scale = _mm512_set1_ps(x->scales[size_t(t + m) * supers + size_t(i)]);
-                _mm512_store_ps(acc[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, x_scale), _mm512_load_ps(acc[m])));
-            }
+            sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(start, 5));
         }
-        for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * w.rows + r0, live, _mm512_load_ps(acc[m]));
-    }
-    _tile_release();
+        for (int j = 0; j < 16; j += 2) {
+            ANVIL_TILE_PRODUCT(0, 2, 4, a + 16 * j, cols, u.operands[j], sums[0]);
+            ANVIL_TILE_PRODUCT(1, 3, 5, a + 16 * (j + 1), cols, u.operands[j + 1], sums[1]);
+            const __m512i scale_a = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
+            const __m512i scale_b = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
+            for (int m = 0; m < kAmxTokens; ++m)
+                sum[m] = _mm512_add_epi32(_mm512_add_epi32(sum[m], _mm512_mullo_epi32(_mm512_load_si512(sums[0][m]), scale_a)),
+                                          _mm512_mullo_epi32(_mm512_load_si512(sums[1][m]), scale_b));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u.d)));
+        for (int m = 0; m < kAmxTokens; ++m) {
+            const __m512 x_scale = _mm512_set1_ps(x->scales[size_t(t + m) * supers + size_t(i)]);
+            _mm512_store_ps(acc[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, x_scale), _mm512_load_ps(acc[m])));
+        }
+    };
+    static const TileConfig config = sub_block16_tiles();
+    amx_super_item<Super>(w, item, kQ6_KPacked8Bytes, config, x->values, t0, t1, y, unpack, add);
 }
 
 }  // namespace anvil::kernels::detail
