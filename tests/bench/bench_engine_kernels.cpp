@@ -158,11 +158,11 @@ int main(int, char** argv) {
         // for bf16 weights.
         // The packed q8 layout is only the VNNI level's (and the AMX level's for batches); q8 packed
         // by 8 runs the same AVX2 kernel at every vector level; GGUF's blocks have an AVX2 kernel and
-        // a VNNI one.
+        // a VNNI one (with the AMX tiles for batches).
         const auto skip = [type](Isa isa) {
             if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni && isa != Isa::Amx;
             if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
-            if (is_ggml_block_type(type)) return isa != Isa::Avx2 && isa != Isa::Avx512Vnni;  // the two kernels
+            if (is_ggml_block_type(type)) return isa != Isa::Avx2 && isa != Isa::Avx512Vnni && isa != Isa::Amx;
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16) ||
                    isa == Isa::Amx;
         };
