@@ -504,6 +504,16 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
         store_rows8(b == 0 ? _mm512_castps512_ps256(acc) : _mm512_extractf32x8_ps(acc, 1), w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
+// Where `amx` asks, the whole runs of kAmxTokens tokens from c0 on the AMX tiles (matmul_amx.cpp,
+// the same bits); returns the first token left to the VNNI tiles.
+template <typename Input, void (*AmxItem)(const WeightMatrix&, int, const Input*, int, int, float*)>
+int amx_runs(bool amx, const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    if (!amx || c1 - c0 < kAmxTokens) return c0;
+    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+    AmxItem(w, item, x, c0, whole, y);
+    return whole;
+}
+
 }  // namespace
 
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
@@ -511,31 +521,19 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     switch (ws[0].type) {
         case WeightType::Q4_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                if (amx && c1 - c0 >= kAmxTokens) {
-                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
-                    amx_q4_k_item(w, item, q256, c0, whole, y);
-                    c0 = whole;
-                }
+                c0 = amx_runs<SuperBlockInput, amx_q4_k_item>(amx, w, item, q256, c0, c1, y);
                 packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0,
                                                                                                                         c1, y);
             });
         case WeightType::Q6_KPacked8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                if (amx && c1 - c0 >= kAmxTokens) {
-                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
-                    amx_q6_k_item(w, item, q256, c0, whole, y);
-                    c0 = whole;
-                }
+                c0 = amx_runs<SuperBlockInput, amx_q6_k_item>(amx, w, item, q256, c0, c1, y);
                 packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, q256, c0, c1,
                                                                                                                    y);
             });
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                if (amx && c1 - c0 >= kAmxTokens) {
-                    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
-                    amx_q4_0_item(w, item, q32, c0, whole, y);
-                    c0 = whole;
-                }
+                c0 = amx_runs<QuantizedInput, amx_q4_0_item>(amx, w, item, q32, c0, c1, y);
                 packed8_item_paired<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512<1>, q4_0_packed8_token512<2>>(w, item, q32, c0, c1,
                                                                                                                   y);
             });

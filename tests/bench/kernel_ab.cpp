@@ -28,8 +28,15 @@
 using namespace anvil::kernels;
 
 namespace anvil::kernels::detail {
+// Revisions from session 31 on take whether to use the AMX tiles for batches (kernel_ab.sh says
+// which this baseline is); both sides here run the VNNI tiles.
 void matmul_vnni_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
-                                 const SuperBlockInput* q256, int n_tokens);
+                                 const SuperBlockInput* q256, int n_tokens
+#ifdef ANVIL_AB_BASELINE_TAKES_AMX
+                                 ,
+                                 bool amx
+#endif
+);
 void matmul_avx2_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                                  const SuperBlockInput* q256, int n_tokens);
 }  // namespace anvil::kernels::detail
@@ -37,6 +44,19 @@ void matmul_avx2_blocks_baseline(const WeightMatrix* ws, float* const* ys, int c
 namespace {
 
 using Kernel = void (*)(const WeightMatrix*, float* const*, int, const detail::QuantizedInput*, const detail::SuperBlockInput*, int);
+
+void vnni_baseline(const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32, const detail::SuperBlockInput* q256,
+                   int n_tokens) {
+#ifdef ANVIL_AB_BASELINE_TAKES_AMX
+    detail::matmul_vnni_blocks_baseline(ws, ys, count, q32, q256, n_tokens, false);
+#else
+    detail::matmul_vnni_blocks_baseline(ws, ys, count, q32, q256, n_tokens);
+#endif
+}
+void vnni_current(const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32, const detail::SuperBlockInput* q256,
+                  int n_tokens) {
+    detail::matmul_vnni_blocks(ws, ys, count, q32, q256, n_tokens, false);
+}
 using Clock = std::chrono::steady_clock;
 
 struct Case {
@@ -92,8 +112,7 @@ bool run(const Case& c, bool vnni, int passes) {
         q256 = {q.data(), scales.data(), sums.data(), sums32.data()};
     }
 
-    const Kernel kernels[2] = {vnni ? detail::matmul_vnni_blocks_baseline : detail::matmul_avx2_blocks_baseline,
-                               vnni ? detail::matmul_vnni_blocks : detail::matmul_avx2_blocks};
+    const Kernel kernels[2] = {vnni ? vnni_baseline : detail::matmul_avx2_blocks_baseline, vnni ? vnni_current : detail::matmul_avx2_blocks};
     std::vector<float> ys[2] = {std::vector<float>(size_t(c.tokens) * c.rows * c.copies), std::vector<float>(size_t(c.tokens) * c.rows * c.copies)};
     const auto call = [&](int k) {
         for (int i = 0; i < c.copies; ++i) {

@@ -42,7 +42,9 @@ g++ "${flags[@]}" "${avx512[@]}" -I"$work/baseline" -Dmatmul_vnni_blocks=matmul_
     -c "$work/baseline/kernels/matmul_vnni_blocks.cpp" -o "$work/vnni.o"
 g++ "${flags[@]}" -I"$work/baseline" -Dmatmul_avx2_blocks=matmul_avx2_blocks_baseline \
     -c "$work/baseline/kernels/matmul_avx2_blocks.cpp" -o "$work/avx2.o"
-g++ "${flags[@]}" -I"$root" -c "$root/tests/bench/kernel_ab.cpp" -o "$work/kernel_ab.o"
+takes_amx=()
+grep -q "int n_tokens, bool amx" "$work/baseline/kernels/matmul.hpp" && takes_amx=(-DANVIL_AB_BASELINE_TAKES_AMX)
+g++ "${flags[@]}" "${takes_amx[@]}" -I"$root" -c "$root/tests/bench/kernel_ab.cpp" -o "$work/kernel_ab.o"
 g++ -fopenmp "$work/kernel_ab.o" "$work/vnni.o" "$work/avx2.o" "$build/kernels/libanvil_kernels.a" -o "$work/kernel_ab"
 echo "# baseline $(git -C "$root" rev-parse --short "$rev") against the working tree; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 "$work/kernel_ab" "$level" "$passes" "${cases[@]}"
