@@ -68,6 +68,15 @@ TileConfig sub_block16_tiles() {
 
 using GroupSums = int32_t[kAmxTokens][kQ8PackRows];
 
+// The f16 factors of an item's 8 + 8 rows (d; Q4_K's dmin), at `offset` in each block's tile; a
+// lone last block's missing 8 are zeros.
+inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int blocks, int offset) {
+    for (int b = 0; b < 2; ++b) {
+        if (b < blocks) std::memcpy(out + 8 * b, tiles[b] + offset, 16);
+        else std::memset(out + 8 * b, 0, 16);
+    }
+}
+
 // One group's sums into the 16 tokens' accumulators, as the VNNI tiles add them: the offset in
 // int32, then the rows' scales x the token's.
 template <typename OffsetOf>
@@ -142,8 +151,7 @@ void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int
         const uint8_t* tiles[2];
         for (int b = 0; b < 2; ++b)
             tiles[b] = static_cast<const uint8_t*>(w.data) + size_t(b0 + std::min(b, blocks - 1)) * block_bytes + size_t(g) * kQ4_0Packed8Bytes;
-        for (int b = 0; b < 2; ++b) std::memcpy(&scales[size_t(g) * 16 + size_t(b) * 8], tiles[b], 16);
-        if (blocks == 1) std::memset(&scales[size_t(g) * 16 + 8], 0, 16);
+        both_blocks_f16(&scales[size_t(g) * 16], tiles, blocks, 0);
         for (int s = 0; s < 4; ++s) {
             const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[0] + 16 + 32 * s));
             const __m256i second = blocks == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tiles[1] + 16 + 32 * s))
@@ -194,14 +202,6 @@ void amx_super_item(const WeightMatrix& w, int item, size_t tile_bytes, const Ti
         for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * w.rows + r0, live, _mm512_load_ps(acc[m]));
     }
     _tile_release();
-}
-
-// The 8 + 8 rows' f16 factors of a tile pair (d, or Q4_K's dmin), at `offset` in each tile.
-inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int blocks, int offset) {
-    for (int b = 0; b < 2; ++b) {
-        if (b < blocks) std::memcpy(out + 8 * b, tiles[b] + offset, 16);
-        else std::memset(out + 8 * b, 0, 16);
-    }
 }
 
 }  // namespace
