@@ -1,15 +1,16 @@
-// Paired A/B of the GGUF block kernels, built by tests/bench/kernel_ab.sh (not by CMake): the
-// baseline revision's matmul_{vnni,avx2}_blocks (entry points renamed *_baseline) and the working
-// tree's, in one process, on the same packed matrices and the same rounded input, taking turns
+// Paired A/B of the GGUF block kernels and packed q8's, built by tests/bench/kernel_ab.sh (not by
+// CMake): the baseline revision's matmul_{vnni,avx2}_blocks, matmul_avx512vnni and AMX tiles
+// (entry points renamed *_baseline) and the working tree's, in one process, on the same packed matrices and the same rounded input, taking turns
 // every pass. On a host whose speed swings within seconds, only such pairs settle a few percent;
 // separate runs of two binaries do not. Each case prints both rates, the median ratio of the
 // passes (new / baseline, with the quartiles), and whether the outputs are identical bit for bit
 // (every change to these kernels so far keeps the integer sums exact and the float order, so they
 // must be).
 //
-// usage: kernel_ab LEVEL PASSES CASE...   LEVEL vnni|avx2, CASE FORMAT:ROWSxCOLS:COPIES:TOKENS
-//        (FORMAT Q4_0, Q4_K or Q6_K; COPIES matrices read in turn: 1 stays in cache, enough of
-//        them streams from memory). Threads: OMP_NUM_THREADS, as the engine.
+// usage: kernel_ab LEVEL PASSES CASE...   LEVEL vnni|avx2|amx, CASE FORMAT:ROWSxCOLS:COPIES:TOKENS
+//        (FORMAT Q4_0, Q4_K, Q6_K, or Q8 for packed q8 at vnni and amx; COPIES matrices read in
+//        turn: 1 stays in cache, enough of them streams from memory). At amx both sides hand whole
+//        runs of 16 tokens to the tiles. Threads: OMP_NUM_THREADS, as the engine.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_features.hpp"
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/streamed_memory.hpp"
@@ -29,33 +31,48 @@ using namespace anvil::kernels;
 
 namespace anvil::kernels::detail {
 // Revisions from session 31 on take whether to use the AMX tiles for batches (kernel_ab.sh says
-// which this baseline is); both sides here run the VNNI tiles.
-void matmul_vnni_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
-                                 const SuperBlockInput* q256, int n_tokens
+// which this baseline is), and hold packed q8's scales in f16 as the working tree does.
 #ifdef ANVIL_AB_BASELINE_TAKES_AMX
-                                 ,
-                                 bool amx
+void matmul_vnni_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
+                                 const SuperBlockInput* q256, int n_tokens, bool amx);
+void matmul_avx512vnni_baseline(const WeightMatrix* ws, float* const* ys, int count, const float* x, const QuantizedInput* qx,
+                                int n_tokens, bool amx);
+#else
+void matmul_vnni_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
+                                 const SuperBlockInput* q256, int n_tokens);
 #endif
-);
 void matmul_avx2_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                                  const SuperBlockInput* q256, int n_tokens);
 }  // namespace anvil::kernels::detail
 
 namespace {
 
-using Kernel = void (*)(const WeightMatrix*, float* const*, int, const detail::QuantizedInput*, const detail::SuperBlockInput*, int);
+enum class Level { Avx2, Vnni, Amx };
 
-void vnni_baseline(const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32, const detail::SuperBlockInput* q256,
-                   int n_tokens) {
+// One side's product of a case: the rounded inputs for the GGUF formats, the f32 input for packed
+// q8 (which its entry point rounds itself).
+struct Inputs {
+    const detail::QuantizedInput* q32;
+    const detail::SuperBlockInput* q256;
+    const float* x;
+};
+using Kernel = void (*)(Level, const WeightMatrix*, float* const*, const Inputs&, int);
+
+void baseline(Level level, const WeightMatrix* w, float* const* y, const Inputs& in, int n_tokens) {
+    if (level == Level::Avx2) return detail::matmul_avx2_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens);
 #ifdef ANVIL_AB_BASELINE_TAKES_AMX
-    detail::matmul_vnni_blocks_baseline(ws, ys, count, q32, q256, n_tokens, false);
+    const bool amx = level == Level::Amx;
+    if (w->type == WeightType::Q8Packed) return detail::matmul_avx512vnni_baseline(w, y, 1, in.x, nullptr, n_tokens, amx);
+    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens, amx);
 #else
-    detail::matmul_vnni_blocks_baseline(ws, ys, count, q32, q256, n_tokens);
+    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens);
 #endif
 }
-void vnni_current(const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32, const detail::SuperBlockInput* q256,
-                  int n_tokens) {
-    detail::matmul_vnni_blocks(ws, ys, count, q32, q256, n_tokens, false);
+void current(Level level, const WeightMatrix* w, float* const* y, const Inputs& in, int n_tokens) {
+    if (level == Level::Avx2) return detail::matmul_avx2_blocks(w, y, 1, in.q32, in.q256, n_tokens);
+    const bool amx = level == Level::Amx;
+    if (w->type == WeightType::Q8Packed) return detail::matmul_avx512vnni(w, y, 1, in.x, nullptr, n_tokens, amx);
+    detail::matmul_vnni_blocks(w, y, 1, in.q32, in.q256, n_tokens, amx);
 }
 using Clock = std::chrono::steady_clock;
 
@@ -64,13 +81,18 @@ struct Case {
     int rows = 0, cols = 0, copies = 1, tokens = 1;
 };
 
-bool parse_case(const char* text, Case& c) {
+bool parse_case(const char* text, Level level, Case& c) {
     char format[16] = {};
     if (std::sscanf(text, "%15[^:]:%dx%d:%d:%d", format, &c.rows, &c.cols, &c.copies, &c.tokens) != 5) return false;
     c.format = format;
-    const int values = c.format == "Q4_0" ? 32 : 256;
-    return (c.format == "Q4_0" || c.format == "Q4_K" || c.format == "Q6_K") && c.rows > 0 && c.cols > 0 && c.cols % values == 0 &&
-           c.copies > 0 && c.tokens > 0;
+    const int values = c.format == "Q4_0" || c.format == "Q8" ? 32 : 256;
+    bool format_known = c.format == "Q4_0" || c.format == "Q4_K" || c.format == "Q6_K";
+#ifdef ANVIL_AB_BASELINE_TAKES_AMX
+    format_known = format_known || (c.format == "Q8" && level != Level::Avx2);
+#else
+    (void)level;
+#endif
+    return format_known && c.rows > 0 && c.cols > 0 && c.cols % values == 0 && c.copies > 0 && c.tokens > 0;
 }
 
 double median(std::vector<double> v) {
@@ -79,18 +101,33 @@ double median(std::vector<double> v) {
 }
 
 // Whether the two kernels' outputs were identical.
-bool run(const Case& c, bool vnni, int passes) {
-    const bool q4_0 = c.format == "Q4_0", q4_k = c.format == "Q4_K";
-    const WeightType type = q4_0 ? WeightType::Q4_0Packed8 : q4_k ? WeightType::Q4_KPacked8 : WeightType::Q6_KPacked8;
+bool run(const Case& c, Level level, int passes) {
+    const bool q4_0 = c.format == "Q4_0", q4_k = c.format == "Q4_K", q8 = c.format == "Q8";
+    const WeightType type = q8     ? WeightType::Q8Packed
+                            : q4_0 ? WeightType::Q4_0Packed8
+                            : q4_k ? WeightType::Q4_KPacked8
+                                   : WeightType::Q6_KPacked8;
     // Quantized and packed as the engine holds them (the kernel tests' construction), then copied
-    // onto huge pages, as the engine holds its weights.
+    // onto huge pages, as the engine holds its weights (packed q8's f16 scales beside its bytes).
     const anvil::test::TestMatrix m = anvil::test::make_matrix(type, c.rows, c.cols, 7);
-    const size_t matrix_bytes = q4_0 ? q4_0_packed8_bytes(c.rows, c.cols) : q4_k ? q4_k_packed8_bytes(c.rows, c.cols)
-                                                                               : q6_k_packed8_bytes(c.rows, c.cols);
-    StreamedVector<uint8_t> packed(matrix_bytes * size_t(c.copies));
-    for (int i = 0; i < c.copies; ++i) std::memcpy(&packed[matrix_bytes * size_t(i)], m.view.data, matrix_bytes);
+    const size_t matrix_bytes = q8     ? m.packed.size()
+                                : q4_0 ? q4_0_packed8_bytes(c.rows, c.cols)
+                                : q4_k ? q4_k_packed8_bytes(c.rows, c.cols)
+                                       : q6_k_packed8_bytes(c.rows, c.cols);
+    const size_t scale_bytes = q8 ? m.scales_f16.size() * sizeof(uint16_t) : 0;
+    const size_t copy_bytes = matrix_bytes + scale_bytes;
+    StreamedVector<uint8_t> packed(copy_bytes * size_t(c.copies));
     std::vector<WeightMatrix> ws;
-    for (int i = 0; i < c.copies; ++i) ws.push_back({type, c.rows, c.cols, &packed[matrix_bytes * size_t(i)], nullptr});
+    for (int i = 0; i < c.copies; ++i) {
+        uint8_t* at = &packed[copy_bytes * size_t(i)];
+        std::memcpy(at, m.view.data, matrix_bytes);
+        WeightMatrix w{type, c.rows, c.cols, at, nullptr};
+        if (q8) {
+            std::memcpy(at + matrix_bytes, m.scales_f16.data(), scale_bytes);
+            w.scales_f16 = reinterpret_cast<const uint16_t*>(at + matrix_bytes);
+        }
+        ws.push_back(w);
+    }
 
     const std::vector<float> x = anvil::test::random_vector(size_t(c.tokens) * c.cols, 3);
     const size_t n = x.size();
@@ -107,21 +144,23 @@ bool run(const Case& c, bool vnni, int passes) {
             sums32[g] = int16_t(sum);
         }
         q32 = {q.data(), scales.data(), sums32.data()};
-    } else {
+    } else if (!q8) {  // packed q8's entry point rounds its own
         detail::quantize_input_super(x.data(), c.tokens, c.cols, q.data(), scales.data(), sums.data(), sums32.data());
         q256 = {q.data(), scales.data(), sums.data(), sums32.data()};
     }
 
-    const Kernel kernels[2] = {vnni ? vnni_baseline : detail::matmul_avx2_blocks_baseline, vnni ? vnni_current : detail::matmul_avx2_blocks};
+    const Kernel kernels[2] = {baseline, current};
+    const Inputs inputs{&q32, &q256, x.data()};
     std::vector<float> ys[2] = {std::vector<float>(size_t(c.tokens) * c.rows * c.copies), std::vector<float>(size_t(c.tokens) * c.rows * c.copies)};
     const auto call = [&](int k) {
         for (int i = 0; i < c.copies; ++i) {
             float* y = ys[k].data() + size_t(i) * c.tokens * c.rows;
-            kernels[k](&ws[size_t(i)], &y, 1, &q32, &q256, c.tokens);
+            kernels[k](level, &ws[size_t(i)], &y, inputs, c.tokens);
         }
     };
-    // Enough calls a pass to read at least 64 MB.
-    const int calls = std::max(1, int(64e6 / double(matrix_bytes * size_t(c.copies))));
+    // Enough calls a pass to read at least 64 MB, or make 2e9 multiply-adds.
+    const double macs = double(c.rows) * c.cols * c.tokens * c.copies;
+    const int calls = std::max(1, std::min(int(64e6 / double(copy_bytes * size_t(c.copies))), int(2e9 / macs)));
     call(0);
     call(1);
     const bool identical = std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)) == 0;
@@ -133,14 +172,17 @@ bool run(const Case& c, bool vnni, int passes) {
             const auto start = Clock::now();
             for (int r = 0; r < calls; ++r) call(k);
             seconds[k] = std::chrono::duration<double>(Clock::now() - start).count();
-            rates[k].push_back(double(matrix_bytes) * c.copies * calls / seconds[k] / 1e9);
+            rates[k].push_back((c.tokens == 1 ? double(copy_bytes) * c.copies : macs) * calls / seconds[k] / 1e9);
         }
         ratios.push_back(seconds[0] / seconds[1]);
     }
     std::sort(ratios.begin(), ratios.end());
-    std::printf("%-4s %5dx%-5d x%-3d %d token%s  %s, %d threads  baseline %6.2f GB/s  new %6.2f GB/s  new/baseline %.3f (%.3f-%.3f)  %s\n",
-                c.format.c_str(), c.rows, c.cols, c.copies, c.tokens, c.tokens == 1 ? " " : "s", vnni ? "vnni" : "avx2",
-                omp_get_max_threads(), median(rates[0]), median(rates[1]), ratios[ratios.size() / 2], ratios[ratios.size() / 4],
+    // Decode reads its weights once a token: bytes a second; a batch, multiply-adds a second.
+    const char* unit = c.tokens == 1 ? "GB/s" : "GMAC/s";
+    const char* level_name = level == Level::Avx2 ? "avx2" : level == Level::Vnni ? "vnni" : "amx";
+    std::printf("%-4s %5dx%-5d x%-3d %d token%s  %s, %d threads  baseline %6.2f %s  new %6.2f %s  new/baseline %.3f (%.3f-%.3f)  %s\n",
+                c.format.c_str(), c.rows, c.cols, c.copies, c.tokens, c.tokens == 1 ? " " : "s", level_name, omp_get_max_threads(),
+                median(rates[0]), unit, median(rates[1]), unit, ratios[ratios.size() / 2], ratios[ratios.size() / 4],
                 ratios[ratios.size() * 3 / 4], identical ? "outputs identical" : "OUTPUTS DIFFER");
     return identical;
 }
@@ -148,20 +190,28 @@ bool run(const Case& c, bool vnni, int passes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 4 || (std::strcmp(argv[1], "vnni") && std::strcmp(argv[1], "avx2")) || std::atoi(argv[2]) < 1) {
-        std::fprintf(stderr, "usage: kernel_ab vnni|avx2 PASSES FORMAT:ROWSxCOLS:COPIES:TOKENS...\n");
+    const std::string name = argc > 1 ? argv[1] : "";
+    if (argc < 4 || (name != "vnni" && name != "avx2" && name != "amx") || std::atoi(argv[2]) < 1) {
+        std::fprintf(stderr, "usage: kernel_ab vnni|avx2|amx PASSES FORMAT:ROWSxCOLS:COPIES:TOKENS...\n");
         return 2;
     }
-    const bool vnni = !std::strcmp(argv[1], "vnni");
+    const Level level = name == "avx2" ? Level::Avx2 : name == "vnni" ? Level::Vnni : Level::Amx;
+    // Asking is what gets Linux's leave to use the tiles in this process.
+    if (level == Level::Amx && !cpu_features().amx_int8) {
+        std::fprintf(stderr, "kernel_ab: this CPU or kernel does not let a process use the AMX int8 tiles\n");
+        return 2;
+    }
     int status = 0;
     for (int i = 3; i < argc; ++i) {
         Case c;
-        if (!parse_case(argv[i], c)) {
-            std::fprintf(stderr, "kernel_ab: %s: expected FORMAT:ROWSxCOLS:COPIES:TOKENS with FORMAT Q4_0, Q4_K or Q6_K and whole blocks\n",
+        if (!parse_case(argv[i], level, c)) {
+            std::fprintf(stderr,
+                         "kernel_ab: %s: expected FORMAT:ROWSxCOLS:COPIES:TOKENS with FORMAT Q4_0, Q4_K, Q6_K (or Q8 at vnni and amx, "
+                         "against a baseline from session 31 on) and whole blocks\n",
                          argv[i]);
             return 2;
         }
-        if (!run(c, vnni, std::atoi(argv[2]))) status = 1;
+        if (!run(c, level, std::atoi(argv[2]))) status = 1;
     }
     return status;
 }
