@@ -15,8 +15,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/ggml_blocks.hpp"
@@ -55,15 +57,20 @@ TileConfig sub_block16_tiles() {
 }
 
 // Sums tile `sum` = activations tile `act` (16 tokens from `a`, a row every `stride` bytes) times
-// weights tile `wt` (the 64-byte runs at `operand`), stored to `out`. A macro: GCC's tile
-// intrinsics take the tile numbers as literals.
-#define ANVIL_TILE_PRODUCT(sum, act, wt, a, stride, operand, out) \
-    do {                                                          \
-        _tile_zero(sum);                                          \
-        _tile_loadd(act, a, stride);                              \
-        _tile_loadd(wt, operand, 64);                             \
-        _tile_dpbsud(sum, act, wt);                               \
-        _tile_stored(sum, out, 64);                               \
+// weights tile `wt` (the 64-byte runs at `operand`, unsigned with `dp` _tile_dpbsud, signed with
+// _tile_dpbssd), left in the tile. Macros: GCC's tile intrinsics take the tile numbers as literals.
+#define ANVIL_TILE_ISSUE(sum, act, wt, a, stride, operand, dp) \
+    do {                                                       \
+        _tile_zero(sum);                                       \
+        _tile_loadd(act, a, stride);                           \
+        _tile_loadd(wt, operand, 64);                          \
+        dp(sum, act, wt);                                      \
+    } while (0)
+// The same, stored to `out` at once.
+#define ANVIL_TILE_PRODUCT(sum, act, wt, a, stride, operand, out)           \
+    do {                                                                    \
+        ANVIL_TILE_ISSUE(sum, act, wt, a, stride, operand, _tile_dpbsud); \
+        _tile_stored(sum, out, 64);                                         \
     } while (0)
 
 using GroupSums = int32_t[kAmxTokens][kQ8PackRows];
@@ -77,46 +84,71 @@ inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int
     }
 }
 
-// One group's sums into the 16 tokens' accumulators, as the VNNI tiles add them: the offset in
-// int32, then the rows' scales x the token's.
+// One group's sums into the 16 tokens' accumulators (registers, the loop unrolled), as the VNNI
+// tiles add them: the offset in int32 (none for signed weights, whose sums need none), then the
+// rows' scales x the token's.
 template <typename OffsetOf>
 inline void scale_group(const GroupSums& sums, __m512 w_scale, const float* x_scales, int groups, OffsetOf offset_of, int t0, int g,
                         __m512 acc[kAmxTokens]) {
+#pragma GCC unroll 16
     for (int m = 0; m < kAmxTokens; ++m) {
         const size_t at = size_t(t0 + m) * groups + g;
-        const __m512i dot = _mm512_add_epi32(_mm512_load_si512(sums[m]), _mm512_set1_epi32(offset_of(at)));
+        __m512i dot = _mm512_load_si512(sums[m]);
+        if constexpr (!std::is_same_v<OffsetOf, std::nullptr_t>) dot = _mm512_add_epi32(dot, _mm512_set1_epi32(offset_of(at)));
         const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x_scales[at]));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[m]);
     }
 }
 
 // 16 rows from r0 (`live` of them stored) times tokens t0..t1 (whole runs of 16): each group's
-// weights are 512 bytes at `weights` + 512 g as a tile multiply's second operand (unsigned), its 16
-// rows' scales f16 at `w_scales` + 16 g; `values` the int8 activations [tokens][cols] with their
-// scales and the offset the weights' stored bias takes (offset_of(token x groups + g)).
+// weights are 512 bytes at `weights` + 512 g as a tile multiply's second operand (unsigned with an
+// `offset_of(token x groups + g)` for their stored bias; signed where offset_of is nullptr), its
+// 16 rows' scales f16 at `w_scales` + 16 g; `values` the int8 activations [tokens][cols] with
+// their scales. Each step (two groups) is issued, stored and scaled in turn: storing a step's
+// sums one step after its products, and scaling them one step later still, was 5-10% slower
+// (measured with tests/bench/kernel_ab.sh --level amx, session 32).
 template <typename OffsetOf>
 void amx_rows16(const uint8_t* weights, const uint16_t* w_scales, int cols, const int8_t* values, const float* x_scales, OffsetOf offset_of,
                 int t0, int t1, int r0, int rows, float* y) {
     const int groups = cols / kQ8Group;
+    const int steps = (groups + 1) / 2;
     const __mmask16 live = __mmask16((1u << std::min(kQ8PackRows, rows - r0)) - 1);
     static const TileConfig config = group_tiles();
     _tile_loadconfig(&config);
-    alignas(64) GroupSums sums[2];
+    alignas(64) GroupSums sums[2][2];  // [step % 2][group of the step]
     const auto row_scales = [w_scales](int g) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + size_t(g) * kQ8PackRows)));
     };
+    constexpr bool is_signed = std::is_same_v<OffsetOf, std::nullptr_t>;
     for (int t = t0; t < t1; t += kAmxTokens) {
         const int8_t* activations = values + size_t(t) * cols;
+        const auto issue = [&](int s) {
+            const int g = 2 * s;
+            const int8_t* a = activations + size_t(g) * kQ8Group;
+            const uint8_t* operand = weights + size_t(g) * kQ8Group * kQ8PackRows;
+            if constexpr (is_signed) {
+                ANVIL_TILE_ISSUE(0, 2, 4, a, cols, operand, _tile_dpbssd);
+                if (g + 1 < groups) ANVIL_TILE_ISSUE(1, 3, 5, a + kQ8Group, cols, operand + kQ8Group * kQ8PackRows, _tile_dpbssd);
+            } else {
+                ANVIL_TILE_ISSUE(0, 2, 4, a, cols, operand, _tile_dpbsud);
+                if (g + 1 < groups) ANVIL_TILE_ISSUE(1, 3, 5, a + kQ8Group, cols, operand + kQ8Group * kQ8PackRows, _tile_dpbsud);
+            }
+        };
+        const auto store = [&](int s) {
+            _tile_stored(0, sums[s % 2][0], 64);
+            if (2 * s + 1 < groups) _tile_stored(1, sums[s % 2][1], 64);
+        };
         __m512 acc[kAmxTokens];
         for (auto& a : acc) a = _mm512_setzero_ps();
-        for (int g = 0; g < groups; g += 2) {
-            const bool pair = g + 1 < groups;
-            ANVIL_TILE_PRODUCT(0, 2, 4, activations + size_t(g) * kQ8Group, cols, weights + size_t(g) * kQ8Group * kQ8PackRows, sums[0]);
-            if (pair) {
-                ANVIL_TILE_PRODUCT(1, 3, 5, activations + size_t(g + 1) * kQ8Group, cols, weights + size_t(g + 1) * kQ8Group * kQ8PackRows, sums[1]);
-            }
-            scale_group(sums[0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
-            if (pair) scale_group(sums[1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
+        const auto scale = [&](int s) {
+            const int g = 2 * s;
+            scale_group(sums[s % 2][0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
+            if (g + 1 < groups) scale_group(sums[s % 2][1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
+        };
+        for (int s = 0; s < steps; ++s) {
+            issue(s);
+            store(s);
+            scale(s);
         }
         for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * rows + r0, live, acc[m]);
     }
@@ -146,7 +178,7 @@ void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int
     thread_local std::vector<uint16_t> scales;
     if (weights.size() < size_t(groups) * 512) weights.resize(size_t(groups) * 512);
     if (scales.size() < size_t(groups) * 16) scales.resize(size_t(groups) * 16);
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
     for (int g = 0; g < groups; ++g) {
         const uint8_t* tiles[2];
         for (int b = 0; b < 2; ++b)
@@ -158,14 +190,13 @@ void amx_q4_0_item(const WeightMatrix& w, int item, const QuantizedInput* x, int
                                                : _mm256_set1_epi8(char(0x88));  // no rows: q = 8, value 0
             const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
             uint8_t* runs = &weights[size_t(g) * 512];
-            _mm512_storeu_si512(runs + 64 * s, _mm512_and_si512(both, low4));
-            _mm512_storeu_si512(runs + 64 * (s + 4), _mm512_and_si512(_mm512_srli_epi16(both, 4), low4));
+            _mm512_storeu_si512(runs + 64 * s, _mm512_sub_epi8(_mm512_and_si512(both, low4), eight));
+            _mm512_storeu_si512(runs + 64 * (s + 4), _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(both, 4), low4), eight));
         }
     }
-    const int16_t* sums = x->sums;
-    // The stored values are q + 8: -8 x the activations' sum, as the VNNI tile starts from.
-    amx_rows16(weights.data(), scales.data(), w.cols, x->values, x->scales, [sums](size_t at) { return -8 * int32_t(sums[at]); }, t0, t1,
-               b0 * kPack8Rows, w.rows, y);
+    // Unpacked as the signed values -8..7 (the stored q + 8, less 8): the sums are the VNNI tile's
+    // once it has taken 8 x the activations' sum off, with no offset to add.
+    amx_rows16(weights.data(), scales.data(), w.cols, x->values, x->scales, nullptr, t0, t1, b0 * kPack8Rows, w.rows, y);
 }
 
 namespace {
