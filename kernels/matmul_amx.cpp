@@ -57,20 +57,15 @@ TileConfig sub_block16_tiles() {
 }
 
 // Sums tile `sum` = activations tile `act` (16 tokens from `a`, a row every `stride` bytes) times
-// weights tile `wt` (the 64-byte runs at `operand`, unsigned with `dp` _tile_dpbsud, signed with
-// _tile_dpbssd), left in the tile. Macros: GCC's tile intrinsics take the tile numbers as literals.
-#define ANVIL_TILE_ISSUE(sum, act, wt, a, stride, operand, dp) \
-    do {                                                       \
-        _tile_zero(sum);                                       \
-        _tile_loadd(act, a, stride);                           \
-        _tile_loadd(wt, operand, 64);                          \
-        dp(sum, act, wt);                                      \
-    } while (0)
-// The same, stored to `out` at once.
-#define ANVIL_TILE_PRODUCT(sum, act, wt, a, stride, operand, out)           \
-    do {                                                                    \
-        ANVIL_TILE_ISSUE(sum, act, wt, a, stride, operand, _tile_dpbsud); \
-        _tile_stored(sum, out, 64);                                         \
+// weights tile `wt` (the 64-byte runs at `operand`: unsigned with `dp` _tile_dpbsud, signed with
+// _tile_dpbssd), stored to `out`. A macro: GCC's tile intrinsics take the tile numbers as literals.
+#define ANVIL_TILE_PRODUCT(sum, act, wt, a, stride, operand, out, dp) \
+    do {                                                              \
+        _tile_zero(sum);                                              \
+        _tile_loadd(act, a, stride);                                  \
+        _tile_loadd(wt, operand, 64);                                 \
+        dp(sum, act, wt);                                             \
+        _tile_stored(sum, out, 64);                                   \
     } while (0)
 
 using GroupSums = int32_t[kAmxTokens][kQ8PackRows];
@@ -84,7 +79,7 @@ inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int
     }
 }
 
-// One group's sums into the 16 tokens' accumulators (registers, the loop unrolled), as the VNNI
+// One group's sums into the 16 tokens' accumulators, as the VNNI
 // tiles add them: the offset in int32 (none for signed weights, whose sums need none), then the
 // rows' scales x the token's.
 template <typename OffsetOf>
@@ -104,52 +99,42 @@ inline void scale_group(const GroupSums& sums, __m512 w_scale, const float* x_sc
 // weights are 512 bytes at `weights` + 512 g as a tile multiply's second operand (unsigned with an
 // `offset_of(token x groups + g)` for their stored bias; signed where offset_of is nullptr), its
 // 16 rows' scales f16 at `w_scales` + 16 g; `values` the int8 activations [tokens][cols] with
-// their scales. Each step (two groups) is issued, stored and scaled in turn: storing a step's
-// sums one step after its products, and scaling them one step later still, was 5-10% slower
-// (measured with tests/bench/kernel_ab.sh --level amx, session 32).
+// their scales. Each group is multiplied, stored and scaled in turn: storing a step's sums one
+// step after its products, and scaling them one step later still, was 3-7% slower (measured with
+// tests/bench/kernel_ab.sh --level amx, session 32): what bounds the loop is the tile stores'
+// cost, not their latency (docs/PERFORMANCE.md, session 32).
 template <typename OffsetOf>
 void amx_rows16(const uint8_t* weights, const uint16_t* w_scales, int cols, const int8_t* values, const float* x_scales, OffsetOf offset_of,
                 int t0, int t1, int r0, int rows, float* y) {
     const int groups = cols / kQ8Group;
-    const int steps = (groups + 1) / 2;
     const __mmask16 live = __mmask16((1u << std::min(kQ8PackRows, rows - r0)) - 1);
     static const TileConfig config = group_tiles();
     _tile_loadconfig(&config);
-    alignas(64) GroupSums sums[2][2];  // [step % 2][group of the step]
+    alignas(64) GroupSums sums[2];
     const auto row_scales = [w_scales](int g) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + size_t(g) * kQ8PackRows)));
     };
-    constexpr bool is_signed = std::is_same_v<OffsetOf, std::nullptr_t>;
     for (int t = t0; t < t1; t += kAmxTokens) {
         const int8_t* activations = values + size_t(t) * cols;
-        const auto issue = [&](int s) {
-            const int g = 2 * s;
+        __m512 acc[kAmxTokens];  // registers: every loop over them unrolled
+#pragma GCC unroll 16
+        for (auto& a : acc) a = _mm512_setzero_ps();
+        for (int g = 0; g < groups; g += 2) {
+            const bool pair = g + 1 < groups;
             const int8_t* a = activations + size_t(g) * kQ8Group;
             const uint8_t* operand = weights + size_t(g) * kQ8Group * kQ8PackRows;
-            if constexpr (is_signed) {
-                ANVIL_TILE_ISSUE(0, 2, 4, a, cols, operand, _tile_dpbssd);
-                if (g + 1 < groups) ANVIL_TILE_ISSUE(1, 3, 5, a + kQ8Group, cols, operand + kQ8Group * kQ8PackRows, _tile_dpbssd);
+            const uint8_t* next = operand + kQ8Group * kQ8PackRows;
+            if constexpr (std::is_same_v<OffsetOf, std::nullptr_t>) {
+                ANVIL_TILE_PRODUCT(0, 2, 4, a, cols, operand, sums[0], _tile_dpbssd);
+                if (pair) ANVIL_TILE_PRODUCT(1, 3, 5, a + kQ8Group, cols, next, sums[1], _tile_dpbssd);
             } else {
-                ANVIL_TILE_ISSUE(0, 2, 4, a, cols, operand, _tile_dpbsud);
-                if (g + 1 < groups) ANVIL_TILE_ISSUE(1, 3, 5, a + kQ8Group, cols, operand + kQ8Group * kQ8PackRows, _tile_dpbsud);
+                ANVIL_TILE_PRODUCT(0, 2, 4, a, cols, operand, sums[0], _tile_dpbsud);
+                if (pair) ANVIL_TILE_PRODUCT(1, 3, 5, a + kQ8Group, cols, next, sums[1], _tile_dpbsud);
             }
-        };
-        const auto store = [&](int s) {
-            _tile_stored(0, sums[s % 2][0], 64);
-            if (2 * s + 1 < groups) _tile_stored(1, sums[s % 2][1], 64);
-        };
-        __m512 acc[kAmxTokens];
-        for (auto& a : acc) a = _mm512_setzero_ps();
-        const auto scale = [&](int s) {
-            const int g = 2 * s;
-            scale_group(sums[s % 2][0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
-            if (g + 1 < groups) scale_group(sums[s % 2][1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
-        };
-        for (int s = 0; s < steps; ++s) {
-            issue(s);
-            store(s);
-            scale(s);
+            scale_group(sums[0], row_scales(g), x_scales, groups, offset_of, t, g, acc);
+            if (pair) scale_group(sums[1], row_scales(g + 1), x_scales, groups, offset_of, t, g + 1, acc);
         }
+#pragma GCC unroll 16
         for (int m = 0; m < kAmxTokens; ++m) _mm512_mask_storeu_ps(y + size_t(t + m) * rows + r0, live, acc[m]);
     }
     // Back to the init state: a context switch then saves no tile data.
@@ -274,8 +259,8 @@ void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
         __m512i sum[kAmxTokens];
         for (auto& v : sum) v = _mm512_setzero_si512();
         for (int j = 0; j < 8; j += 2) {
-            ANVIL_TILE_PRODUCT(0, 2, 4, a + 32 * j, cols, u.operands[j], sums[0]);
-            ANVIL_TILE_PRODUCT(1, 3, 5, a + 32 * (j + 1), cols, u.operands[j + 1], sums[1]);
+            ANVIL_TILE_PRODUCT(0, 2, 4, a + 32 * j, cols, u.operands[j], sums[0], _tile_dpbsud);
+            ANVIL_TILE_PRODUCT(1, 3, 5, a + 32 * (j + 1), cols, u.operands[j + 1], sums[1], _tile_dpbsud);
             const __m512i scale_a = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
             const __m512i scale_b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
             for (int m = 0; m < kAmxTokens; ++m)
@@ -353,8 +338,8 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
             sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(start, 5));
         }
         for (int j = 0; j < 16; j += 2) {
-            ANVIL_TILE_PRODUCT(0, 2, 4, a + 16 * j, cols, u.operands[j], sums[0]);
-            ANVIL_TILE_PRODUCT(1, 3, 5, a + 16 * (j + 1), cols, u.operands[j + 1], sums[1]);
+            ANVIL_TILE_PRODUCT(0, 2, 4, a + 16 * j, cols, u.operands[j], sums[0], _tile_dpbsud);
+            ANVIL_TILE_PRODUCT(1, 3, 5, a + 16 * (j + 1), cols, u.operands[j + 1], sums[1], _tile_dpbsud);
             const __m512i scale_a = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
             const __m512i scale_b = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
             for (int m = 0; m < kAmxTokens; ++m)
