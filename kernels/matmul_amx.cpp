@@ -290,13 +290,12 @@ void amx_q4_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
 }
 
 void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int t0, int t1, float* y) {
-    // A super-block's 16 sub-blocks' operands (a step's quarter of each block side by side), the
-    // rows' scale of each sub-block (i8), their d, and their scale pairs widened to int16 for the
-    // start sums.
+    // A super-block's 16 sub-blocks' operands (a step's quarter of each block side by side, as the
+    // signed values -32..31: the stored q + 32, less 32), the rows' scale of each sub-block (i8)
+    // and their d.
     struct alignas(64) Super {
-        uint8_t operands[16][256];
+        int8_t operands[16][256];
         int8_t scales[16][16];
-        int16_t scale_pairs[8][32];
         uint16_t d[16];
     };
     const int supers = w.cols / kSuperBlock;
@@ -304,18 +303,19 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
         both_blocks_f16(u.d, tiles, blocks, 0);
         for (int b = 0; b < 2; ++b)
             for (int p = 0; p < 8; ++p)
-                for (int k = 0; k < 16; ++k) {
-                    const int8_t scale = b < blocks ? int8_t(tiles[b][16 + 16 * p + k]) : int8_t(0);
-                    u.scale_pairs[p][16 * b + k] = scale;
-                    u.scales[2 * p + k % 2][8 * b + k / 2] = scale;
-                }
+                for (int k = 0; k < 16; ++k)
+                    u.scales[2 * p + k % 2][8 * b + k / 2] = b < blocks ? int8_t(tiles[b][16 + 16 * p + k]) : int8_t(0);
+        const __m256i thirty_two = _mm256_set1_epi8(32);
         for (int h = 0; h < 2; ++h)
             for (int step = 0; step < 8; ++step) {
                 __m256i q[2][4];
                 for (int b = 0; b < 2; ++b) {
-                    if (b < blocks) q6_k_step_values(tiles[b] + 144 + size_t(h * 8 + step) * 96, q[b]);
-                    else
+                    if (b < blocks) {
+                        q6_k_step_values(tiles[b] + 144 + size_t(h * 8 + step) * 96, q[b]);
+                        for (auto& v : q[b]) v = _mm256_sub_epi8(v, thirty_two);
+                    } else {
                         for (auto& v : q[b]) v = _mm256_setzero_si256();
+                    }
                 }
                 for (int k = 0; k < 4; ++k) {
                     const int j = 8 * h + 2 * k + step / 4;
@@ -324,22 +324,13 @@ void amx_q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, in
             }
     };
     const auto add = [x, supers, cols = w.cols](const Super& u, int i, int t, const int8_t* a, GroupSums sums[2], float acc[][16]) {
-        // As the VNNI tile: the stored values are q + 32, so the sums start at -32 x each
-        // sub-block's scale x its activations' sum; then each sub-block's sums times its scale.
+        // Each sub-block's exact sums (of the signed values: the VNNI tile's once it has taken 32
+        // x the scales x the activations' sums off) times its scale, added in int32.
         __m512i sum[kAmxTokens];
-        for (int m = 0; m < kAmxTokens; ++m) {
-            const int16_t* sums16 = x->sums + (size_t(t + m) * supers + size_t(i)) * 16;
-            __m512i start = _mm512_setzero_si512();
-            for (int p = 0; p < 8; ++p) {
-                int32_t pair;
-                std::memcpy(&pair, sums16 + 2 * p, 4);
-                start = _mm512_dpwssd_epi32(start, _mm512_load_si512(u.scale_pairs[p]), _mm512_set1_epi32(pair));
-            }
-            sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(start, 5));
-        }
+        for (auto& v : sum) v = _mm512_setzero_si512();
         for (int j = 0; j < 16; j += 2) {
-            ANVIL_TILE_PRODUCT(0, 2, 4, a + 16 * j, cols, u.operands[j], sums[0], _tile_dpbsud);
-            ANVIL_TILE_PRODUCT(1, 3, 5, a + 16 * (j + 1), cols, u.operands[j + 1], sums[1], _tile_dpbsud);
+            ANVIL_TILE_PRODUCT(0, 2, 4, a + 16 * j, cols, u.operands[j], sums[0], _tile_dpbssd);
+            ANVIL_TILE_PRODUCT(1, 3, 5, a + 16 * (j + 1), cols, u.operands[j + 1], sums[1], _tile_dpbssd);
             const __m512i scale_a = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j])));
             const __m512i scale_b = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u.scales[j + 1])));
             for (int m = 0; m < kAmxTokens; ++m)
