@@ -1,17 +1,21 @@
 // Batched products (prefill) with the AMX int8 tiles, on processors that have them (Sapphire
 // Rapids on): packed q8 (q8 and GGUF Q8_0 models) and GGUF's Q4_0, Q4_K and Q6_K packed by 8 rows.
-// One TDPBSUD multiplies 16 tokens' activations (signed, straight from the int8 rows) by a 16-row
-// operand (unsigned): 8192 multiply-adds for a group of 32 columns, where a VNNI instruction does
-// 64. Packed q8 already is that operand: a group's 32 columns of a 16-row block are 8 runs of 4
-// columns, 64 bytes each (the 16 rows' 4 values, +128). The GGUF formats' two 8-row blocks of an
-// item are unpacked into such operands once per run of tokens (their values 0..15 or 0..63).
+// One tile multiply takes 16 tokens' activations (signed, straight from the int8 rows) times a
+// 16-row operand: 8192 multiply-adds for a group of 32 columns, where a VNNI instruction does 64.
+// Packed q8 already is that operand: a group's 32 columns of a 16-row block are 8 runs of 4
+// columns, 64 bytes each (the 16 rows' 4 values, +128: unsigned, TDPBSUD). The GGUF formats' two
+// 8-row blocks of an item are unpacked into such operands once per run of tokens: Q4_K's values
+// 0..15 as they are (TDPBSUD), Q4_0's and Q6_K's as the signed values their stored bias stands
+// for (-8..7, -32..31: TDPBSSD), so their sums need no offset taken off per group.
 //
-// Each group's (Q4_K: sub-block's; Q6_K: 16-value sub-block's) int32 sums then take exactly the
-// VNNI tile's steps: the offset of the stored bias, the rows' integer scales, the conversion and
-// the float scales in the same order (matmul_avx512vnni.cpp, matmul_vnni_blocks.cpp). So each
-// (token, row) result is bit for bit the VNNI tile's, and a token's result still does not depend
-// on the batch (kernels/matmul.hpp). That work, 16 x 16 lanes a group, bounds these loops as much
-// as the tiles do, and the two hardly overlap (docs/PERFORMANCE.md, session 31).
+// Each group's (Q4_K: sub-block's; Q6_K: 16-value sub-block's) int32 sums are the VNNI tile's
+// exact integers, and then take its steps: packed q8's offset, the rows' integer scales, the
+// conversion and the float scales in the same order (matmul_avx512vnni.cpp,
+// matmul_vnni_blocks.cpp). So each (token, row) result is bit for bit the VNNI tile's, and a
+// token's result still does not depend on the batch (kernels/matmul.hpp). What bounds these loops
+// is a tile store and 16 x 16 lanes of float work for every group; the two hardly overlap, and
+// neither reordering nor sharing a weights tile among runs of tokens helped (docs/PERFORMANCE.md,
+// sessions 31-32).
 #include <immintrin.h>
 
 #include <algorithm>
