@@ -83,9 +83,8 @@ inline void both_blocks_f16(uint16_t out[16], const uint8_t* const tiles[2], int
     }
 }
 
-// One group's sums into the 16 tokens' accumulators, as the VNNI
-// tiles add them: the offset in int32 (none for signed weights, whose sums need none), then the
-// rows' scales x the token's.
+// One group's sums into the 16 tokens' accumulators, as the VNNI tiles add them: the offset in
+// int32 (none for signed weights, whose sums need none), then the rows' scales x the token's.
 template <typename OffsetOf>
 inline void scale_group(const GroupSums& sums, __m512 w_scale, const float* x_scales, int groups, OffsetOf offset_of, int t0, int g,
                         __m512 acc[kAmxTokens]) {
