@@ -73,6 +73,9 @@ void matmul_avx512vnni(const WeightMatrix* ws, float* const* ys, int count, cons
 // Packed q8 (Q8Packed) block `block` (16 rows) times tokens t0..t1, a whole number of kAmxTokens,
 // with the AMX int8 tiles (matmul_amx.cpp): for each token and row, bit for bit the VNNI tile's sum.
 constexpr int kAmxTokens = 16;
+// Where `amx` asks, the end of the whole runs of kAmxTokens tokens from c0 to c1: the AMX tiles
+// take c0 up to it, the VNNI tiles the rest (c0 itself where there is no whole run).
+constexpr int amx_tokens_end(bool amx, int c0, int c1) { return amx ? c0 + (c1 - c0) / kAmxTokens * kAmxTokens : c0; }
 void amx_packed_block(const WeightMatrix& w, int block, const Int8Input* x, int t0, int t1, float* y);
 // The same for Q4_0 packed by 8 rows (Q4_0Packed8): item `item`'s two 8-row blocks (packed8_items)
 // unpacked to int8 once, then the tiles; bit for bit the VNNI Q4_0 tile's sums.

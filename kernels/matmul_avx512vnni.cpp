@@ -193,12 +193,10 @@ constexpr int kPackedTokens = 2;
 void packed_item(const WeightMatrix& w, int item, const Int8Input* x, int c0, int c1, float* y, bool amx) {
     const int b0 = item * kPackedBlocks;
     const bool whole = b0 + kPackedBlocks <= q8_packed_blocks(w.rows);
-    int t = c0;
-    if (amx && c1 - c0 >= kAmxTokens) {
-        // Each block's weights stay in L1 while the runs of tokens pass them.
-        t = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
+    int t = amx_tokens_end(amx, c0, c1);
+    // Each block's weights stay in L1 while the runs of tokens pass them.
+    if (t > c0)
         for (int b = b0; b < std::min(b0 + kPackedBlocks, q8_packed_blocks(w.rows)); ++b) amx_packed_block(w, b, x, c0, t, y);
-    }
     if (whole) {
         for (; t + kPackedTokens <= c1; t += kPackedTokens) packed_tile<kPackedBlocks, kPackedTokens>(w, b0, x, t, y);
         for (; t < c1; ++t)

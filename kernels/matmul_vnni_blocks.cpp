@@ -508,9 +508,8 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
 // the same bits); returns the first token left to the VNNI tiles.
 template <typename Input, void (*AmxItem)(const WeightMatrix&, int, const Input*, int, int, float*)>
 int amx_runs(bool amx, const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
-    if (!amx || c1 - c0 < kAmxTokens) return c0;
-    const int whole = c0 + (c1 - c0) / kAmxTokens * kAmxTokens;
-    AmxItem(w, item, x, c0, whole, y);
+    const int whole = amx_tokens_end(amx, c0, c1);
+    if (whole > c0) AmxItem(w, item, x, c0, whole, y);
     return whole;
 }
 

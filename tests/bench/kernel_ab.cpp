@@ -1,11 +1,11 @@
 // Paired A/B of the GGUF block kernels and packed q8's, built by tests/bench/kernel_ab.sh (not by
 // CMake): the baseline revision's matmul_{vnni,avx2}_blocks, matmul_avx512vnni and AMX tiles
-// (entry points renamed *_baseline) and the working tree's, in one process, on the same packed matrices and the same rounded input, taking turns
-// every pass. On a host whose speed swings within seconds, only such pairs settle a few percent;
-// separate runs of two binaries do not. Each case prints both rates, the median ratio of the
-// passes (new / baseline, with the quartiles), and whether the outputs are identical bit for bit
-// (every change to these kernels so far keeps the integer sums exact and the float order, so they
-// must be).
+// (entry points renamed *_baseline) and the working tree's, in one process, on the same packed
+// matrices and the same rounded input, taking turns every pass. On a host whose speed swings
+// within seconds, only such pairs settle a few percent; separate runs of two binaries do not. Each
+// case prints both rates, the median ratio of the passes (new / baseline, with the quartiles), and
+// whether the outputs are identical bit for bit (every change to these kernels so far keeps the
+// integer sums exact and the float order, so they must be).
 //
 // usage: kernel_ab LEVEL PASSES CASE...   LEVEL vnni|avx2|amx, CASE FORMAT:ROWSxCOLS:COPIES:TOKENS
 //        (FORMAT Q4_0, Q4_K, Q6_K, or Q8 for packed q8 at vnni and amx; COPIES matrices read in
