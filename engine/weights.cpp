@@ -10,6 +10,7 @@
 
 #include "kernels/convert.hpp"
 #include "kernels/ggml_blocks.hpp"
+#include "kernels/matmul.hpp"
 
 namespace anvil::engine {
 
@@ -53,7 +54,8 @@ size_t matrix_bytes(const WeightMatrix& m) {
         case WeightType::Q4_K: return size_t(m.rows) * kernels::q4_k_row_bytes(m.cols);
         case WeightType::Q6_K: return size_t(m.rows) * kernels::q6_k_row_bytes(m.cols);
         case WeightType::Q4_KPacked8: return kernels::q4_k_packed8_bytes(m.rows, m.cols);
-        case WeightType::Q6_KPacked8: return kernels::q6_k_packed8_bytes(m.rows, m.cols);
+        case WeightType::Q6_KPacked8:
+        case WeightType::Q6_KPacked8Avx2: return kernels::q6_k_packed8_bytes(m.rows, m.cols);
         case WeightType::Q4_0Packed8: return kernels::q4_0_packed8_bytes(m.rows, m.cols);
     }
     return 0;
@@ -145,16 +147,20 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
     }
     if (kernels::is_ggml_block_type(type)) {
         // Where a vector level will multiply them, the blocks are interleaved by 8 rows for it
-        // (kernels/ggml_blocks.hpp), as the q8 products' weights are; otherwise the kernels read
-        // GGUF's blocks as the file holds them, at any alignment.
-        if (kernels::active_isa() != kernels::Isa::Reference && home_ == WeightHome::Cpu) {
+        // (kernels/ggml_blocks.hpp), as the q8 products' weights are, Q6_K's in the layout of the
+        // level's byte products; otherwise the kernels read GGUF's blocks as the file holds them,
+        // at any alignment.
+        const kernels::Isa isa = kernels::active_isa();
+        if (isa != kernels::Isa::Reference && home_ == WeightHome::Cpu) {
             struct Packing {
                 WeightType as;
                 size_t (*bytes)(int, int);
                 void (*pack)(const uint8_t*, int, int, uint8_t*);
             };
             const Packing p = type == WeightType::Q4_K   ? Packing{WeightType::Q4_KPacked8, kernels::q4_k_packed8_bytes, kernels::pack_q4_k_rows8}
-                              : type == WeightType::Q6_K ? Packing{WeightType::Q6_KPacked8, kernels::q6_k_packed8_bytes, kernels::pack_q6_k_rows8}
+                              : type == WeightType::Q6_K && kernels::vnni_products(isa)
+                                  ? Packing{WeightType::Q6_KPacked8, kernels::q6_k_packed8_bytes, kernels::pack_q6_k_rows8}
+                              : type == WeightType::Q6_K ? Packing{WeightType::Q6_KPacked8Avx2, kernels::q6_k_packed8_bytes, kernels::pack_q6_k_rows8_avx2}
                                                          : Packing{WeightType::Q4_0Packed8, kernels::q4_0_packed8_bytes, kernels::pack_q4_0_rows8};
             auto* packed = static_cast<uint8_t*>(allocate(p.bytes(rows, cols)));
             p.pack(t.data, rows, cols, packed);
@@ -206,7 +212,7 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
             // row-major copy is then only a step on the way.
             const kernels::Isa isa = kernels::active_isa();
             const bool cpu = home_ == WeightHome::Cpu;
-            const bool vnni = cpu && kernels::cpu_features().avx512_vnni && int(isa) >= int(kernels::Isa::Avx512Vnni);
+            const bool vnni = cpu && kernels::vnni_products(isa);
             const bool rows8 = cpu && !vnni && isa != kernels::Isa::Reference;
             const bool pack = vnni || rows8;
             std::vector<int8_t> staging_values;
@@ -281,7 +287,8 @@ WeightMatrix ModelWeights::matrix(const std::string& name, int rows, int cols, W
         case WeightType::Q6_K:
         case WeightType::Q4_KPacked8:
         case WeightType::Q6_KPacked8:
-        case WeightType::Q4_0Packed8: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
+        case WeightType::Q4_0Packed8:
+        case WeightType::Q6_KPacked8Avx2: throw std::logic_error("GGUF blocks are mapped or packed, never converted to");
     }
     return m;
 }

@@ -23,6 +23,7 @@ const char* weight_type_name(WeightType type) {
         case WeightType::Q6_K: return "Q6_K";
         case WeightType::Q4_KPacked8: return "Q4_K (packed by 8)";
         case WeightType::Q6_KPacked8: return "Q6_K (packed by 8)";
+        case WeightType::Q6_KPacked8Avx2: return "Q6_K (packed by 8 for AVX2)";
         case WeightType::Q4_0Packed8: return "Q4_0 (packed by 8)";
     }
     return "?";
@@ -123,6 +124,7 @@ void dequantize_row(const WeightMatrix& w, int row, float* out) {
             return;
         case WeightType::Q4_KPacked8: dequantize_q4_k_packed8(static_cast<const uint8_t*>(w.data), w.cols, row, out); return;
         case WeightType::Q6_KPacked8: dequantize_q6_k_packed8(static_cast<const uint8_t*>(w.data), w.cols, row, out); return;
+        case WeightType::Q6_KPacked8Avx2: dequantize_q6_k_packed8_avx2(static_cast<const uint8_t*>(w.data), w.cols, row, out); return;
         case WeightType::Q4_0Packed8: dequantize_q4_0_packed8(static_cast<const uint8_t*>(w.data), w.cols, row, out); return;
     }
 }

@@ -273,6 +273,95 @@ void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* ou
     }
 }
 
+namespace {
+
+// A Q6_K block's 256 stored values (q + 32, 0..63) in order, and back into its ql and qh bytes.
+void q6_k_stored_values(const uint8_t* block, uint8_t q[kSuperBlock]) {
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = block + 64 * h;
+        const uint8_t* qh = block + 128 + 32 * h;
+        uint8_t* out = q + 128 * h;
+        for (int l = 0; l < 32; ++l) {
+            out[l] = uint8_t((ql[l] & 0x0f) | ((qh[l] & 3) << 4));
+            out[l + 32] = uint8_t((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4));
+            out[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            out[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+void set_q6_k_stored_values(const uint8_t q[kSuperBlock], uint8_t* block) {
+    for (int h = 0; h < 2; ++h) {
+        uint8_t* ql = block + 64 * h;
+        uint8_t* qh = block + 128 + 32 * h;
+        const uint8_t* in = q + 128 * h;
+        for (int l = 0; l < 32; ++l) {
+            ql[l] = uint8_t((in[l] & 0x0f) | ((in[l + 64] & 0x0f) << 4));
+            ql[l + 32] = uint8_t((in[l + 32] & 0x0f) | ((in[l + 96] & 0x0f) << 4));
+            qh[l] = uint8_t((in[l] >> 4) | ((in[l + 32] >> 4) << 2) | ((in[l + 64] >> 4) << 4) | ((in[l + 96] >> 4) << 6));
+        }
+    }
+}
+
+// Where byte b of row r's four in register k of group g comes from, in a super-block's values.
+int q6_k_avx2_position(int g, int k, int b) {
+    const int p = g / 2, e = g % 2;
+    return 32 * p + 16 * (b / 2) + 8 * e + 2 * k + b % 2;
+}
+
+}  // namespace
+
+void pack_q6_k_rows8_avx2(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+    const int supers = cols / kSuperBlock;
+    const size_t row_bytes = q6_k_row_bytes(cols);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < pack8_blocks(rows); ++b)
+        for (int i = 0; i < supers; ++i) {
+            uint8_t* tile = out + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
+            std::memset(tile, 0, kQ6_KPacked8Bytes);
+            for (int r = 0; r < kPack8Rows; ++r) {
+                const int row = b * kPack8Rows + r;
+                if (row >= rows) continue;  // padding: zero scales
+                const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ6_KBytes;
+                std::memcpy(tile + 2 * r, block + 208, 2);
+                for (int j = 0; j < 16; ++j) tile[16 + 16 * (j / 2) + 2 * r + j % 2] = block[192 + j];
+                uint8_t q[kSuperBlock];
+                q6_k_stored_values(block, q);
+                for (int g = 0; g < 16; ++g)
+                    for (int k = 0; k < 3; ++k)
+                        for (int byte = 0; byte < 4; ++byte) {
+                            const uint8_t v3 = q[q6_k_avx2_position(g, 3, byte)];
+                            tile[144 + 96 * g + 32 * k + 4 * r + byte] =
+                                uint8_t(q[q6_k_avx2_position(g, k, byte)] | (((v3 >> (2 * k)) & 3) << 6));
+                        }
+            }
+        }
+}
+
+void dequantize_q6_k_packed8_avx2(const uint8_t* packed, int cols, int row, float* out) {
+    const int supers = cols / kSuperBlock;
+    const int b = row / kPack8Rows, r = row % kPack8Rows;
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tile = packed + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
+        // Gather the row's block back and read it as one.
+        uint8_t block[kQ6_KBytes];
+        std::memcpy(block + 208, tile + 2 * r, 2);
+        for (int j = 0; j < 16; ++j) block[192 + j] = tile[16 + 16 * (j / 2) + 2 * r + j % 2];
+        uint8_t q[kSuperBlock];
+        for (int g = 0; g < 16; ++g)
+            for (int byte = 0; byte < 4; ++byte) {
+                uint8_t v3 = 0;
+                for (int k = 0; k < 3; ++k) {
+                    const uint8_t stored = tile[144 + 96 * g + 32 * k + 4 * r + byte];
+                    q[q6_k_avx2_position(g, k, byte)] = stored & 0x3f;
+                    v3 = uint8_t(v3 | ((stored >> 6) << (2 * k)));
+                }
+                q[q6_k_avx2_position(g, 3, byte)] = v3;
+            }
+        set_q6_k_stored_values(q, block);
+        dequantize_q6_k(block, kSuperBlock, out + size_t(i) * kSuperBlock);
+    }
+}
+
 void pack_q4_0_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
     const int per_row = cols / kQ4_0Values;
     const size_t row_bytes = q4_0_row_bytes(cols);

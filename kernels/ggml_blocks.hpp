@@ -98,6 +98,19 @@ inline size_t q6_k_packed8_bytes(int rows, int cols) {
 }
 void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out);
 void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out);
+// Q6_K packed by 8 rows for the AVX2 byte products (WeightType::Q6_KPacked8Avx2), in tiles of the
+// same kQ6_KPacked8Bytes: the d and scale bytes as Q6_KPacked8's, then 16 groups of 96 bytes. Group g
+// holds values 8e..8e + 7 (e = g % 2) of sub-blocks 2p and 2p + 1 (p = g / 2) as four registers'
+// worth V0..V3 of [row r][4 bytes]; Vk's bytes for row r are the stored values (q + 32, 0..63) at
+// 16(2p) + 8e + 2k, + 1, 16(2p + 1) + 8e + 2k, + 1. So vpmaddubsw sums one sub-block in a row's
+// even int16 lane and the next in its odd one, which the pair's scale bytes as they lie multiply
+// with no shuffle (the activations are reordered to match, matmul_avx2_blocks.cpp). V0..V2 are
+// stored whole in the low 6 bits of the group's three 32-byte runs, and V3 two bits in the top of
+// each (bits 0-1 in the first run's): 11 instructions unpack a group where Q6_K's nibbles and bit
+// pairs took 17. The VNNI levels keep Q6_KPacked8, whose four values of a row in one dword are one
+// sub-block's, as vpdpbusd needs.
+void pack_q6_k_rows8_avx2(const uint8_t* blocks, int rows, int cols, uint8_t* out);
+void dequantize_q6_k_packed8_avx2(const uint8_t* packed, int cols, int row, float* out);
 
 // Q4_0 packed by 8 rows (WeightType::Q4_0Packed8), as llama.cpp repacks it: per 8-row block and
 // block of 32 values, 16 bytes of the rows' d (f16), then [step s][row r][4 bytes]: row r's bytes

@@ -81,11 +81,13 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
                                    " columns, not whole blocks");
         uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
-    // The packed layout is for the VNNI kernels; below them only the plain product reads it. GGUF's
-    // blocks as the file holds them are the reference level's: the vector levels multiply them
-    // packed by 8 rows (weights.cpp packs them so), and only the plain product reads them row-major.
+    // The packed layouts for the VNNI kernels (q8's, Q6_K's) are read below them by the plain product
+    // only. GGUF's blocks as the file holds them are the reference level's: the vector levels multiply
+    // them packed by 8 rows (weights.cpp packs them so), and only the plain product reads them
+    // row-major.
+    const bool vnni = vnni_products(isa);
     const bool plain = ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_K || ws[0].type == WeightType::Q6_K ||
-                       (ws[0].type == WeightType::Q8Packed && (int(isa) < int(Isa::Avx512Vnni) || !cpu_features().avx512_vnni));
+                       ((ws[0].type == WeightType::Q8Packed || ws[0].type == WeightType::Q6_KPacked8) && !vnni);
     if (!uniform || isa == Isa::Reference || plain) {
         for (int i = 0; i < count; ++i) {
             if (isa == Isa::Reference || plain) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
@@ -99,11 +101,13 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
     detail::QuantizedInput qx{nullptr, nullptr};
     if (is_ggml_block_type(ws[0].type)) {
         if (!cpu_features().avx2_fma) throw std::runtime_error("this processor lacks AVX2/FMA");
-        const bool vnni = int(isa) >= int(Isa::Avx512Vnni) && cpu_features().avx512_vnni;
         const bool amx = isa == Isa::Amx && cpu_features().amx_int8;
-        const auto blocks = [vnni, amx](const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32,
-                                        const detail::SuperBlockInput* q256, int n_tokens) {
-            if (vnni) return detail::matmul_vnni_blocks(ws, ys, count, q32, q256, n_tokens, amx);
+        // Q6_K laid out for the AVX2 byte products takes them at every vector level, as packed
+        // q8 by 8 rows does.
+        const bool vnni_blocks = vnni && ws[0].type != WeightType::Q6_KPacked8Avx2;
+        const auto blocks = [vnni_blocks, amx](const WeightMatrix* ws, float* const* ys, int count, const detail::QuantizedInput* q32,
+                                               const detail::SuperBlockInput* q256, int n_tokens) {
+            if (vnni_blocks) return detail::matmul_vnni_blocks(ws, ys, count, q32, q256, n_tokens, amx);
             detail::matmul_avx2_blocks(ws, ys, count, q32, q256, n_tokens);
         };
         const int cols = ws[0].cols;

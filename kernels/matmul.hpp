@@ -20,6 +20,9 @@ void matmul_group(const WeightMatrix* ws, float* const* ys, int count, const flo
 // lacks it.
 void matmul_with(Isa isa, const WeightMatrix& w, const float* x, int n_tokens, float* y);
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
+// Whether `isa`'s integer products are the VNNI ones on this processor: the layouts the engine packs
+// q8 and Q6_K weights into follow it (weight_matrix.hpp, ggml_blocks.hpp).
+inline bool vnni_products(Isa isa) { return int(isa) >= int(Isa::Avx512Vnni) && cpu_features().avx512_vnni; }
 
 namespace detail {
 // The vector q8 products take the activations rounded to int8 with one scale per group, as the

@@ -267,7 +267,8 @@ void matmul_avx2(const WeightMatrix* ws, float* const* ys, int count, const floa
         case WeightType::Q6_K:
         case WeightType::Q4_KPacked8:
         case WeightType::Q6_KPacked8:
-        case WeightType::Q4_0Packed8: break;  // and GGUF blocks to the block kernels (matmul.cpp)
+        case WeightType::Q4_0Packed8:
+        case WeightType::Q6_KPacked8Avx2: break;  // and GGUF blocks to the block kernels (matmul.cpp)
     }
 }
 

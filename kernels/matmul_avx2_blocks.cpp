@@ -1,7 +1,8 @@
 // GGUF's block formats (Q4_0, Q4_K, Q6_K) times int8 activations with AVX2, on the blocks
-// interleaved by 8 rows at load (WeightType::*Packed8, ggml_blocks.hpp): the products of a Q4_K_M
-// model at the AVX2 and AVX-512 levels (the VNNI levels: matmul_vnni_blocks.cpp, the same walk with
-// the VNNI dot product). The 8 lanes of a product are 8 rows, so no sum is horizontal. Kernels
+// interleaved by 8 rows at load (WeightType::Q4_0Packed8, Q4_KPacked8, and Q6_KPacked8Avx2, Q6_K's
+// layout for these products; ggml_blocks.hpp): the products of a Q4_K_M model at the AVX2 and
+// AVX-512 levels (the VNNI levels: matmul_vnni_blocks.cpp, the same walk with the VNNI dot product
+// on Q6_KPacked8). The 8 lanes of a product are 8 rows, so no sum is horizontal. Kernels
 // that read the row-major blocks as the file holds them were written first and took about twice the
 // instructions per weight (docs/PERFORMANCE.md); row-major blocks now take the plain product
 // (matmul_reference.cpp), which the reference level multiplies. 512-bit registers would need yet
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/ggml_blocks.hpp"
 #include "kernels/matmul.hpp"
@@ -146,9 +148,12 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
 }
 
 
-// Q6_K packed by 8 rows: one 8-row block from b0 times TT tokens from t0. Each step's three 32-byte
-// loads give 4 values of 8 rows in each of the block's four quarters; two steps of a sub-block add
-// up in int16 (at most 2 x 2 x 63 x 127 = 32004) before the rows' scales multiply them.
+// Q6_K packed by 8 rows for these products (Q6_KPacked8Avx2, ggml_blocks.hpp): one 8-row block
+// from b0 times TT tokens from t0, the activations reordered to the layout's pairs of sub-blocks
+// (pair_activations). A group's three 32-byte loads unpack into four registers of 4 values of 8 rows,
+// each row's int16 lanes one sub-block (even) and the next (odd); two registers add up in int16 (at
+// most 2 x 2 x 63 x 127 = 32004) before one vpmaddwd by the pair's scale bytes as they lie, which
+// also take the activations' sums for the stored values' offset of 32.
 template <int TT>
 void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     const int supers = w.cols / kSuperBlock;
@@ -156,73 +161,76 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     __m256 acc[TT];
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
-    // A sub-block's scale byte of each row into both int16 lanes of its row: even or odd of a pair.
-    const __m128i even = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
-    const __m128i odd = _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+    const __m256i low6 = _mm256_set1_epi8(0x3f);
 
     for (int i = 0; i < supers; ++i) {
         const uint8_t* tile = block + size_t(i) * kQ6_KPacked8Bytes;
         const int8_t* xs[TT];
-        __m256i sum[TT];
+        __m256i sum[TT], offset[TT];
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
-            // The stored values are q + 32: take 32 x each sub-block's scale x its activations' sum.
-            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
-            __m256i offset = _mm256_setzero_si256();
-            ANVIL_UNROLL
-            for (int p = 0; p < 8; ++p) {
-                int32_t pair;
-                std::memcpy(&pair, sums + 2 * p, 4);
-                const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
-                offset = _mm256_add_epi32(offset, _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)));
-            }
-            sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+            sum[t] = offset[t] = _mm256_setzero_si256();
         }
         ANVIL_UNROLL
-        for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < 8; ++p) {
+            const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * p)));
             ANVIL_UNROLL
-            for (int s2 = 0; s2 < 4; ++s2) {  // two steps at a time: half a sub-block of each quarter
-                __m256i part[4][TT];
+            for (int t = 0; t < TT; ++t) {
+                int32_t pair;
+                std::memcpy(&pair, x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16 + 2 * p, 4);
+                offset[t] = _mm256_add_epi32(offset[t], _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)));
+            }
+            ANVIL_UNROLL
+            for (int g = 2 * p; g < 2 * p + 2; ++g) {
+                const uint8_t* at = tile + 144 + size_t(g) * 96;
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
+                const __m256i r0 = load256(at), r1 = load256(at + 32), r2 = load256(at + 64);
+                const __m256i v0 = _mm256_and_si256(r0, low6), v1 = _mm256_and_si256(r1, low6), v2 = _mm256_and_si256(r2, low6);
+                // The fourth register's bits 0-1, 2-3 and 4-5 from the top of the three: each run's
+                // top bits alone (x ^ its low six), shifted down in 16-bit lanes, which moves no bit
+                // across a byte since only bits 6-7 of each byte are left.
+                const __m256i v3 = _mm256_or_si256(
+                    _mm256_or_si256(_mm256_srli_epi16(_mm256_xor_si256(r0, v0), 6), _mm256_srli_epi16(_mm256_xor_si256(r1, v1), 4)),
+                    _mm256_srli_epi16(_mm256_xor_si256(r2, v2), 2));
                 ANVIL_UNROLL
-                for (int k = 0; k < 4; ++k)
-                    ANVIL_UNROLL
-                    for (int t = 0; t < TT; ++t) part[k][t] = _mm256_setzero_si256();
-                ANVIL_UNROLL
-                for (int s = 2 * s2; s < 2 * s2 + 2; ++s) {
-                    const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
-                    __m256i q[4];
-                    q6_k_step_values(at, q);
-                    ANVIL_UNROLL
-                    for (int k = 0; k < 4; ++k)
-                        ANVIL_UNROLL
-                        for (int t = 0; t < TT; ++t) {
-                            int32_t four;
-                            std::memcpy(&four, xs[t] + 128 * h + 32 * k + 4 * s, 4);
-                            part[k][t] = _mm256_add_epi16(part[k][t], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(four)));
-                        }
-                }
-                ANVIL_UNROLL
-                for (int k = 0; k < 4; ++k) {
-                    const int j = 8 * h + 2 * k + s2 / 2;  // the sub-block of these steps in quarter k
-                    const __m128i pair = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 + 16 * (j / 2)));
-                    const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(pair, j % 2 ? odd : even));
-                    ANVIL_UNROLL
-                    for (int t = 0; t < TT; ++t) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(part[k][t], scale));
+                for (int t = 0; t < TT; ++t) {
+                    int32_t four[4];
+                    std::memcpy(four, xs[t] + 32 * p + 16 * (g % 2), 16);
+                    const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_set1_epi32(four[0])),
+                                                       _mm256_maddubs_epi16(v1, _mm256_set1_epi32(four[1])));
+                    const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(v2, _mm256_set1_epi32(four[2])),
+                                                       _mm256_maddubs_epi16(v3, _mm256_set1_epi32(four[3])));
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(_mm256_madd_epi16(a, scales), _mm256_madd_epi16(b, scales)));
                 }
             }
+        }
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
         ANVIL_UNROLL
-        for (int t = 0; t < TT; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
+        for (int t = 0; t < TT; ++t) {
+            // The stored values are q + 32: take 32 x each sub-block's scale x its activations' sum.
+            const __m256i dot = _mm256_sub_epi32(sum[t], _mm256_slli_epi32(offset[t], 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
                                      acc[t]);
+        }
     }
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
+}
+
+// The activations in Q6_KPacked8Avx2's order: within each 32 (a pair of sub-blocks), two values of
+// the first sub-block, then the same two of the second, and so on (the 16-bit interleave of the
+// pair's halves), so that a register's four bytes of a row meet theirs in one broadcast dword.
+void pair_activations(const int8_t* in, size_t n, int8_t* out) {
+    for (size_t k = 0; k < n; k += 32) {
+        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + k));
+        const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + k + 16));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm_unpacklo_epi16(first, second));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k + 16), _mm_unpackhi_epi16(first, second));
+    }
 }
 
 // Q4_0 packed by 8 rows: one 8-row block from b0 times TT tokens from t0. A block of 32 values is
@@ -286,10 +294,17 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
             return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
                 packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
             });
-        case WeightType::Q6_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, q256, c0, c1, y);
+        case WeightType::Q6_KPacked8Avx2: {
+            // Each thread of a team reorders its own copy, as it rounded its own activations.
+            thread_local std::vector<int8_t> paired;
+            const size_t n = size_t(n_tokens) * size_t(ws[0].cols);
+            if (paired.size() < n) paired.resize(n);
+            pair_activations(q256->values, n, paired.data());
+            const SuperBlockInput input{paired.data(), q256->scales, q256->sums, q256->sums32};
+            return run_items(ws, ys, count, n_tokens, packed8_items, [&input](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, &input, c0, c1, y);
             });
+        }
         case WeightType::Q4_0Packed8:
             return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
                 packed8_item<QuantizedInput, 2, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);

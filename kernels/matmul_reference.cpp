@@ -60,6 +60,7 @@ void matmul_reference(const WeightMatrix& w, const float* x, int n_tokens, float
                 case WeightType::Q4_KPacked8:
                 case WeightType::Q6_KPacked8:
                 case WeightType::Q4_0Packed8:
+                case WeightType::Q6_KPacked8Avx2:
                     for (int k = 0; k < w.cols; ++k) sum += values[size_t(k)] * xt[k];
                     break;
                 case WeightType::Q8Packed8: {

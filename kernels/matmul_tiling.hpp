@@ -52,7 +52,8 @@ inline const void* row_pointer(const WeightMatrix& w, int r) {
         case WeightType::Q6_K:
         case WeightType::Q4_KPacked8:
         case WeightType::Q6_KPacked8:
-        case WeightType::Q4_0Packed8: break;  // GGUF blocks: matmul_avx2_blocks.cpp
+        case WeightType::Q4_0Packed8:
+        case WeightType::Q6_KPacked8Avx2: break;  // GGUF blocks: matmul_avx2_blocks.cpp
     }
     return nullptr;
 }

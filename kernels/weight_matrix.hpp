@@ -9,9 +9,10 @@ namespace anvil::kernels {
 
 // F16 is IEEE half precision as Hugging Face and GGUF files store it (widened to f32 in registers).
 // Q4_0, Q4_K and Q6_K are GGUF's blocks as the file holds them, row after row; Q4_KPacked8,
-// Q6_KPacked8 and Q4_0Packed8 the same values interleaved by 8 rows for the vector levels
-// (ggml_blocks.hpp).
-enum class WeightType { F32, BF16, F16, Q8, Q8Packed, Q8Packed8, Q4_0, Q4_K, Q6_K, Q4_KPacked8, Q6_KPacked8, Q4_0Packed8 };
+// Q6_KPacked8 and Q4_0Packed8 the same values interleaved by 8 rows for the vector levels, and
+// Q6_KPacked8Avx2 Q6_K's laid out for the AVX2 byte products instead (ggml_blocks.hpp). New types go
+// last: tests/bench/kernel_ab.sh links a baseline revision's kernels, compiled with its own enum.
+enum class WeightType { F32, BF16, F16, Q8, Q8Packed, Q8Packed8, Q4_0, Q4_K, Q6_K, Q4_KPacked8, Q6_KPacked8, Q4_0Packed8, Q6_KPacked8Avx2 };
 const char* weight_type_name(WeightType type);
 
 // Q8 keeps int8 weights with one f32 scale per group of kQ8Group consecutive inputs of a row.
@@ -65,7 +66,7 @@ struct WeightMatrix {
 // Q4_K and Q6_K rows are whole super-blocks of 256 values, Q4_0 rows whole blocks of 32.
 inline bool is_ggml_block_type(WeightType type) {
     return type == WeightType::Q4_0 || type == WeightType::Q4_K || type == WeightType::Q6_K || type == WeightType::Q4_KPacked8 ||
-           type == WeightType::Q6_KPacked8 || type == WeightType::Q4_0Packed8;
+           type == WeightType::Q6_KPacked8 || type == WeightType::Q4_0Packed8 || type == WeightType::Q6_KPacked8Avx2;
 }
 inline int ggml_block_values(WeightType type) {
     return type == WeightType::Q4_0 || type == WeightType::Q4_0Packed8 ? 32 : 256;

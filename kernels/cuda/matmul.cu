@@ -222,7 +222,8 @@ void matmul(Context& context, const WeightMatrix& w, const float* x, int n_token
         case WeightType::Q6_K:
         case WeightType::Q4_KPacked8:
         case WeightType::Q6_KPacked8:
-        case WeightType::Q4_0Packed8: break;  // refused by check_shapes
+        case WeightType::Q4_0Packed8:
+        case WeightType::Q6_KPacked8Avx2: break;  // refused by check_shapes
     }
 }
 

@@ -118,7 +118,8 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             break;
         }
         case WeightType::Q4_KPacked8:
-        case WeightType::Q6_KPacked8: {
+        case WeightType::Q6_KPacked8:
+        case WeightType::Q6_KPacked8Avx2: {
             const bool q4 = type == WeightType::Q4_KPacked8;
             const std::size_t row_bytes = q4 ? q4_k_row_bytes(cols) : q6_k_row_bytes(cols);
             std::vector<std::uint8_t> row_major(row_bytes * std::size_t(rows));
@@ -128,7 +129,8 @@ inline TestMatrix make_matrix(kernels::WeightType type, int rows, int cols, std:
             }
             m.packed.resize(q4 ? q4_k_packed8_bytes(rows, cols) : q6_k_packed8_bytes(rows, cols));
             if (q4) pack_q4_k_rows8(row_major.data(), rows, cols, m.packed.data());
-            else pack_q6_k_rows8(row_major.data(), rows, cols, m.packed.data());
+            else if (type == WeightType::Q6_KPacked8) pack_q6_k_rows8(row_major.data(), rows, cols, m.packed.data());
+            else pack_q6_k_rows8_avx2(row_major.data(), rows, cols, m.packed.data());
             m.view.data = m.packed.data();
             break;
         }

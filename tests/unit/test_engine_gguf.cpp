@@ -17,6 +17,7 @@
 #include "engine/gguf_model.hpp"
 #include "engine/tokenizer.hpp"
 #include "kernels/cpu_features.hpp"
+#include "kernels/matmul.hpp"
 #include "registry/model_digest.hpp"
 #include "registry/model_shape.hpp"
 #include "registry/support/digest.hpp"
@@ -296,7 +297,10 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
             CHECK(layer.wq.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q4_K : kernels::WeightType::Q4_KPacked8));
             // Q5_0 is held as q8 (packed as q8 is for the level): its values are int8 exactly.
             CHECK(layer.w_down.type == model.weights->layers[3].w_down.type);
-            CHECK(model.weights->lm_head.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q6_K : kernels::WeightType::Q6_KPacked8));
+            // Q6_K in the layout of the level's byte products.
+            CHECK(model.weights->lm_head.type == (isa == kernels::Isa::Reference ? kernels::WeightType::Q6_K
+                                                  : kernels::vnni_products(isa)  ? kernels::WeightType::Q6_KPacked8
+                                                                                 : kernels::WeightType::Q6_KPacked8Avx2));
             // Either way the same values: the file's rows as ggml reads them.
             const engine::GgufTensor* wq = file.tensor("blk.0.attn_q.weight");
             const kernels::WeightMatrix stored{kernels::WeightType::Q4_K, layer.wq.rows, layer.wq.cols, wq->data, nullptr};

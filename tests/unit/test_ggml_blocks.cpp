@@ -170,6 +170,40 @@ TEST_CASE("the quantizers stay within their formats' rounding and read back thro
     CHECK((q40[2] & 15) == 0);  // -20 / 2.5 + 8 = 0
 }
 
+TEST_CASE("each layout packed by 8 rows holds every row's values exactly, padding rows apart", "[kernels][gguf]") {
+    const int rows = 21, cols = 768;  // two whole 8-row blocks and one of 5 rows and 3 of padding
+    const auto x = anvil::test::random_vector(size_t(rows) * cols, 11, 2.0f);
+    struct Layout {
+        WeightType packed;
+        size_t (*row_bytes)(int);
+        void (*quantize)(const float*, size_t, uint8_t*);
+        size_t (*bytes)(int, int);
+        void (*pack)(const uint8_t*, int, int, uint8_t*);
+    };
+    for (const Layout& l : {Layout{WeightType::Q4_0Packed8, q4_0_row_bytes, quantize_q4_0, q4_0_packed8_bytes, pack_q4_0_rows8},
+                            Layout{WeightType::Q4_KPacked8, q4_k_row_bytes, quantize_q4_k, q4_k_packed8_bytes, pack_q4_k_rows8},
+                            Layout{WeightType::Q6_KPacked8, q6_k_row_bytes, quantize_q6_k, q6_k_packed8_bytes, pack_q6_k_rows8},
+                            Layout{WeightType::Q6_KPacked8Avx2, q6_k_row_bytes, quantize_q6_k, q6_k_packed8_bytes, pack_q6_k_rows8_avx2}}) {
+        INFO(weight_type_name(l.packed));
+        const WeightType stored = l.packed == WeightType::Q4_0Packed8 ? WeightType::Q4_0
+                                  : l.packed == WeightType::Q4_KPacked8 ? WeightType::Q4_K
+                                                                        : WeightType::Q6_K;
+        std::vector<uint8_t> blocks(l.row_bytes(cols) * rows);
+        for (int r = 0; r < rows; ++r) l.quantize(&x[size_t(r) * cols], cols, &blocks[l.row_bytes(cols) * size_t(r)]);
+        std::vector<uint8_t> packed(l.bytes(rows, cols));
+        l.pack(blocks.data(), rows, cols, packed.data());
+        const WeightMatrix as_stored{stored, rows, cols, blocks.data(), nullptr}, as_packed{l.packed, rows, cols, packed.data(), nullptr};
+        std::vector<float> want(cols), got(cols);
+        bool same = true;
+        for (int r = 0; r < rows; ++r) {
+            dequantize_row(as_stored, r, want.data());
+            dequantize_row(as_packed, r, got.data());
+            same = same && std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+        }
+        CHECK(same);
+    }
+}
+
 TEST_CASE("the block products equal the exact product of the rounded activations at every vector level", "[kernels][gguf]") {
     // The loose bound of test_kernels.cpp allows any rounding of the inputs within half a step;
     // this one takes the int8 activations as llama.cpp's q8_0 (Q4_0) and q8_K (Q4_K, Q6_K) round
@@ -187,7 +221,7 @@ TEST_CASE("the block products equal the exact product of the rounded activations
     // 13 rows: one item of two 8-row blocks; 21: a pair and a lone block (the kernels take the two
     // blocks of an item together for a lone token). 5 tokens: a tile of 4 and a lone token.
     for (const int rows : {13, 21}) {
-        for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
+        for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
             const int cols = 768, tokens = 5;
             const auto m = anvil::test::make_matrix(type, rows, cols, 41);
             const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
@@ -204,6 +238,8 @@ TEST_CASE("the block products equal the exact product of the rounded activations
                 if (s % 2) REQUIRE(sums32[s / 2] == sums[s - 1] + sums[s]);
             }
             for (Isa isa : isas) {
+                // Below the VNNI levels Q6_K's VNNI layout takes the plain product, of unrounded activations.
+                if (type == WeightType::Q6_KPacked8 && !vnni_products(isa)) continue;
                 INFO(weight_type_name(type) << " " << isa_name(isa) << ", " << rows << " rows");
                 std::vector<float> y(size_t(tokens) * rows);
                 matmul_with(isa, m.view, x.data(), tokens, y.data());

@@ -48,10 +48,11 @@ TEST_CASE("matrix products match the double-precision reference for every format
         int rows, cols;
     };
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8,
+                            WeightType::Q6_KPacked8Avx2}) {
         const bool q8 = type == WeightType::Q8 || type == WeightType::Q8Packed || type == WeightType::Q8Packed8;
         const bool super_blocks = type == WeightType::Q4_K || type == WeightType::Q6_K || type == WeightType::Q4_KPacked8 ||
-                                  type == WeightType::Q6_KPacked8;
+                                  type == WeightType::Q6_KPacked8 || type == WeightType::Q6_KPacked8Avx2;
         const std::vector<Shape> shapes = super_blocks ? std::vector<Shape>{{1, 256}, {7, 512}, {37, 768}, {64, 256}}
                                           : q8 || type == WeightType::Q4_0 || type == WeightType::Q4_0Packed8 ? std::vector<Shape>{{1, 32}, {7, 64}, {37, 96}, {64, 256}}
                                                                            : std::vector<Shape>{{1, 1}, {5, 19}, {37, 100}, {64, 256}, {9, 8}};
@@ -67,14 +68,16 @@ TEST_CASE("matrix products match the double-precision reference for every format
                     // Float rounding, plus for the vector q8 kernels the rounding of each activation
                     // to int8: half a step of its group's largest value / 127; and for the bf16 dot
                     // product the bf16 rounding of each activation: 2^-8 of it.
-                    // (Packed q8 takes the plain product below the VNNI level.)
+                    // (Packed q8 takes the plain product below the VNNI level, as Q6_K packed for it does.)
                     // Packed GGUF blocks round them as llama.cpp does: per 32 for Q4_0, per 256 for the
                     // K-quants (row-major ones take the plain product at every level).
                     const bool row_major_blocks = type == WeightType::Q4_0 || type == WeightType::Q4_K || type == WeightType::Q6_K;
+                    const bool plain_below_vnni = (type == WeightType::Q8Packed || type == WeightType::Q6_KPacked8) && !vnni_products(isa);
                     const bool rounds_input = (type == WeightType::Q8 && isa != Isa::Reference) ||
-                                              (type == WeightType::Q8Packed && int(isa) >= int(Isa::Avx512Vnni)) ||
                                               (type == WeightType::Q8Packed8 && isa != Isa::Reference) ||
-                                              (is_ggml_block_type(type) && !row_major_blocks && isa != Isa::Reference);
+                                              (is_ggml_block_type(type) && !row_major_blocks && isa != Isa::Reference) ||
+                                              (type == WeightType::Q8Packed && isa != Isa::Reference);
+                    const bool rounds = rounds_input && !plain_below_vnni;
                     const int input_group = super_blocks ? 256 : kQ8Group;
                     const double input_steps = 127.0;
                     const bool rounds_to_bf16 = type == WeightType::BF16 && int(isa) >= int(Isa::Avx512Bf16);
@@ -87,7 +90,7 @@ TEST_CASE("matrix products match the double-precision reference for every format
                                 exact += p;
                                 magnitude += std::fabs(p);
                             }
-                            for (int g = 0; rounds_input && g < shape.cols / input_group; ++g) {
+                            for (int g = 0; rounds && g < shape.cols / input_group; ++g) {
                                 double largest = 0, weights = 0;
                                 for (int k = g * input_group; k < (g + 1) * input_group; ++k) {
                                     largest = std::max(largest, double(std::fabs(x[size_t(t) * shape.cols + k])));
@@ -109,7 +112,8 @@ TEST_CASE("matrix products match the double-precision reference for every format
 TEST_CASE("a token's product is bit-identical whatever the batch around it and the thread count", "[kernels]") {
     const int saved = omp_get_max_threads();
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8,
+                            WeightType::Q6_KPacked8Avx2}) {
         const int cols = is_ggml_block_type(type) ? 512 : 160;
         // Nine 8-row blocks, the last with padding rows: four items of two blocks and a lone one.
         const int rows = 69;
@@ -160,6 +164,32 @@ TEST_CASE("the AMX tiles give the VNNI tiles' bits for packed q8, Q4_0, Q4_K and
                     matmul_with(Isa::Amx, m.view, x.data(), tokens, amx.data());
                     CHECK(std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0);
                 }
+            }
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST_CASE("Q6_K in the AVX2 byte products' layout gives the bits of its VNNI layout's product", "[kernels]") {
+    if (!cpu_features().avx512_vnni) {
+        WARN("SKIPPED: this processor lacks AVX-512 VNNI to compare with");
+        return;
+    }
+    const int saved = omp_get_max_threads();
+    // The same quantized values in the two layouts: the integer sums are exact in both and the float
+    // steps the same, so a model's tokens do not depend on which level packed it.
+    for (const int rows : {8, 69, 256}) {
+        const int cols = rows == 256 ? 4096 : 768;
+        const TestMatrix avx2 = make_matrix(WeightType::Q6_KPacked8Avx2, rows, cols, 5), vnni = make_matrix(WeightType::Q6_KPacked8, rows, cols, 5);
+        for (int tokens : {1, 2, 5, 70}) {
+            INFO(rows << "x" << cols << ", " << tokens << " tokens");
+            const auto x = random_vector(size_t(tokens) * cols, uint32_t(tokens), 3.0f);
+            std::vector<float> a(size_t(tokens) * rows, NAN), b(size_t(tokens) * rows, NAN);
+            for (int threads : {1, 2}) {
+                omp_set_num_threads(threads);
+                matmul_with(Isa::Avx2, avx2.view, x.data(), tokens, a.data());
+                matmul_with(Isa::Avx512Vnni, vnni.view, x.data(), tokens, b.data());
+                CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
             }
         }
     }
@@ -564,7 +594,8 @@ TEST_CASE("attention's value sums are each column's fused multiply-adds over the
 
 TEST_CASE("a group of products sharing one input gives each matrix's own product exactly", "[kernels]") {
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8}) {
+                            WeightType::Q4_0, WeightType::Q4_K, WeightType::Q6_K, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8,
+                            WeightType::Q6_KPacked8Avx2}) {
         const int cols = is_ggml_block_type(type) ? 256 : 96;
         const TestMatrix a = make_matrix(type, 45, cols, 21), b = make_matrix(type, 13, cols, 22), c = make_matrix(type, 64, cols, 23);
         const WeightMatrix group[] = {a.view, b.view, c.view};
