@@ -97,8 +97,10 @@ Matrices make(WeightType type, int count, int rows, int cols) {
             else quantize_q6_k(in, size_t(cols), out);
         }
         std::vector<uint8_t> packed(matrix_bytes);
-        (stored == WeightType::Q4_0 ? pack_q4_0_rows8 : stored == WeightType::Q4_K ? pack_q4_k_rows8 : pack_q6_k_rows8)(
-            m.packed.data(), rows, cols, packed.data());
+        (stored == WeightType::Q4_0   ? pack_q4_0_rows8
+         : stored == WeightType::Q4_K ? pack_q4_k_rows8
+         : type == WeightType::Q6_KPacked8 ? pack_q6_k_rows8
+                                           : pack_q6_k_rows8_avx2)(m.packed.data(), rows, cols, packed.data());
         std::memcpy(m.packed.data(), packed.data(), matrix_bytes);
         m.packed.resize(matrix_bytes * size_t(count));
         for (int i = 1; i < count; ++i) std::memcpy(&m.packed[matrix_bytes * size_t(i)], m.packed.data(), matrix_bytes);
@@ -149,7 +151,7 @@ int main(int, char** argv) {
         return false;
     };
     for (WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8, WeightType::Q8Packed, WeightType::Q8Packed8,
-                            WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8}) {
+                            WeightType::Q4_0Packed8, WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q6_KPacked8Avx2}) {
         if (!chosen(type)) continue;
         // About 512 MB of f32 (fewer bytes for the narrower formats), far past any cache.
         const Matrices m = make(type, 44, rows, cols);
@@ -158,10 +160,11 @@ int main(int, char** argv) {
         // for bf16 weights.
         // The packed q8 layout is only the VNNI level's (and the AMX level's for batches); q8 packed
         // by 8 runs the same AVX2 kernel at every vector level; GGUF's blocks have an AVX2 kernel and
-        // a VNNI one (with the AMX tiles for batches).
+        // a VNNI one (with the AMX tiles for batches), but for Q6_K, whose layouts are one for each
+        // (the AVX2 one running at every level).
         const auto skip = [type](Isa isa) {
-            if (type == WeightType::Q8Packed) return isa != Isa::Avx512Vnni && isa != Isa::Amx;
-            if (type == WeightType::Q8Packed8) return isa != Isa::Avx2;
+            if (type == WeightType::Q8Packed || type == WeightType::Q6_KPacked8) return isa != Isa::Avx512Vnni && isa != Isa::Amx;
+            if (type == WeightType::Q8Packed8 || type == WeightType::Q6_KPacked8Avx2) return isa != Isa::Avx2;
             if (is_ggml_block_type(type)) return isa != Isa::Avx2 && isa != Isa::Avx512Vnni && isa != Isa::Amx;
             return (isa == Isa::Avx512Vnni && type != WeightType::Q8) || (isa == Isa::Avx512Bf16 && type != WeightType::BF16) ||
                    isa == Isa::Amx;
