@@ -25,10 +25,18 @@ void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* val
         for (int g = 0; g < groups; ++g) {
             const float* in = x + size_t(t) * cols + size_t(g) * group;
             int8_t* out = values + size_t(t) * cols + size_t(g) * group;
-            // max(|x|, running) keeps the running value where x is NaN, as fmax does.
-            __m256 running = _mm256_setzero_ps();
-            for (int k = 0; k < group; k += 8) running = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k), magnitude_bits), running);
-            __m128 m = _mm_max_ps(_mm256_castps256_ps128(running), _mm256_extractf128_ps(running, 1));
+            // max(|x|, running) keeps the running value where x is NaN, as fmax does. Four running
+            // maxima, not one: a super-block's 32 loads in one chain of dependent maxima took 2.5%
+            // of a decode token's samples (docs/PERFORMANCE.md, session 33); the largest is the same.
+            __m256 r0 = _mm256_setzero_ps(), r1 = r0, r2 = r0, r3 = r0;
+            for (int k = 0; k < group; k += 32) {
+                r0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k), magnitude_bits), r0);
+                r1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k + 8), magnitude_bits), r1);
+                r2 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k + 16), magnitude_bits), r2);
+                r3 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k + 24), magnitude_bits), r3);
+            }
+            const __m256 both = _mm256_max_ps(_mm256_max_ps(r0, r1), _mm256_max_ps(r2, r3));
+            __m128 m = _mm_max_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
             m = _mm_max_ps(m, _mm_movehl_ps(m, m));
             m = _mm_max_ss(m, _mm_movehdup_ps(m));
             const float largest = _mm_cvtss_f32(m);
@@ -51,6 +59,31 @@ void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* val
         }
 }
 
+// The sums of `runs` runs of 16 int8 values: vpmaddubsw by ones pairs them, vpmaddwd by ones makes
+// quads, and two horizontal adds finish a run (exact: |sum| <= 16 x 128).
+void sum_runs16(const int8_t* values, size_t runs, int16_t* sums) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    size_t s = 0;
+    for (; s + 4 <= runs; s += 4) {  // 64 values: four runs
+        const __m256i a = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 16 * s))), ones16);
+        const __m256i b = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + 16 * s + 32))), ones16);
+        // a: runs s (lanes 0-3) and s + 1 (4-7); b: s + 2, s + 3. hadd within 128-bit halves.
+        const __m256i pairs = _mm256_hadd_epi32(a, b);     // [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+        const __m256i quads = _mm256_hadd_epi32(pairs, pairs);  // [run s, run s+2, .. | run s+1, run s+3, ..]
+        const int lo0 = _mm256_extract_epi32(quads, 0), lo1 = _mm256_extract_epi32(quads, 1);
+        const int hi0 = _mm256_extract_epi32(quads, 4), hi1 = _mm256_extract_epi32(quads, 5);
+        sums[s] = int16_t(lo0);
+        sums[s + 1] = int16_t(hi0);
+        sums[s + 2] = int16_t(lo1);
+        sums[s + 3] = int16_t(hi1);
+    }
+    for (; s < runs; ++s) {
+        int sum = 0;
+        for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
+        sums[s] = int16_t(sum);
+    }
+}
+
 }  // namespace
 
 void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales) {
@@ -61,11 +94,7 @@ void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t
                                   int16_t* sums32) {
     round_groups(x, n_tokens, cols, kSuperBlock, values, scales);
     const size_t runs = size_t(n_tokens) * size_t(cols) / 16;
-    for (size_t s = 0; s < runs; ++s) {
-        int sum = 0;
-        for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
-        sums[s] = int16_t(sum);
-    }
+    sum_runs16(values, runs, sums);
     for (size_t s = 0; s < runs / 2; ++s) sums32[s] = int16_t(sums[2 * s] + sums[2 * s + 1]);
 }
 
@@ -114,15 +143,13 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);
         if (ws[0].type == WeightType::Q4_0Packed8) {
-            thread_local std::vector<int16_t> q_group_sums;
+            thread_local std::vector<int16_t> q_run_sums, q_group_sums;
             if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
+            if (q_run_sums.size() < n / 16) q_run_sums.resize(n / 16);
             if (q_group_sums.size() < n / kQ8Group) q_group_sums.resize(n / kQ8Group);
             detail::quantize_input(x, n_tokens, cols, q_values.data(), q_scales.data());
-            for (size_t g = 0; g < n / kQ8Group; ++g) {
-                int sum = 0;
-                for (size_t k = 0; k < size_t(kQ8Group); ++k) sum += q_values[g * kQ8Group + k];
-                q_group_sums[g] = int16_t(sum);
-            }
+            sum_runs16(q_values.data(), n / 16, q_run_sums.data());
+            for (size_t g = 0; g < n / kQ8Group; ++g) q_group_sums[g] = int16_t(q_run_sums[2 * g] + q_run_sums[2 * g + 1]);
             qx = {q_values.data(), q_scales.data(), q_group_sums.data()};
             return blocks(ws, ys, count, &qx, nullptr, n_tokens);
         }
