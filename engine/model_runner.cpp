@@ -49,7 +49,12 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
     hb_.resize(n * config.hidden_dim);
     hb2_.resize(n * config.hidden_dim);
     scores_.resize(size_t(threads_) * kHeadsTogether * options.max_context);
-    if (threads_ > 1) team_ = std::make_unique<kernels::Team>(std::min(threads_, kernels::kMaxTeam));
+    if (threads_ > 1) {
+        team_ = std::make_unique<kernels::Team>(std::min(threads_, kernels::kMaxTeam));
+        const size_t copies = size_t(team_->capacity() - 1) * size_t(std::min(options.max_batch_tokens, kTeamTokens)) * config.dim;
+        team_x_.resize(copies);
+        team_xb_.resize(copies);
+    }
     final_.resize(size_t(options.max_logit_rows) * config.dim);
     logits_.resize(size_t(options.max_logit_rows) * config.vocab_size);
 }
@@ -69,11 +74,19 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
 }
 
 // Every step goes through share_items, which ends at the team's barrier when there is a team: the
-// per-token steps are shared out token by token (a lone token's norm is one thread's, the others
-// wait at the barrier), the products row by row inside the kernels.
+// per-token steps are shared out token by token (a lone token's rope is one thread's, the others
+// wait at the barrier), the products row by row inside the kernels. But the residual stream and
+// its norms are every thread's own in a team: each adds a block's output to its own copy and norms
+// it for the next product itself, the same values in the same order on every thread, so no barrier
+// separates a product from the norm before the next (two of a layer's nine; the thread that normed
+// a lone token alone kept the others waiting). Outside a team the one thread does them in turn.
 void ModelRunner::run_layers(const Batch& batch, int layers) {
     const ModelConfig& c = config_;
     const int n = batch.size();
+    const int me = kernels::current_team() ? omp_get_thread_num() : 0;
+    const size_t copy = me == 0 ? 0 : size_t(me - 1) * size_t(std::min(options_.max_batch_tokens, kTeamTokens)) * c.dim;
+    float* const x = me == 0 ? x_.data() : team_x_.data() + copy;
+    float* const xb = me == 0 ? xb_.data() : team_xb_.data() + copy;
     const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim, half = hd / 2;
     const int group = c.n_heads / c.n_kv_heads;
     const int chunks = (group + kHeadsTogether - 1) / kHeadsTogether;
@@ -90,9 +103,7 @@ void ModelRunner::run_layers(const Batch& batch, int layers) {
         });
     };
 
-    kernels::share_items(false, n, 1, [&](int i) {
-        kernels::dequantize_row(weights_.embedding, batch.tokens[size_t(i)], &x_[size_t(i) * dim]);
-    });
+    for (int i = 0; i < n; ++i) kernels::dequantize_row(weights_.embedding, batch.tokens[size_t(i)], &x[size_t(i) * dim]);
     // Attention is spread over threads only when there is enough of it to pay for waking them.
     constexpr double kParallelAttention = 1 << 16;
     double attention_work = 0;
@@ -101,13 +112,13 @@ void ModelRunner::run_layers(const Batch& batch, int layers) {
     for (int l = 0; l < layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         // The previous layer's feed-forward output joins the residual stream here, with this layer's norm.
-        kernels::share_items(false, n, 1, [&](int i) {
-            if (l > 0) kernels::add(&x_[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
-            kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);
-        });
+        for (int i = 0; i < n; ++i) {
+            if (l > 0) kernels::add(&x[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
+            kernels::rmsnorm(&xb[size_t(i) * dim], &x[size_t(i) * dim], w.attn_norm, dim, c.norm_eps);
+        }
         const kernels::WeightMatrix qkv[] = {w.wq, w.wk, w.wv};
         float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
-        kernels::matmul_group(qkv, qkv_out, 3, xb_.data(), n);
+        kernels::matmul_group(qkv, qkv_out, 3, xb, n);
 
         kernels::share_items(n > 1, n, 1, [&](int i) {
             float* q = &q_[size_t(i) * q_dim];
@@ -145,23 +156,22 @@ void ModelRunner::run_layers(const Batch& batch, int layers) {
         });
 
         kernels::matmul(w.wo, att_.data(), n, xb2_.data());
-        kernels::share_items(false, n, 1, [&](int i) {
-            kernels::add(&x_[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
-            kernels::rmsnorm(&xb_[size_t(i) * dim], &x_[size_t(i) * dim], w.ffn_norm, dim, c.norm_eps);
-        });
+        for (int i = 0; i < n; ++i) {
+            kernels::add(&x[size_t(i) * dim], &xb2_[size_t(i) * dim], dim);
+            kernels::rmsnorm(&xb[size_t(i) * dim], &x[size_t(i) * dim], w.ffn_norm, dim, c.norm_eps);
+        }
         const kernels::WeightMatrix gate_up[] = {w.w_gate, w.w_up};
         float* const gate_up_out[] = {hb_.data(), hb2_.data()};
-        kernels::matmul_group(gate_up, gate_up_out, 2, xb_.data(), n);
+        kernels::matmul_group(gate_up, gate_up_out, 2, xb, n);
         in_pieces(c.hidden_dim, [&](int first, int count) { kernels::silu_mul(&hb_[size_t(first)], &hb2_[size_t(first)], count); });
         kernels::matmul(w.w_down, hb_.data(), n, xb2_.data());
     }
-    if (layers > 0)
-        in_pieces(dim, [&](int first, int count) { kernels::add(&x_[size_t(first)], &xb2_[size_t(first)], count); });
+    if (layers > 0) kernels::add(x, xb2_.data(), n * dim);
 
     const int rows = int(batch.logit_tokens.size());
     if (rows == 0) return;
     kernels::share_items(false, rows, 1, [&](int r) {
-        kernels::rmsnorm(&final_[size_t(r) * dim], &x_[size_t(batch.logit_tokens[size_t(r)]) * dim], weights_.final_norm,
+        kernels::rmsnorm(&final_[size_t(r) * dim], &x[size_t(batch.logit_tokens[size_t(r)]) * dim], weights_.final_norm,
                          dim, c.norm_eps);
     });
     kernels::matmul(weights_.lm_head, final_.data(), rows, logits_.data());

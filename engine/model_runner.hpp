@@ -43,6 +43,8 @@ private:
     std::vector<float> rope_sin_;  // [max_context][head_dim / 2]
     std::vector<float> x_;         // [max_batch_tokens][dim] the residual stream
     std::vector<float> xb_;        // [max_batch_tokens][dim] normed input of a block
+    // A team's other threads' own copies of the two: [threads - 1][team tokens][dim] (run_layers).
+    std::vector<float> team_x_, team_xb_;
     std::vector<float> xb2_;       // [max_batch_tokens][dim] a block's output
     std::vector<float> q_;         // [max_batch_tokens][q_dim]
     std::vector<float> k_;         // [max_batch_tokens][kv_dim]
