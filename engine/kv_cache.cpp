@@ -58,8 +58,12 @@ uint8_t* KvCache::head_pointer(uint8_t* base, int layer, int block, int head, in
 }
 
 void KvCache::write(int layer, int block, int slot, const float* keys, const float* values) {
+    write_heads(layer, block, slot, 0, kv_heads_, keys, values);
+}
+
+void KvCache::write_heads(int layer, int block, int slot, int first, int count, const float* keys, const float* values) {
     const size_t d = size_t(head_dim_);
-    for (int h = 0; h < kv_heads_; ++h) {
+    for (int h = first; h < first + count; ++h) {
         uint8_t* k = head_pointer(keys_.get(), layer, block, h, slot);
         uint8_t* v = head_pointer(values_.get(), layer, block, h, slot);
         if (type_ == kernels::KvType::F32) {

@@ -29,6 +29,8 @@ public:
     kernels::PagedKv layer(int layer) const;
     // Stores one token's keys and values ([kv_heads * head_dim] each) at block/slot of a layer.
     void write(int layer, int block, int slot, const float* keys, const float* values);
+    // The same for kv heads first..first + count - 1 only (keys and values still the whole token's).
+    void write_heads(int layer, int block, int slot, int first, int count, const float* keys, const float* values);
 
 private:
     uint8_t* head_pointer(uint8_t* base, int layer, int block, int head, int slot) const;
