@@ -48,10 +48,10 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 // one-token Q4_0 tile, which reads two blocks side by side since session 30, gained 2-3% with it
 // on the Intel VM and takes it);
 // the packed q8 tiles keep kPrefetchNear (matmul_tiling.hpp; 4 and 8 KB gained in the
-// paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, and the tiles still
-// make both requests for that line: without the L2 one the VNNI Q6_K tiles gained less (0.99-1.25x
-// against 1.14-1.34x; AVX2's a little more), though in principle it adds nothing.
-// docs/PERFORMANCE.md, session 28.
+// paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, so the tiles that
+// take it make only this request for a line: the L2 request for the same line as well (session 28,
+// where on the Zen 5 VM the VNNI Q6_K tiles with it gained 1.14-1.34x and 0.99-1.25x without)
+// cost the Sapphire Rapids VM 3-8% a product from L3 (kernel_ab, session 33). docs/PERFORMANCE.md.
 constexpr int kPrefetchAheadDeep = 8192;
 
 // A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit

@@ -102,10 +102,7 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 ANVIL_UNROLL
                 for (int b = 0; b < BT; ++b) {
                     const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
-                    if (s % 2 == 0) {
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
-                        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
-                    }
+                    if (s % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                     const __m256i v = load256(at);
                     const __m256i lo = _mm256_and_si256(v, low4);
                     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -209,7 +206,6 @@ void q4_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                     const size_t offset = size_t(i) * kQ4_KPacked8Bytes + 160 + size_t(c * 8 + s) * 32;
                     const uint8_t* at = tiles[b] + 160 + size_t(c * 8 + s) * 32;
                     _mm_prefetch(ahead_of(at, offset, block_bytes, b, Blocks, kPrefetchAheadDeep), _MM_HINT_T0);
-                    _mm_prefetch(ahead_of(at, offset, block_bytes, b, Blocks, kPrefetchFar), _MM_HINT_T1);
                     const __m512i v = _mm512_loadu_si512(at);
                     lo_sum[b] = _mm512_dpbusd_epi32(lo_sum[b], _mm512_and_si512(v, low4), xa);
                     hi_sum[b] = _mm512_dpbusd_epi32(hi_sum[b], _mm512_and_si512(v, high4), xb);
@@ -272,9 +268,7 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
                     const uint8_t* at = tile + 144 + size_t(h * 8 + s) * 96;
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar, _MM_HINT_T1);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
-                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFar + 64, _MM_HINT_T1);
                     __m256i q[4];
                     q6_k_step_values(at, q);
                     ANVIL_UNROLL
@@ -364,7 +358,6 @@ void q6_k_packed8_token512(const WeightMatrix& w, int b0, const SuperBlockInput*
                             ANVIL_UNROLL
                             for (int line = 0; line < 192; line += 64) {
                                 _mm_prefetch(ahead_of(at, offset, block_bytes, b, Blocks, kPrefetchAheadDeep + line), _MM_HINT_T0);
-                                _mm_prefetch(ahead_of(at, offset, block_bytes, b, Blocks, kPrefetchFar + line), _MM_HINT_T1);
                             }
                         }
                         const __m512i v = _mm512_loadu_si512(at);
@@ -467,7 +460,6 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
             ANVIL_UNROLL
             for (int line = 0; line < 192; line += 64) {
                 _mm_prefetch(ahead_of(tiles[b], offset, block_bytes, b, Blocks, kPrefetchAheadDeep + line), _MM_HINT_T0);
-                _mm_prefetch(ahead_of(tiles[b], offset, block_bytes, b, Blocks, kPrefetchFar + line), _MM_HINT_T1);
             }
         }
         const size_t g = size_t(t0) * per_row + size_t(i);
