@@ -230,7 +230,13 @@ void dequantize_q4_k_packed8(const uint8_t* packed, int cols, int row, float* ou
     }
 }
 
-void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+namespace {
+
+// What Q6_K's two 8-row layouts share: per 8-row block and super-block a tile of the rows' d and
+// scale bytes (padding rows all zero), then their values, which `values(block, tile, r)` places for
+// row r from its Q6_K block.
+template <typename Values>
+void pack_q6_k_tiles(const uint8_t* blocks, int rows, int cols, uint8_t* out, Values values) {
     const int supers = cols / kSuperBlock;
     const size_t row_bytes = q6_k_row_bytes(cols);
 #pragma omp parallel for schedule(static)
@@ -244,26 +250,43 @@ void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
                 const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ6_KBytes;
                 std::memcpy(tile + 2 * r, block + 208, 2);
                 for (int j = 0; j < 16; ++j) tile[16 + 16 * (j / 2) + 2 * r + j % 2] = block[192 + j];
-                for (int h = 0; h < 2; ++h)
-                    for (int s = 0; s < 8; ++s) {
-                        uint8_t* step = tile + 144 + size_t(h * 8 + s) * 96 + 4 * r;
-                        std::memcpy(step, block + 64 * h + 4 * s, 4);
-                        std::memcpy(step + 32, block + 64 * h + 32 + 4 * s, 4);
-                        std::memcpy(step + 64, block + 128 + 32 * h + 4 * s, 4);
-                    }
+                values(block, tile, r);
             }
         }
 }
 
-void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out) {
+// One row of either layout back to its values: the row's Q6_K block gathered back, `values(tile,
+// r, block)` writing its ql and qh bytes, and read as one.
+template <typename Values>
+void dequantize_q6_k_tiles(const uint8_t* packed, int cols, int row, float* out, Values values) {
     const int supers = cols / kSuperBlock;
     const int b = row / kPack8Rows, r = row % kPack8Rows;
     for (int i = 0; i < supers; ++i) {
         const uint8_t* tile = packed + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
-        // Gather the row's block back and read it as one.
         uint8_t block[kQ6_KBytes];
         std::memcpy(block + 208, tile + 2 * r, 2);
         for (int j = 0; j < 16; ++j) block[192 + j] = tile[16 + 16 * (j / 2) + 2 * r + j % 2];
+        values(tile, r, block);
+        dequantize_q6_k(block, kSuperBlock, out + size_t(i) * kSuperBlock);
+    }
+}
+
+}  // namespace
+
+void pack_q6_k_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
+    pack_q6_k_tiles(blocks, rows, cols, out, [](const uint8_t* block, uint8_t* tile, int r) {
+        for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < 8; ++s) {
+                uint8_t* step = tile + 144 + size_t(h * 8 + s) * 96 + 4 * r;
+                std::memcpy(step, block + 64 * h + 4 * s, 4);
+                std::memcpy(step + 32, block + 64 * h + 32 + 4 * s, 4);
+                std::memcpy(step + 64, block + 128 + 32 * h + 4 * s, 4);
+            }
+    });
+}
+
+void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* out) {
+    dequantize_q6_k_tiles(packed, cols, row, out, [](const uint8_t* tile, int r, uint8_t* block) {
         for (int h = 0; h < 2; ++h)
             for (int s = 0; s < 8; ++s) {
                 const uint8_t* step = tile + 144 + size_t(h * 8 + s) * 96 + 4 * r;
@@ -271,8 +294,7 @@ void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* ou
                 std::memcpy(block + 64 * h + 32 + 4 * s, step + 32, 4);
                 std::memcpy(block + 128 + 32 * h + 4 * s, step + 64, 4);
             }
-        dequantize_q6_k(block, kSuperBlock, out + size_t(i) * kSuperBlock);
-    }
+    });
 }
 
 namespace {
@@ -313,51 +335,31 @@ int q6_k_avx2_position(int g, int k, int b) {
 }  // namespace
 
 void pack_q6_k_rows8_avx2(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
-    const int supers = cols / kSuperBlock;
-    const size_t row_bytes = q6_k_row_bytes(cols);
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < pack8_blocks(rows); ++b)
-        for (int i = 0; i < supers; ++i) {
-            uint8_t* tile = out + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
-            std::memset(tile, 0, kQ6_KPacked8Bytes);
-            for (int r = 0; r < kPack8Rows; ++r) {
-                const int row = b * kPack8Rows + r;
-                if (row >= rows) continue;  // padding: zero scales
-                const uint8_t* block = blocks + size_t(row) * row_bytes + size_t(i) * kQ6_KBytes;
-                std::memcpy(tile + 2 * r, block + 208, 2);
-                for (int j = 0; j < 16; ++j) tile[16 + 16 * (j / 2) + 2 * r + j % 2] = block[192 + j];
-                uint8_t q[kSuperBlock];
-                q6_k_stored_values(block, q);
-                // Per group, the 16-bit interleave of its two sub-blocks' eight values gives the four
-                // registers' bytes of this row as four dwords (q6_k_avx2_position); the fourth's bit
-                // pairs go to the top of the other three (a byte's bits 6-7 after a dword shift by
-                // 6, 4 or 2 are its own bits 0-1, 2-3 or 4-5). Byte by byte this took 8x longer.
-                const __m128i counts = _mm_setr_epi32(6, 4, 2, 0), top = _mm_set1_epi8(char(0xc0));
-                for (int g = 0; g < 16; ++g) {
-                    const uint8_t* first = q + 32 * (g / 2) + 8 * (g % 2);
-                    const __m128i four = _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(first)),
-                                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(first + 16)));
-                    const __m128i fourth = _mm_shuffle_epi32(four, 0xff);
-                    const __m128i runs = _mm_or_si128(four, _mm_and_si128(_mm_sllv_epi32(fourth, counts), top));
-                    uint8_t* at = tile + 144 + 96 * g + 4 * r;
-                    const int32_t r0 = _mm_cvtsi128_si32(runs), r1 = _mm_extract_epi32(runs, 1), r2 = _mm_extract_epi32(runs, 2);
-                    std::memcpy(at, &r0, 4);
-                    std::memcpy(at + 32, &r1, 4);
-                    std::memcpy(at + 64, &r2, 4);
-                }
-            }
+    // Per group, the 16-bit interleave of its two sub-blocks' eight values gives the four
+    // registers' bytes of a row as four dwords (q6_k_avx2_position); the fourth's bit pairs go to
+    // the top of the other three (a byte's bits 6-7 after a dword shift by 6, 4 or 2 are its own
+    // bits 0-1, 2-3 or 4-5). Byte by byte this took 6x longer.
+    pack_q6_k_tiles(blocks, rows, cols, out, [](const uint8_t* block, uint8_t* tile, int r) {
+        uint8_t q[kSuperBlock];
+        q6_k_stored_values(block, q);
+        const __m128i counts = _mm_setr_epi32(6, 4, 2, 0), top = _mm_set1_epi8(char(0xc0));
+        for (int g = 0; g < 16; ++g) {
+            const uint8_t* first = q + 32 * (g / 2) + 8 * (g % 2);
+            const __m128i four = _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(first)),
+                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(first + 16)));
+            const __m128i fourth = _mm_shuffle_epi32(four, 0xff);
+            const __m128i runs = _mm_or_si128(four, _mm_and_si128(_mm_sllv_epi32(fourth, counts), top));
+            uint8_t* at = tile + 144 + 96 * g + 4 * r;
+            const int32_t r0 = _mm_cvtsi128_si32(runs), r1 = _mm_extract_epi32(runs, 1), r2 = _mm_extract_epi32(runs, 2);
+            std::memcpy(at, &r0, 4);
+            std::memcpy(at + 32, &r1, 4);
+            std::memcpy(at + 64, &r2, 4);
         }
+    });
 }
 
 void dequantize_q6_k_packed8_avx2(const uint8_t* packed, int cols, int row, float* out) {
-    const int supers = cols / kSuperBlock;
-    const int b = row / kPack8Rows, r = row % kPack8Rows;
-    for (int i = 0; i < supers; ++i) {
-        const uint8_t* tile = packed + (size_t(b) * supers + size_t(i)) * kQ6_KPacked8Bytes;
-        // Gather the row's block back and read it as one.
-        uint8_t block[kQ6_KBytes];
-        std::memcpy(block + 208, tile + 2 * r, 2);
-        for (int j = 0; j < 16; ++j) block[192 + j] = tile[16 + 16 * (j / 2) + 2 * r + j % 2];
+    dequantize_q6_k_tiles(packed, cols, row, out, [](const uint8_t* tile, int r, uint8_t* block) {
         uint8_t q[kSuperBlock];
         for (int g = 0; g < 16; ++g)
             for (int byte = 0; byte < 4; ++byte) {
@@ -370,8 +372,7 @@ void dequantize_q6_k_packed8_avx2(const uint8_t* packed, int cols, int row, floa
                 q[q6_k_avx2_position(g, 3, byte)] = v3;
             }
         set_q6_k_stored_values(q, block);
-        dequantize_q6_k(block, kSuperBlock, out + size_t(i) * kSuperBlock);
-    }
+    });
 }
 
 void pack_q4_0_rows8(const uint8_t* blocks, int rows, int cols, uint8_t* out) {
