@@ -74,12 +74,12 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
 }
 
 // Every step goes through share_items, which ends at the team's barrier when there is a team: the
-// per-token steps are shared out token by token (a lone token's rope is one thread's, the others
-// wait at the barrier), the products row by row inside the kernels. But the residual stream and
-// its norms are every thread's own in a team: each adds a block's output to its own copy and norms
-// it for the next product itself, the same values in the same order on every thread, so no barrier
-// separates a product from the norm before the next (two of a layer's nine; the thread that normed
-// a lone token alone kept the others waiting). Outside a team the one thread does them in turn.
+// per-token steps are shared out token by token, attention by kv head, the products row by row
+// inside the kernels. But the residual stream and its norms are every thread's own in a team: each
+// adds a block's output to its own copy and norms it for the next product itself, the same values
+// in the same order on every thread, so no barrier separates a product from the norm before the
+// next (the thread that normed a lone token alone kept the others waiting). Outside a team the one
+// thread does them in turn. A lone token meets six times a layer (docs/PERFORMANCE.md, session 33).
 void ModelRunner::run_layers(const Batch& batch, int layers) {
     const ModelConfig& c = config_;
     const int n = batch.size();

@@ -26,8 +26,8 @@ void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* val
             const float* in = x + size_t(t) * cols + size_t(g) * group;
             int8_t* out = values + size_t(t) * cols + size_t(g) * group;
             // max(|x|, running) keeps the running value where x is NaN, as fmax does. Four running
-            // maxima, not one: a super-block's 32 loads in one chain of dependent maxima took 2.5%
-            // of a decode token's samples (docs/PERFORMANCE.md, session 33); the largest is the same.
+            // maxima, so that a super-block's 32 loads are not one chain of dependent maxima; the
+            // largest is the same.
             __m256 r0 = _mm256_setzero_ps(), r1 = r0, r2 = r0, r3 = r0;
             for (int k = 0; k < group; k += 32) {
                 r0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(in + k), magnitude_bits), r0);
