@@ -158,29 +158,34 @@ void dequantize_q4_k(const uint8_t* blocks, size_t n, float* out) {
     }
 }
 
+namespace {
+
+// A Q6_K block's 256 stored values (q + 32, 0..63) in order.
+void q6_k_stored_values(const uint8_t* block, uint8_t q[kSuperBlock]) {
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = block + 64 * h;
+        const uint8_t* qh = block + 128 + 32 * h;
+        uint8_t* out = q + 128 * h;
+        for (int l = 0; l < 32; ++l) {
+            out[l] = uint8_t((ql[l] & 0x0f) | ((qh[l] & 3) << 4));
+            out[l + 32] = uint8_t((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4));
+            out[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            out[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+
+}  // namespace
+
 void dequantize_q6_k(const uint8_t* blocks, size_t n, float* out) {
     for (size_t b = 0; b < n / kSuperBlock; ++b) {
         const uint8_t* block = blocks + b * kQ6_KBytes;
         const float d = load_f16(block + 208);
         const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+        uint8_t q[kSuperBlock];
+        q6_k_stored_values(block, q);
         float* y = out + b * kSuperBlock;
-        for (int h = 0; h < 2; ++h) {
-            const uint8_t* ql = block + 64 * h;
-            const uint8_t* qh = block + 128 + 32 * h;
-            const int8_t* sc = scales + 8 * h;
-            float* yh = y + 128 * h;
-            for (int l = 0; l < 32; ++l) {
-                const int s = l / 16;
-                const int q1 = int((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32;
-                const int q2 = int((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                yh[l] = d * float(sc[s]) * float(q1);
-                yh[l + 32] = d * float(sc[s + 2]) * float(q2);
-                yh[l + 64] = d * float(sc[s + 4]) * float(q3);
-                yh[l + 96] = d * float(sc[s + 6]) * float(q4);
-            }
-        }
+        for (int k = 0; k < kSuperBlock; ++k) y[k] = d * float(scales[k / 16]) * float(int(q[k]) - 32);
     }
 }
 
@@ -299,20 +304,7 @@ void dequantize_q6_k_packed8(const uint8_t* packed, int cols, int row, float* ou
 
 namespace {
 
-// A Q6_K block's 256 stored values (q + 32, 0..63) in order, and back into its ql and qh bytes.
-void q6_k_stored_values(const uint8_t* block, uint8_t q[kSuperBlock]) {
-    for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = block + 64 * h;
-        const uint8_t* qh = block + 128 + 32 * h;
-        uint8_t* out = q + 128 * h;
-        for (int l = 0; l < 32; ++l) {
-            out[l] = uint8_t((ql[l] & 0x0f) | ((qh[l] & 3) << 4));
-            out[l + 32] = uint8_t((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4));
-            out[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-            out[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-        }
-    }
-}
+// A super-block's stored values back into a Q6_K block's ql and qh bytes (q6_k_stored_values' inverse).
 void set_q6_k_stored_values(const uint8_t q[kSuperBlock], uint8_t* block) {
     for (int h = 0; h < 2; ++h) {
         uint8_t* ql = block + 64 * h;

@@ -1,6 +1,7 @@
-// What the two block kernel files (matmul_avx2_blocks.cpp, matmul_vnni_blocks.cpp) share: storing
-// a packed block's 8 rows, Q6_K's unpacking of a step into its four quarters' values, and the
-// items the products are split into. Everything is in an anonymous namespace on purpose: each file
+// What the block kernel files (matmul_avx2_blocks.cpp, matmul_vnni_blocks.cpp, matmul_amx.cpp)
+// share: storing a packed block's 8 rows, the unpacking of a step of Q6_K's VNNI layout into its
+// four quarters' values (the VNNI and AMX files; AVX2 has a layout of its own), and the items the
+// products are split into. Everything is in an anonymous namespace on purpose: each file
 // compiles its own copy with its own instruction set flags, so that no AVX-512 encoding of these
 // reaches the AVX2 file through the linker's choice of one inline definition.
 #pragma once
@@ -54,8 +55,8 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 // cost the Sapphire Rapids VM 3-8% a product from L3 (kernel_ab, session 33). docs/PERFORMANCE.md.
 constexpr int kPrefetchAheadDeep = 8192;
 
-// A Q6_K step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the high bit
-// pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.
+// A Q6_KPacked8 step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the
+// high bit pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.
 inline void q6_k_step_values(const uint8_t* at, __m256i q[4]) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
