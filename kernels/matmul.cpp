@@ -49,6 +49,9 @@ void round_groups(const float* x, int n_tokens, int cols, int group, int8_t* val
             const __m256 by = _mm256_set1_ps(inverse);
             for (int k = 0; k < group; k += 32) {
                 __m256i q[4];
+                // Unrolled, so that q stays in registers: GCC kept it on the stack otherwise, a
+                // store and a reload for each 8 values.
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; ++i) {
                     q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + k + 8 * i), by));
                     q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], top), bottom);
@@ -143,14 +146,15 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         const size_t n = size_t(n_tokens) * cols;
         if (q_values.size() < n) q_values.resize(n);
         if (ws[0].type == WeightType::Q4_0Packed8) {
-            thread_local std::vector<int16_t> q_run_sums, q_group_sums;
+            thread_local std::vector<int16_t> q_run_sums;
+            thread_local std::vector<int32_t> q_less_8_sums;
             if (q_scales.size() < n / kQ8Group) q_scales.resize(n / kQ8Group);
             if (q_run_sums.size() < n / 16) q_run_sums.resize(n / 16);
-            if (q_group_sums.size() < n / kQ8Group) q_group_sums.resize(n / kQ8Group);
+            if (q_less_8_sums.size() < n / kQ8Group) q_less_8_sums.resize(n / kQ8Group);
             detail::quantize_input(x, n_tokens, cols, q_values.data(), q_scales.data());
             sum_runs16(q_values.data(), n / 16, q_run_sums.data());
-            for (size_t g = 0; g < n / kQ8Group; ++g) q_group_sums[g] = int16_t(q_run_sums[2 * g] + q_run_sums[2 * g + 1]);
-            qx = {q_values.data(), q_scales.data(), q_group_sums.data()};
+            for (size_t g = 0; g < n / kQ8Group; ++g) q_less_8_sums[g] = -8 * (q_run_sums[2 * g] + q_run_sums[2 * g + 1]);
+            qx = {q_values.data(), q_scales.data(), q_less_8_sums.data()};
             return blocks(ws, ys, count, &qx, nullptr, n_tokens);
         }
         thread_local std::vector<int16_t> q_sums, q_sums32;

@@ -31,7 +31,9 @@ namespace detail {
 struct QuantizedInput {
     const int8_t* values;  // [n_tokens][cols]
     const float* scales;   // [n_tokens][cols / kQ8Group]
-    const int16_t* sums = nullptr;  // [n_tokens][cols / kQ8Group], for packed Q4_0's offset of 8
+    // [n_tokens][cols / kQ8Group]: -8 x each group's sum of values, packed Q4_0's offset of 8 (the
+    // stored values are q + 8). int32, so that a tile broadcasts it straight from memory.
+    const int32_t* less_8_sums = nullptr;
 };
 void quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales);
 // The activations of the Q4_K and Q6_K products, rounded as llama.cpp's q8_K rounds them: int8 with

@@ -274,8 +274,7 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             const size_t g = size_t(t0 + t) * per_row + size_t(i);
-            const __m256i offset = _mm256_set1_epi32(8 * int(x->sums[g]));
-            const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(sum[t], ones), offset);
+            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(sum[t], ones), _mm256_set1_epi32(x->less_8_sums[g]));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(x->scales[g])), acc[t]);
         }
     }

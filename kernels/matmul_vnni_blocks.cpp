@@ -414,7 +414,7 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         for (int t = 0; t < TT; ++t) {
             // The stored values are q + 8: start from -8 x the activations' sum.
             const size_t g = size_t(t0 + t) * per_row + size_t(i);
-            sum[t] = _mm256_set1_epi32(-8 * int(x->sums[g]));
+            sum[t] = _mm256_set1_epi32(x->less_8_sums[g]);
         }
         ANVIL_UNROLL
         for (int s = 0; s < 4; ++s) {
@@ -477,7 +477,7 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
             }
         }
         // The stored values are q + 8: less 8 x the activations' sum.
-        const __m512i less_8_sums = _mm512_set1_epi32(-8 * int(x->sums[g]));
+        const __m512i less_8_sums = _mm512_set1_epi32(x->less_8_sums[g]);
         const __m128i d0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[0]));
         __m512i total;
         __m256i d;

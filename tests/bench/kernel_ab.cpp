@@ -53,19 +53,20 @@ enum class Level { Avx2, Vnni, Amx };
 // q8 (which its entry point rounds itself).
 struct Inputs {
     const detail::QuantizedInput* q32;
+    const detail::QuantizedInput* q32_baseline;  // as the baseline's header lays it out
     const detail::SuperBlockInput* q256;
     const float* x;
 };
 using Kernel = void (*)(Level, const WeightMatrix*, float* const*, const Inputs&, int);
 
 void baseline(Level level, const WeightMatrix* w, float* const* y, const Inputs& in, int n_tokens) {
-    if (level == Level::Avx2) return detail::matmul_avx2_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens);
+    if (level == Level::Avx2) return detail::matmul_avx2_blocks_baseline(w, y, 1, in.q32_baseline, in.q256, n_tokens);
 #ifdef ANVIL_AB_BASELINE_TAKES_AMX
     const bool amx = level == Level::Amx;
     if (w->type == WeightType::Q8Packed) return detail::matmul_avx512vnni_baseline(w, y, 1, in.x, nullptr, n_tokens, amx);
-    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens, amx);
+    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32_baseline, in.q256, n_tokens, amx);
 #else
-    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32, in.q256, n_tokens);
+    detail::matmul_vnni_blocks_baseline(w, y, 1, in.q32_baseline, in.q256, n_tokens);
 #endif
 }
 void current(Level level, const WeightMatrix* w, float* const* y, const Inputs& in, int n_tokens) {
@@ -149,7 +150,15 @@ bool run(const Case& c, Level level, int passes) {
     std::vector<int8_t> q(n);
     std::vector<float> scales(n / 32);
     std::vector<int16_t> sums(n / 16), sums32(n / 32);
+    std::vector<int32_t> less_8_sums(n / 32);
     detail::QuantizedInput q32{};
+    // Before session 34 the Q4_0 products took each group's sum as int16 (QuantizedInput's third
+    // member then); kernel_ab.sh says which this baseline is.
+    struct Int16Sums {
+        const int8_t* values;
+        const float* scales;
+        const int16_t* sums;
+    } q32_int16{};
     detail::SuperBlockInput q256{};
     if (q4_0) {  // as matmul_group_with rounds them
         detail::quantize_input(x.data(), c.tokens, c.cols, q.data(), scales.data());
@@ -157,15 +166,22 @@ bool run(const Case& c, Level level, int passes) {
             int sum = 0;
             for (size_t k = 0; k < 32; ++k) sum += q[g * 32 + k];
             sums32[g] = int16_t(sum);
+            less_8_sums[g] = -8 * sum;
         }
-        q32 = {q.data(), scales.data(), sums32.data()};
+        q32 = {q.data(), scales.data(), less_8_sums.data()};
+        q32_int16 = {q.data(), scales.data(), sums32.data()};
     } else if (!q8) {  // packed q8's entry point rounds its own
         detail::quantize_input_super(x.data(), c.tokens, c.cols, q.data(), scales.data(), sums.data(), sums32.data());
         q256 = {q.data(), scales.data(), sums.data(), sums32.data()};
     }
 
     const Kernel kernels[2] = {baseline, current};
-    const Inputs inputs{&q32, &q256, x.data()};
+#ifdef ANVIL_AB_BASELINE_INT16_SUMS
+    const auto* q32_baseline = reinterpret_cast<const detail::QuantizedInput*>(&q32_int16);
+#else
+    const detail::QuantizedInput* q32_baseline = &q32;
+#endif
+    const Inputs inputs{&q32, q32_baseline, &q256, x.data()};
     std::vector<float> ys[2] = {std::vector<float>(size_t(c.tokens) * c.rows * c.copies), std::vector<float>(size_t(c.tokens) * c.rows * c.copies)};
     const auto call = [&](int k) {
         for (int i = 0; i < c.copies; ++i) {

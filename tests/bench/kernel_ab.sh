@@ -57,8 +57,10 @@ g++ "${flags[@]}" -I"$work/baseline" -Dmatmul_avx2_blocks=matmul_avx2_blocks_bas
 takes_amx=()
 # From session 33 the AVX2 level multiplies Q6_K in a layout of its own: a baseline that has it
 # gets that layout too, an older one Q6_K's VNNI layout.
-q6_k_layout=()
-if grep -q Q6_KPacked8Avx2 "$work/baseline/kernels/weight_matrix.hpp"; then q6_k_layout=(-DANVIL_AB_BASELINE_Q6_K_AVX2); fi
+baseline_defines=()
+if grep -q Q6_KPacked8Avx2 "$work/baseline/kernels/weight_matrix.hpp"; then baseline_defines=(-DANVIL_AB_BASELINE_Q6_K_AVX2); fi
+# Before session 34 the Q4_0 products took the activations' group sums as int16.
+if ! grep -q less_8_sums "$work/baseline/kernels/matmul.hpp"; then baseline_defines+=(-DANVIL_AB_BASELINE_INT16_SUMS); fi
 if grep -q "int n_tokens, bool amx" "$work/baseline/kernels/matmul.hpp"; then
     takes_amx=(-DANVIL_AB_BASELINE_TAKES_AMX)
     g++ "${flags[@]}" "${avx512[@]}" -mamx-tile -mamx-int8 "${renames[@]}" -I"$work/baseline" \
@@ -67,7 +69,7 @@ if grep -q "int n_tokens, bool amx" "$work/baseline/kernels/matmul.hpp"; then
 elif [ "$level" = amx ]; then
     echo "kernel_ab.sh: the baseline $rev has no AMX level to compare with" >&2; exit 2
 fi
-g++ "${flags[@]}" "${takes_amx[@]}" "${q6_k_layout[@]}" -I"$root" -c "$root/tests/bench/kernel_ab.cpp" -o "$work/kernel_ab.o"
+g++ "${flags[@]}" "${takes_amx[@]}" "${baseline_defines[@]}" -I"$root" -c "$root/tests/bench/kernel_ab.cpp" -o "$work/kernel_ab.o"
 g++ -fopenmp "$work/kernel_ab.o" "${objects[@]}" "$build/kernels/libanvil_kernels.a" -o "$work/kernel_ab"
 echo "# baseline $(git -C "$root" rev-parse --short "$rev") against the working tree; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 "$work/kernel_ab" "$level" "$passes" "${cases[@]}"
