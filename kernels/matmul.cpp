@@ -87,6 +87,18 @@ void sum_runs16(const int8_t* values, size_t runs, int16_t* sums) {
     }
 }
 
+// Whether b can be multiplied in the same step as a, on the same rounded activations: the same
+// format, or the K-quants a level's kernels take together (a Q4_K_M model's v in Q6_K beside its q
+// and k in Q4_K, on the half of its layers that llama-quantize gives more bits). A step is a
+// rounding of the activations and a meeting of the threads.
+bool one_step(const WeightMatrix& a, const WeightMatrix& b, bool vnni) {
+    if (a.cols != b.cols) return false;
+    if (a.type == b.type) return true;
+    const WeightType q6_k = vnni ? WeightType::Q6_KPacked8 : WeightType::Q6_KPacked8Avx2;
+    const auto k_quant = [q6_k](WeightType t) { return t == WeightType::Q4_KPacked8 || t == q6_k; };
+    return k_quant(a.type) && k_quant(b.type);
+}
+
 }  // namespace
 
 void detail::quantize_input(const float* x, int n_tokens, int cols, int8_t* values, float* scales) {
@@ -111,20 +123,26 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
         if (is_ggml_block_type(ws[i].type) && ws[i].cols % ggml_block_values(ws[i].type) != 0)
             throw std::logic_error(std::string(weight_type_name(ws[i].type)) + " matrix with " + std::to_string(ws[i].cols) +
                                    " columns, not whole blocks");
-        uniform = uniform && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
     }
+    const bool vnni = vnni_products(isa);
+    for (int i = 1; i < count; ++i) uniform = uniform && one_step(ws[0], ws[i], vnni);
     // The packed layouts for the VNNI kernels (q8's, Q6_K's) are read below them by the plain product
     // only. GGUF's blocks as the file holds them are the reference level's: the vector levels multiply
     // them packed by 8 rows (weights.cpp packs them so), and only the plain product reads them
     // row-major.
-    const bool vnni = vnni_products(isa);
     const bool plain = ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_K || ws[0].type == WeightType::Q6_K ||
                        ((ws[0].type == WeightType::Q8Packed || ws[0].type == WeightType::Q6_KPacked8) && !vnni);
-    if (!uniform || isa == Isa::Reference || plain) {
-        for (int i = 0; i < count; ++i) {
-            if (isa == Isa::Reference || plain) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
-            else matmul_group_with(isa, ws + i, ys + i, 1, x, n_tokens);
+    if (!uniform && isa != Isa::Reference) {  // each run of matrices that go together, one step each
+        for (int i = 0; i < count;) {
+            int j = i + 1;
+            while (j < count && one_step(ws[i], ws[j], vnni)) ++j;
+            matmul_group_with(isa, ws + i, ys + i, j - i, x, n_tokens);
+            i = j;
         }
+        return;
+    }
+    if (isa == Isa::Reference || plain) {
+        for (int i = 0; i < count; ++i) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
         return;
     }
     // Buffers kept per thread and grown only: the decode loop reuses them without allocating.

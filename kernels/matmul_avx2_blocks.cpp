@@ -286,28 +286,26 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
 
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens) {
-    switch (ws[0].type) {
-        case WeightType::Q4_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
-            });
-        case WeightType::Q6_KPacked8Avx2: {
-            // Each thread of a team reorders its own copy, as it rounded its own activations.
-            thread_local std::vector<int8_t> paired;
-            const size_t n = size_t(n_tokens) * size_t(ws[0].cols);
-            if (paired.size() < n) paired.resize(n);
-            pair_activations(q256->values, n, paired.data());
-            const SuperBlockInput input{paired.data(), q256->scales, q256->sums, q256->sums32};
-            return run_items(ws, ys, count, n_tokens, packed8_items, [&input](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, &input, c0, c1, y);
-            });
-        }
-        case WeightType::Q4_0Packed8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                packed8_item<QuantizedInput, 2, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
-            });
-        default: break;  // matmul_group_with sends only packed GGUF blocks here
+    if (ws[0].type == WeightType::Q4_0Packed8)
+        return run_items(ws, ys, count, n_tokens, packed8_items, [q32](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+            packed8_item<QuantizedInput, 2, q4_0_packed8_tile<2>, q4_0_packed8_tile<1>>(w, item, q32, c0, c1, y);
+        });
+    // Q4_K and Q6_K, alone or together in one step (a Q4_K_M model's q, k and v): each item by its
+    // matrix's kernel, Q6_K's on the activations in its layout's order. Each thread of a team
+    // reorders its own copy, as it rounded its own activations.
+    SuperBlockInput paired_input{};
+    if (std::any_of(ws, ws + count, [](const WeightMatrix& w) { return w.type == WeightType::Q6_KPacked8Avx2; })) {
+        thread_local std::vector<int8_t> paired;
+        const size_t n = size_t(n_tokens) * size_t(ws[0].cols);
+        if (paired.size() < n) paired.resize(n);
+        pair_activations(q256->values, n, paired.data());
+        paired_input = {paired.data(), q256->scales, q256->sums, q256->sums32};
     }
+    run_items(ws, ys, count, n_tokens, packed8_items, [q256, &paired_input](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+        if (w.type == WeightType::Q6_KPacked8Avx2)
+            packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, &paired_input, c0, c1, y);
+        else packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
+    });
 }
 
 }  // namespace anvil::kernels::detail

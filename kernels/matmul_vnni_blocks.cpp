@@ -509,27 +509,23 @@ int amx_runs(bool amx, const WeightMatrix& w, int item, const Input* x, int c0, 
 
 void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
                         const SuperBlockInput* q256, int n_tokens, bool amx) {
-    switch (ws[0].type) {
-        case WeightType::Q4_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                c0 = amx_runs<SuperBlockInput, amx_q4_k_item>(amx, w, item, q256, c0, c1, y);
-                packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0,
-                                                                                                                        c1, y);
-            });
-        case WeightType::Q6_KPacked8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                c0 = amx_runs<SuperBlockInput, amx_q6_k_item>(amx, w, item, q256, c0, c1, y);
-                packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, q256, c0, c1,
-                                                                                                                   y);
-            });
-        case WeightType::Q4_0Packed8:
-            return run_items(ws, ys, count, n_tokens, packed8_items, [q32, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
-                c0 = amx_runs<QuantizedInput, amx_q4_0_item>(amx, w, item, q32, c0, c1, y);
-                packed8_item_paired<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512<1>, q4_0_packed8_token512<2>>(w, item, q32, c0, c1,
-                                                                                                                  y);
-            });
-        default: break;  // matmul_group_with sends only packed GGUF blocks here
-    }
+    if (ws[0].type == WeightType::Q4_0Packed8)
+        return run_items(ws, ys, count, n_tokens, packed8_items, [q32, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+            c0 = amx_runs<QuantizedInput, amx_q4_0_item>(amx, w, item, q32, c0, c1, y);
+            packed8_item_paired<QuantizedInput, 4, q4_0_packed8_tile<4>, q4_0_packed8_token512<1>, q4_0_packed8_token512<2>>(w, item, q32, c0, c1, y);
+        });
+    // Q4_K and Q6_K, alone or together in one step (a Q4_K_M model's q, k and v): each item by its
+    // matrix's kernels.
+    run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
+        if (w.type == WeightType::Q6_KPacked8) {
+            c0 = amx_runs<SuperBlockInput, amx_q6_k_item>(amx, w, item, q256, c0, c1, y);
+            packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, q256, c0, c1, y);
+        } else {
+            c0 = amx_runs<SuperBlockInput, amx_q4_k_item>(amx, w, item, q256, c0, c1, y);
+            packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0, c1,
+                                                                                                                    y);
+        }
+    });
 }
 
 }  // namespace anvil::kernels::detail

@@ -615,3 +615,38 @@ TEST_CASE("a group of products sharing one input gives each matrix's own product
         }
     }
 }
+
+TEST_CASE("a group mixing formats gives each matrix's own product exactly", "[kernels]") {
+    // A Q4_K_M model's q and k are Q4_K and its v Q6_K on half its layers: the two K-quants share
+    // one rounding and one step at a vector level, in the Q6_K layout that level multiplies. Other
+    // mixes (Q4_0 beside them, Q6_K in the other level's layout) run as steps of their own.
+    const int cols = 512;
+    for (Isa isa : available_isas()) {
+        const WeightType q6_k = vnni_products(isa) ? WeightType::Q6_KPacked8 : WeightType::Q6_KPacked8Avx2;
+        const WeightType other_q6_k = vnni_products(isa) ? WeightType::Q6_KPacked8Avx2 : WeightType::Q6_KPacked8;
+        const std::vector<std::vector<WeightType>> groups = {{WeightType::Q4_KPacked8, WeightType::Q4_KPacked8, q6_k},
+                                                             {q6_k, WeightType::Q4_KPacked8},
+                                                             {WeightType::Q4_KPacked8, WeightType::Q4_0Packed8, q6_k, other_q6_k}};
+        for (const auto& types : groups) {
+            std::vector<TestMatrix> matrices;
+            for (size_t m = 0; m < types.size(); ++m) matrices.push_back(make_matrix(types[m], 24 + 16 * int(m), cols, 61 + uint32_t(m)));
+            std::vector<WeightMatrix> group;
+            for (const auto& m : matrices) group.push_back(m.view);
+            for (int tokens : {1, 5}) {
+                const auto x = random_vector(size_t(tokens) * cols, 62);
+                std::vector<std::vector<float>> outs;
+                std::vector<float*> out_pointers;
+                for (const auto& w : group) outs.emplace_back(size_t(tokens) * size_t(w.rows));
+                for (auto& o : outs) out_pointers.push_back(o.data());
+                matmul_group_with(isa, group.data(), out_pointers.data(), int(group.size()), x.data(), tokens);
+                for (size_t m = 0; m < group.size(); ++m) {
+                    INFO(isa_name(isa) << ", " << weight_type_name(group[m].type) << " at " << m << " of " << group.size() << ", "
+                                       << tokens << " tokens");
+                    std::vector<float> alone(size_t(tokens) * size_t(group[m].rows));
+                    matmul_with(isa, group[m], x.data(), tokens, alone.data());
+                    CHECK(alone == outs[m]);
+                }
+            }
+        }
+    }
+}
