@@ -13,7 +13,9 @@ namespace anvil::kernels {
 // x: [n_tokens][w.cols], y: [n_tokens][w.rows]. Runs on the OpenMP threads, split by output rows.
 void matmul(const WeightMatrix& w, const float* x, int n_tokens, float* y);
 // ys[i] = ws[i] x for up to kMaxMatmulGroup matrices that read the same input (q, k and v; gate
-// and up), in one parallel region. Each result is exactly what matmul() would give.
+// and up), in one parallel region: one step where they are one format, or K-quants a level
+// multiplies together (Q4_K and Q6_K), one step per run of such matrices otherwise. Each result is
+// exactly what matmul() would give.
 constexpr int kMaxMatmulGroup = 4;
 void matmul_group(const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens);
 // The same with one instruction-set level, for tests and benchmarks. Throws when the processor
