@@ -115,7 +115,6 @@ void detail::quantize_input_super(const float* x, int n_tokens, int cols, int8_t
 
 void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int count, const float* x, int n_tokens) {
     if (count < 1 || count > kMaxMatmulGroup) throw std::logic_error("matmul group of " + std::to_string(count));
-    bool uniform = true;
     for (int i = 0; i < count; ++i) {
         if ((ws[i].type == WeightType::Q8 || ws[i].type == WeightType::Q8Packed || ws[i].type == WeightType::Q8Packed8) &&
             ws[i].cols % kQ8Group != 0)
@@ -125,22 +124,19 @@ void matmul_group_with(Isa isa, const WeightMatrix* ws, float* const* ys, int co
                                    " columns, not whole blocks");
     }
     const bool vnni = vnni_products(isa);
-    for (int i = 1; i < count; ++i) uniform = uniform && one_step(ws[0], ws[i], vnni);
+    // The first run of matrices that go together is one step, the rest of the group the next.
+    int together = 1;
+    while (together < count && one_step(ws[0], ws[together], vnni)) ++together;
+    if (together < count && isa != Isa::Reference) {
+        matmul_group_with(isa, ws, ys, together, x, n_tokens);
+        return matmul_group_with(isa, ws + together, ys + together, count - together, x, n_tokens);
+    }
     // The packed layouts for the VNNI kernels (q8's, Q6_K's) are read below them by the plain product
     // only. GGUF's blocks as the file holds them are the reference level's: the vector levels multiply
     // them packed by 8 rows (weights.cpp packs them so), and only the plain product reads them
     // row-major.
     const bool plain = ws[0].type == WeightType::Q4_0 || ws[0].type == WeightType::Q4_K || ws[0].type == WeightType::Q6_K ||
                        ((ws[0].type == WeightType::Q8Packed || ws[0].type == WeightType::Q6_KPacked8) && !vnni);
-    if (!uniform && isa != Isa::Reference) {  // each run of matrices that go together, one step each
-        for (int i = 0; i < count;) {
-            int j = i + 1;
-            while (j < count && one_step(ws[i], ws[j], vnni)) ++j;
-            matmul_group_with(isa, ws + i, ys + i, j - i, x, n_tokens);
-            i = j;
-        }
-        return;
-    }
     if (isa == Isa::Reference || plain) {
         for (int i = 0; i < count; ++i) detail::matmul_reference(ws[i], x, n_tokens, ys[i]);
         return;
