@@ -365,6 +365,7 @@ int main(int argc, char** argv) {
         std::printf("bench_engine --draft: %s kernels, %d threads, load average %s\n",
                     anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
                     anvil::bench::load_average().c_str());
+        std::printf("cpu       %s\n", anvil::bench::cpu_description().c_str());
         const bool tokens_given = std::any_of(argv + 1, argv + argc, [](const char* a) { return !std::strcmp(a, "--tokens"); });
         const int rc = anvil::bench::draft::run(keep.empty() ? scratch.path() : std::filesystem::path(keep), drafts,
                                                 tokens_given ? tokens : 64, draft_tokens);
@@ -378,6 +379,7 @@ int main(int argc, char** argv) {
     std::printf("bench_engine: %s kernels, %d threads, load average %s, bench model %d layers x dim %d (ffn %d, vocab %d)\n",
                 anvil::kernels::isa_name(anvil::kernels::active_isa()).c_str(), omp_get_max_threads(),
                 anvil::bench::load_average().c_str(), config.n_layers, config.dim, config.hidden_dim, config.vocab_size);
+    std::printf("cpu       %s\n", anvil::bench::cpu_description().c_str());
     if (depth + tokens + 1 > config.max_position) {
         std::fprintf(stderr, "bench_engine: --depth %d and --tokens %d pass the model's %d positions\n", depth, tokens,
                      config.max_position);

@@ -19,6 +19,7 @@
 #include "kernels/streamed_memory.hpp"
 #include "kernels/thread_policy.hpp"
 #include "bench_bandwidth.hpp"
+#include "bench_support.hpp"
 #include "kernels/matmul.hpp"
 
 using namespace anvil::kernels;
@@ -130,6 +131,7 @@ int main(int, char** argv) {
     anvil::kernels::prefer_passive_openmp_waiting(argv);  // as anvil-engine serves
     const int rows = 2816, cols = 1024;
     std::printf("bench_engine_kernels: %d threads, matrices %d x %d\n", omp_get_max_threads(), rows, cols);
+    std::printf("cpu       %s\n", anvil::bench::cpu_description().c_str());
     const double bandwidth = anvil::bench::read_bandwidth();
     std::printf("baseline  memory read bandwidth                  %7.2f GB/s  (1 GiB buffer)\n", bandwidth / 1e9);
     std::vector<Isa> isas = {Isa::Avx2};

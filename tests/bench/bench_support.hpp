@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,33 @@ inline std::string load_average() {
     std::string a, b, c;
     in >> a >> b >> c;
     return in ? a + " " + b + " " + c : std::string("?");
+}
+
+// The processor's name and those of its flags that choose a kernel level, as /proc/cpuinfo gives
+// them ("?" where it cannot be read): every figure in docs/PERFORMANCE.md names the flags it was
+// measured with, and the same level can run on processors that differ in them.
+inline std::string cpu_description() {
+    static const char* const kLevelFlags[] = {"avx2",        "fma",         "f16c",     "avx512f",  "avx512bw", "avx512vl",
+                                              "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"};
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, name, flags;
+    while ((name.empty() || flags.empty()) && std::getline(in, line)) {
+        const size_t colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string value = line.substr(colon + 1);
+        value.erase(0, value.find_first_not_of(" \t"));
+        if (name.empty() && line.rfind("model name", 0) == 0) {
+            name = value;
+        } else if (flags.empty() && line.rfind("flags", 0) == 0) {
+            std::istringstream words(value);
+            std::vector<std::string> present;
+            for (std::string word; words >> word;) present.push_back(word);
+            for (const char* flag : kLevelFlags)
+                if (std::find(present.begin(), present.end(), flag) != present.end()) flags += (flags.empty() ? "" : " ") + std::string(flag);
+            if (flags.empty()) flags = "none of the kernel levels'";
+        }
+    }
+    return (name.empty() ? std::string("?") : name) + ", flags: " + (flags.empty() ? std::string("?") : flags);
 }
 
 // The middle value of a non-empty list (the mean of the two middle ones for an even count).
