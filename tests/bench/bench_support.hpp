@@ -40,7 +40,7 @@ inline std::string cpu_description() {
             for (std::string word; words >> word;) present.push_back(word);
             for (const char* flag : kLevelFlags)
                 if (std::find(present.begin(), present.end(), flag) != present.end()) flags += (flags.empty() ? "" : " ") + std::string(flag);
-            if (flags.empty()) flags = "none of the kernel levels'";
+            if (flags.empty()) flags = "none that choose a kernel level";
         }
     }
     return (name.empty() ? std::string("?") : name) + ", flags: " + (flags.empty() ? std::string("?") : flags);
