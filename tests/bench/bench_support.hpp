@@ -1,6 +1,6 @@
 // What the benchmarks print beside their figures: the machine's load average (how far they can be
-// trusted) and the median of repeated timings. The read bandwidth is in bench_bandwidth.hpp, for the
-// benchmarks built with OpenMP.
+// trusted), the processor and its flags, and the median of repeated timings. The read bandwidth is
+// in bench_bandwidth.hpp, for the benchmarks built with OpenMP.
 #pragma once
 
 #include <algorithm>
@@ -19,9 +19,10 @@ inline std::string load_average() {
     return in ? a + " " + b + " " + c : std::string("?");
 }
 
-// The processor's name and those of its flags that choose a kernel level, as /proc/cpuinfo gives
-// them ("?" where it cannot be read): every figure in docs/PERFORMANCE.md names the flags it was
-// measured with, and the same level can run on processors that differ in them.
+// The processor's name and those of its flags that choose a kernel level (and avx_vnni, which a
+// 256-bit VNNI level would take), as /proc/cpuinfo gives them ("?" where it cannot be read): every
+// figure in docs/PERFORMANCE.md names the flags it was measured with, and the same level can run on
+// processors that differ in them.
 inline std::string cpu_description() {
     static const char* const kLevelFlags[] = {"avx2",        "fma",         "f16c",     "avx512f",  "avx512bw", "avx512vl",
                                               "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"};
