@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,11 +35,9 @@ inline std::string cpu_description() {
         if (name.empty() && line.rfind("model name", 0) == 0) {
             name = value;
         } else if (flags.empty() && line.rfind("flags", 0) == 0) {
-            std::istringstream words(value);
-            std::vector<std::string> present;
-            for (std::string word; words >> word;) present.push_back(word);
+            const std::string words = " " + value + " ";
             for (const char* flag : kLevelFlags)
-                if (std::find(present.begin(), present.end(), flag) != present.end()) flags += (flags.empty() ? "" : " ") + std::string(flag);
+                if (words.find(" " + std::string(flag) + " ") != std::string::npos) flags += (flags.empty() ? "" : " ") + std::string(flag);
             if (flags.empty()) flags = "none that choose a kernel level";
         }
     }
