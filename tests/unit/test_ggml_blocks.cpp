@@ -219,10 +219,11 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         return;
     }
     // 13 rows: one item of two 8-row blocks; 21: a pair and a lone block (the kernels take the two
-    // blocks of an item together for a lone token). 5 tokens: a tile of 4 and a lone token.
+    // blocks of an item together for a lone token). 7 tokens: a tile of 4, then at the VNNI levels
+    // a lone token after three (Q4_0, Q4_K) or a tile of 2 and a lone token (Q6_K).
     for (const int rows : {13, 21}) {
         for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
-            const int cols = 768, tokens = 5;
+            const int cols = 768, tokens = 7;
             const auto m = anvil::test::make_matrix(type, rows, cols, 41);
             const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
             const int group = type == WeightType::Q4_0Packed8 ? 32 : 256;
