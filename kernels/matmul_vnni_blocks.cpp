@@ -497,11 +497,11 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
         store_rows8(b == 0 ? _mm512_castps512_ps256(acc) : _mm512_extractf32x8_ps(acc, 1), w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
-// Q6_K's items: four tokens a tile where there are four, though its partial sums then spill, since
-// each step's unpacking (a third of the tile's instructions) serves twice the tokens: 512-token
-// products 1.11-1.15x on an Intel VM without AMX (docs/PERFORMANCE.md, session 36). Two or three
-// tokens left over take the two-token tile, so a short batch (speculative decoding's check of a
-// draft) runs as before; a lone token the one-token tiles.
+// Q6_K's items: four tokens a tile wherever four are left, though its partial sums then spill,
+// since each step's unpacking (about 14 vector operations, against 8 a token) serves twice the
+// tokens: 512-token products 1.10-1.17x, 5 tokens 1.10x, on an Intel VM without AMX
+// (docs/PERFORMANCE.md, session 36). Two or three tokens left over take the two-token tile as
+// before, and a lone token (decode) the one-token tiles.
 void q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
     const int four_end = c0 + (c1 - c0) / 4 * 4;
     if (four_end > c0) packed8_item<SuperBlockInput, 4, q6_k_packed8_tile<4>, q6_k_packed8_token512<1>>(w, item, x, c0, four_end, y);
