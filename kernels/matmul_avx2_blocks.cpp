@@ -285,7 +285,7 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
 // Q6_K's items: four tokens a tile wherever four are left, though its sums then spill (16
 // registers), since each group's unpacking serves twice the tokens; two or three tokens left over
 // take the two-token tile as before, and a lone token (decode) the one-token tile. 512-token
-// products 1.14x, 8 tokens 1.11x (docs/PERFORMANCE.md, session 36; q6_k_item at the VNNI level
+// products 1.13-1.14x, 8 tokens 1.08x (docs/PERFORMANCE.md, session 36; q6_k_item at the VNNI level
 // likewise).
 void q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
     const int four_end = c0 + (c1 - c0) / 4 * 4;

@@ -219,8 +219,9 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         return;
     }
     // 13 rows: one item of two 8-row blocks; 21: a pair and a lone block (the kernels take the two
-    // blocks of an item together for a lone token). 7 tokens: a tile of 4, then at the VNNI levels
-    // a lone token after three (Q4_0, Q4_K) or a tile of 2 and a lone token (Q6_K).
+    // blocks of an item together for a lone token). 7 tokens: tiles of 4 and 2 and a lone token
+    // (Q6_K at every level), a tile of 4 and three lone tokens (Q4_0 and Q4_K at the VNNI levels),
+    // or three tiles of 2 and a lone token (Q4_0 and Q4_K at AVX2).
     for (const int rows : {13, 21}) {
         for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
             const int cols = 768, tokens = 7;
