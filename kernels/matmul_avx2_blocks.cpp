@@ -282,17 +282,6 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
-// Q6_K's items: four tokens a tile wherever four are left, though its sums then spill (16
-// registers), since each group's unpacking serves twice the tokens; two or three tokens left over
-// take the two-token tile as before, and a lone token (decode) the one-token tile. 512-token
-// products 1.13-1.14x, 8 tokens 1.08x (docs/PERFORMANCE.md, session 36; q6_k_item at the VNNI level
-// likewise).
-void q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
-    const int four_end = c0 + (c1 - c0) / 4 * 4;
-    if (four_end > c0) packed8_item<SuperBlockInput, 4, q6_k_packed8_tile<4>, q6_k_packed8_tile<1>>(w, item, x, c0, four_end, y);
-    packed8_item<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>>(w, item, x, four_end, c1, y);
-}
-
 }  // namespace
 
 void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
@@ -314,7 +303,10 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     }
     run_items(ws, ys, count, n_tokens, packed8_items, [q256, &paired_input](const WeightMatrix& w, int item, int c0, int c1, float* y) {
         if (w.type == WeightType::Q6_KPacked8Avx2)
-            q6_k_item(w, item, &paired_input, c0, c1, y);
+            // Four tokens a tile despite the spills (16 registers): 512-token products 1.13-1.14x
+            // (docs/PERFORMANCE.md, session 36).
+            packed8_item_four_two<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>,
+                                  each_of_pair<SuperBlockInput, q6_k_packed8_tile<1>>>(w, item, &paired_input, c0, c1, y);
         else packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);
     });
 }

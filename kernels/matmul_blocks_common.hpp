@@ -93,6 +93,19 @@ void each_of_pair(const WeightMatrix& w, int b0, const Input* x, int t, float* y
     TileOne(w, b0 + 1, x, t, y);
 }
 
+// An item four tokens a tile wherever four are left, where a kernel's four-token tile spills but
+// still gains (Q6_K: docs/PERFORMANCE.md, session 36); two or three left over take the two-token
+// tile, a lone token TileOne or TilePair, as packed8_item_paired does.
+template <typename Input, void (*TileFour)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TileTwo)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*),
+          void (*TilePair)(const WeightMatrix&, int, const Input*, int, float*)>
+void packed8_item_four_two(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {
+    const int four_end = c0 + (c1 - c0) / 4 * 4;
+    if (four_end > c0) packed8_item_paired<Input, 4, TileFour, TileOne, TilePair>(w, item, x, c0, four_end, y);
+    packed8_item_paired<Input, 2, TileTwo, TileOne, TilePair>(w, item, x, four_end, c1, y);
+}
+
 template <typename Input, int Wide, void (*TileWide)(const WeightMatrix&, int, const Input*, int, float*),
           void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*)>
 void packed8_item(const WeightMatrix& w, int item, const Input* x, int c0, int c1, float* y) {

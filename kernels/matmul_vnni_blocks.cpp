@@ -5,7 +5,7 @@
 // in one instruction, where AVX2 needs vpmaddubsw, an int16 add and, per sub-block, a vpmaddwd:
 // the sums stay int32 from the start and take the rows' scales with vpmulld; four tokens a tile
 // (AVX-512's 32 registers; Q6_K's partial sums spill at four, and it gains all the same:
-// q6_k_item). The tiles of several tokens are 256 bits, because the packed layout's 8 lanes are 8
+// packed8_item_four_two). The tiles of several tokens are 256 bits, because the packed layout's 8 lanes are 8
 // rows; a lone token's (decode) takes two steps a 512-bit register, the halves added at the end
 // (the *_token512 tiles).
 // Integer sums are exact either way, so every level gives the same products bit for bit up to the
@@ -497,17 +497,6 @@ void q4_0_packed8_token512(const WeightMatrix& w, int b0, const QuantizedInput* 
         store_rows8(b == 0 ? _mm512_castps512_ps256(acc) : _mm512_extractf32x8_ps(acc, 1), w.rows, (b0 + b) * kPack8Rows, t0, y);
 }
 
-// Q6_K's items: four tokens a tile wherever four are left, though its partial sums then spill,
-// since each step's unpacking (about 14 vector operations, against 8 a token) serves twice the
-// tokens: 512-token products 1.10-1.17x, 5 tokens 1.10x, on an Intel VM without AMX
-// (docs/PERFORMANCE.md, session 36). Two or three tokens left over take the two-token tile as
-// before, and a lone token (decode) the one-token tiles.
-void q6_k_item(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
-    const int four_end = c0 + (c1 - c0) / 4 * 4;
-    if (four_end > c0) packed8_item<SuperBlockInput, 4, q6_k_packed8_tile<4>, q6_k_packed8_token512<1>>(w, item, x, c0, four_end, y);
-    packed8_item_paired<SuperBlockInput, 2, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>, q6_k_packed8_token512<2>>(w, item, x, four_end, c1, y);
-}
-
 // Where `amx` asks, the whole runs of kAmxTokens tokens from c0 on the AMX tiles (matmul_amx.cpp,
 // the same bits); returns the first token left to the VNNI tiles.
 template <typename Input, void (*AmxItem)(const WeightMatrix&, int, const Input*, int, int, float*)>
@@ -531,7 +520,11 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
         if (w.type == WeightType::Q6_KPacked8) {
             c0 = amx_runs<SuperBlockInput, amx_q6_k_item>(amx, w, item, q256, c0, c1, y);
-            q6_k_item(w, item, q256, c0, c1, y);
+            // Four tokens a tile though its partial sums spill: each step's unpacking (about 14
+            // vector operations, against 8 a token) serves twice the tokens; 512-token products
+            // 1.10-1.17x without AMX (docs/PERFORMANCE.md, session 36).
+            packed8_item_four_two<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>,
+                                  q6_k_packed8_token512<2>>(w, item, q256, c0, c1, y);
         } else {
             c0 = amx_runs<SuperBlockInput, amx_q4_k_item>(amx, w, item, q256, c0, c1, y);
             packed8_item_paired<SuperBlockInput, 4, q4_k_packed8_tile<1, 4>, q4_k_packed8_token512<1>, q4_k_packed8_token512<2>>(w, item, q256, c0, c1,
