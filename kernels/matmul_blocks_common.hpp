@@ -54,6 +54,11 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 // where on the Zen 5 VM the VNNI Q6_K tiles with it gained 1.14-1.34x and 0.99-1.25x without)
 // cost the Sapphire Rapids VM 3-8% a product from L3 (kernel_ab, session 33). docs/PERFORMANCE.md.
 constexpr int kPrefetchAheadDeep = 8192;
+// Twice as far again, into L2, for the tiles that take kPrefetchAheadDeep into L1: a request for a
+// line that is still far ahead, so the L1 request finds it in L2. Not the same line at the same
+// distance (what session 33 measured to cost): the AVX2 Q6_K decode tile from L3 on the Intel VM
+// without BF16 gained 1.16-1.20x with it (kernel_ab, 1 and 2 threads; from memory 1.18x).
+constexpr int kPrefetchFarDeep = 2 * kPrefetchAheadDeep;
 
 // A Q6_KPacked8 step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the
 // high bit pairs of all four) as the four quarters' 6-bit values, 4 of each of 8 rows.
