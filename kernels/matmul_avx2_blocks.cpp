@@ -186,11 +186,14 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 const uint8_t* at = tile + 144 + size_t(g) * 96;
                 _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep, _MM_HINT_T0);
                 _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
-                // And into L2 further ahead: from L3 1.14-1.20x at 1 and 2 threads on the Intel VM
-                // without BF16 (kernel_ab, session 37), where this tile read 8-9 GB/s a thread
-                // against Q4_K's 10. The VNNI level's Q6_K tile and AVX2's Q4_K gained nothing.
-                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep, _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep + 64, _MM_HINT_T1);
+                // And into L2 further ahead where a tile's few tokens leave it waiting on memory:
+                // from L3 1.14-1.20x at 1 and 2 threads, 2 tokens 1.12x, on the Intel VM without
+                // BF16 (kernel_ab, session 37), where this tile read 8-9 GB/s a thread against
+                // Q4_K's 10. The VNNI level's Q6_K tile and AVX2's Q4_K gained nothing from it.
+                if constexpr (TT < 4) {
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep, _MM_HINT_T1);
+                    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep + 64, _MM_HINT_T1);
+                }
                 const __m256i r0 = load256(at), r1 = load256(at + 32), r2 = load256(at + 64);
                 const __m256i v0 = _mm256_and_si256(r0, low6), v1 = _mm256_and_si256(r1, low6), v2 = _mm256_and_si256(r2, low6);
                 // The fourth register's bits 0-1, 2-3 and 4-5 from the top of the three: each run's
@@ -208,6 +211,11 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                     const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(v2, _mm256_set1_epi32(four[2])),
                                                        _mm256_maddubs_epi16(v3, _mm256_set1_epi32(four[3])));
                     sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(_mm256_madd_epi16(a, scales), _mm256_madd_epi16(b, scales)));
+                    // One chain in one register, as in the Q4_K tile: GCC otherwise gathers a
+                    // super-block's 16 products on the stack and adds them as a tree. With the
+                    // L2 prefetch above only for fewer than 4 tokens, 64 tokens from L3 1.14x against
+                    // session 36's tile (the prefetch alone cost multi-token tiles 2-3%).
+                    asm("" : "+x"(sum[t]));
                 }
             }
         }
