@@ -189,7 +189,7 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 // And into L2 further ahead where a tile's few tokens leave it waiting on memory:
                 // from L3 1.14-1.20x at 1 and 2 threads, 2 tokens 1.12x, on the Intel VM without
                 // BF16 (kernel_ab, session 37), where this tile read 8-9 GB/s a thread against
-                // Q4_K's 10. The VNNI level's Q6_K tile and AVX2's Q4_K gained nothing from it.
+                // Q4_K's 10. AVX2's Q4_K and the VNNI level's one-token tiles gained nothing from it.
                 if constexpr (TT < 4) {
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep, _MM_HINT_T1);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep + 64, _MM_HINT_T1);
