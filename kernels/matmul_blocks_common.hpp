@@ -56,10 +56,10 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 constexpr int kPrefetchAheadDeep = 8192;
 // Twice as far again, into L2, for a tile that takes kPrefetchAheadDeep into L1 and still waits on
 // L3 (so far only AVX2's Q6_K): a request for a line that is still far ahead, so the L1 request
-// finds it in L2. Not the same line at the same
-// distance (what session 33 measured to cost): the AVX2 Q6_K tile of 1 and 2 tokens from L3 on
-// the Intel VM without BF16 gained 1.12-1.20x with it (kernel_ab, 1 and 2 threads; from memory
-// 1.18x); tiles of 4 tokens, which wait less on memory, lost 2-3% and do without.
+// finds it in L2. Not the same line at the same distance (what session 33 measured to cost): the
+// AVX2 Q6_K tile of 1 and 2 tokens from L3 on the Intel VM without BF16 gained 1.12-1.20x with it
+// (kernel_ab, 1 and 2 threads; from memory 1.18x); tiles of 4 tokens, which wait less on memory,
+// lost 2-3% and do without.
 constexpr int kPrefetchFarDeep = 2 * kPrefetchAheadDeep;
 
 // A Q6_KPacked8 step's 96 bytes (low nibbles of quarters 0 and 2, of quarters 1 and 3, then the

@@ -5,9 +5,9 @@
 // in one instruction, where AVX2 needs vpmaddubsw, an int16 add and, per sub-block, a vpmaddwd:
 // the sums stay int32 from the start and take the rows' scales with vpmulld; four tokens a tile
 // (AVX-512's 32 registers; Q6_K's partial sums spill at four, and it gains all the same:
-// packed8_item_four_two). The tiles of several tokens are 256 bits, because the packed layout's 8 lanes are 8
-// rows; a lone token's (decode) takes two steps a 512-bit register, the halves added at the end
-// (the *_token512 tiles).
+// packed8_item_four_two). The tiles of several tokens are 256 bits, because the packed layout's 8
+// lanes are 8 rows; a lone token's (decode) takes two steps a 512-bit register, the halves added at
+// the end (the *_token512 tiles).
 // Integer sums are exact either way, so every level gives the same products bit for bit up to the
 // float accumulation order, which is also the same.
 #include <immintrin.h>
