@@ -270,7 +270,8 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         for (int t = 0; t < TT; ++t) sum[t] = _mm256_setzero_si256();
         ANVIL_UNROLL
         for (int s = 0; s < 4; ++s) {
-            const __m256i v = load256(tile + 16 + 32 * s);
+            __m256i v = load256(tile + 16 + 32 * s);
+            asm("" : "+x"(v));
             const __m256i lo = _mm256_and_si256(v, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             ANVIL_UNROLL
