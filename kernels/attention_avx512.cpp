@@ -75,9 +75,8 @@ template <int N, typename Element>
 void score_all(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys,
                const Element* values, int count, const float* q, float scale, float* scores) {
     const int d = kv.head_dim;
-    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
-        if (j + kAttentionPrefetch < count) {
-            const size_t ahead = position_offset(kv, s, block_table, first + j + kAttentionPrefetch);
+    walk_positions_ahead(kv, s, block_table, first, count, kAttentionPrefetch, [&](int j, size_t at, size_t ahead) {
+        if (ahead != kNoPosition) {
             prefetch_head(keys + ahead, d);
             prefetch_head(values + ahead, d);
         }

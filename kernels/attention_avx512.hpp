@@ -46,6 +46,24 @@ static inline void walk_positions(const PagedKv& kv, const KvStrides& s, const i
     }
 }
 
+// walk_positions, with visit(j, offset, ahead) also given the offset of position first + j +
+// `distance` (kNoPosition past the last) for the requests ahead, counted along with the walk
+// rather than by position_offset's division at every position.
+inline constexpr size_t kNoPosition = ~size_t(0);
+template <typename Visit>
+static inline void walk_positions_ahead(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, int count,
+                                        int distance, Visit visit) {
+    int ahead_block = (first + distance) / kv.block_size, ahead_slot = (first + distance) % kv.block_size;
+    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+        size_t ahead = kNoPosition;
+        if (j + distance < count) {
+            ahead = size_t(block_table[ahead_block]) * s.block + size_t(ahead_slot) * s.position;
+            if (++ahead_slot == kv.block_size) ahead_slot = 0, ++ahead_block;
+        }
+        visit(j, at, ahead);
+    });
+}
+
 // Positions ahead whose key and value lines are fetched (into L2) while this one's key is
 // multiplied: a kv head is read a few hundred bytes per position, across blocks, and by the time a
 // layer's attention runs, the weights streamed since have pushed the KV cache's lines out of every
