@@ -34,40 +34,59 @@ void attend(const float* q, const PagedKv& kv, int kv_head, const int32_t* block
 
 #define ANVIL_UNROLL _Pragma("GCC unroll 16")
 
-// Positions ahead whose values' line a walk of the values' pass asks for, into L1. The keys' pass
-// asked for the values into L2, but each of a 64-value head's four walks reads one line of each
-// position, 256 bytes apart and in blocks of 16 positions scattered over the cache, so a walk
-// waited on L2 or L3 line by line (its first load took a third of attention's samples).
-// tests/bench/attention_ab.sh, 2048 positions, two threads: f32 cache 1.06-1.10x, bf16 1.04x.
-// The AVX-512 pass reads whole rows in one walk and gained nothing clear from the same.
-constexpr int kValuesPrefetch = 16;
-
-// Values v[i .. i + 8W) of N heads summed over every position, weighted by each head's scores.
+// Columns i .. i + 8W of N heads' value sums over one block's run of positions: the sums come
+// from `out` and go back there, so each column is still one chain of fused multiply-adds over the
+// positions in order (the floats of a walk over every position). Asks for the next run's line of
+// each position (`next`, `next_run` positions; this chunk's columns) into L1 as it goes.
 template <int N, int W, typename Element>
-void weigh_values(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* values, int count,
-                  int i, const float* scores, float* out, int d) {
+void weigh_run(const Element* rows, size_t stride, int run, const float* scores, int count, int i, const Element* next,
+               int next_run, float* out, int d) {
     __m256 sum[N][W];
     ANVIL_UNROLL
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
-        for (int w = 0; w < W; ++w) sum[h][w] = _mm256_setzero_ps();
-    walk_positions_ahead(kv, s, block_table, first, count, kValuesPrefetch, [&](int j, size_t at, size_t ahead) {
-        const Element* v = values + at + i;
-        if (ahead != kNoPosition) _mm_prefetch(reinterpret_cast<const char*>(values + ahead + i), _MM_HINT_T0);
+        for (int w = 0; w < W; ++w) sum[h][w] = _mm256_loadu_ps(out + h * d + i + 8 * w);
+    for (int r = 0; r < run; ++r) {
+        if (r < next_run) _mm_prefetch(reinterpret_cast<const char*>(next + size_t(r) * stride + i), _MM_HINT_T0);
+        const Element* v = rows + size_t(r) * stride + i;
         __m256 vw[W];
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) vw[w] = load8(v + 8 * w);
         ANVIL_UNROLL
         for (int h = 0; h < N; ++h) {
-            const __m256 p = _mm256_broadcast_ss(scores + size_t(h) * count + j);
+            const __m256 p = _mm256_broadcast_ss(scores + size_t(h) * count + r);
             ANVIL_UNROLL
             for (int w = 0; w < W; ++w) sum[h][w] = _mm256_fmadd_ps(p, vw[w], sum[h][w]);
         }
-    });
+    }
     ANVIL_UNROLL
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
         for (int w = 0; w < W; ++w) _mm256_storeu_ps(out + h * d + i + 8 * w, sum[h][w]);
+}
+
+// out[h * d + i] = sum over positions j of scores[h * count + j] * v_j[i], for N heads and the
+// columns from i0 on, 16 columns at a time (8 at the end): N heads' sums fill up to 8 of AVX2's 16
+// registers. Block by block, each block's columns in turn: a walk over every position for each
+// 16 columns read one line of each position, 256 bytes apart and scattered over the cache block
+// by block, and waited on L2 or L3 line after line (its loads were a third of attention's
+// samples); a block's rows are a few kilobytes side by side, asked for a block ahead.
+template <int N, typename Element>
+void weigh_values(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* values, int count,
+                  int i0, const float* scores, float* out, int d) {
+    for (int h = 0; h < N; ++h) std::fill(out + h * d + i0, out + h * d + d, 0.0f);
+    int j = 0;
+    while (j < count) {
+        const int position = first + j;
+        const int run = std::min(kv.block_size - position % kv.block_size, count - j);
+        const Element* rows = values + position_offset(kv, s, block_table, position);
+        const int next_run = std::min(kv.block_size, count - j - run);
+        const Element* next = next_run > 0 ? values + position_offset(kv, s, block_table, position + run) : rows;
+        int i = i0;
+        for (; i + 16 <= d; i += 16) weigh_run<N, 2>(rows, s.position, run, scores + j, count, i, next, next_run, out, d);
+        if (i < d) weigh_run<N, 1>(rows, s.position, run, scores + j, count, i, next, next_run, out, d);
+        j += run;
+    }
 }
 
 // N (1 to 4) query heads of one kv head, head_dim a multiple of 8: each key and value is read once
@@ -116,9 +135,7 @@ void attend_heads(const float* q, const PagedKv& kv, int kv_head, const int32_t*
     // same order, so the same floats).
     int i = 0;
     if (wide) i = weigh_values_avx512(kv, s, block_table, first, values, count, N, scores, out);
-    // 16 of the head's values at a time (8 at the end), N heads: up to 8 sums in registers.
-    for (; i + 16 <= d; i += 16) weigh_values<N, 2>(kv, s, block_table, first, values, count, i, scores, out, d);
-    if (i < d) weigh_values<N, 1>(kv, s, block_table, first, values, count, i, scores, out, d);
+    if (i < d) weigh_values<N>(kv, s, block_table, first, values, count, i, scores, out, d);
 }
 
 template <typename Element>
