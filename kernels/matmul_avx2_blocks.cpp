@@ -271,6 +271,8 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         ANVIL_UNROLL
         for (int s = 0; s < 4; ++s) {
             __m256i v = load256(tile + 16 + 32 * s);
+            // One load a step: GCC otherwise loads it again as the low nibbles' vpand operand
+            // (docs/PERFORMANCE.md, session 38).
             asm("" : "+x"(v));
             const __m256i lo = _mm256_and_si256(v, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
