@@ -20,14 +20,9 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ -f "$build/build.ninja" ] || [ -f "$build/Makefile" ] || { echo "attention_ab.sh: $build is not a configured build (see README)" >&2; exit 2; }
-cmake --build "$build" --target anvil_kernels >/dev/null
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/baseline"
-git -C "$root" archive "$rev" kernels | tar -x -C "$work/baseline"
-flags=(-O2 -g1 -DNDEBUG -std=c++20 -fopenmp -mavx2 -mfma -mf16c)
+source "$root/tests/bench/ab_baseline.sh"
+ab_baseline attention_ab.sh "$build" "$rev" "$root"
+flags=("${ab_flags[@]}")
 avx512=(-mavx512f -mavx512bw -mavx512vl -mavx512dq)
 # Every function the two files define outside an anonymous namespace, renamed.
 renames=(-Dattention=attention_baseline -Dattention_heads=attention_heads_baseline

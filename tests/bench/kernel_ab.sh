@@ -36,14 +36,9 @@ if [ ${#cases[@]} -eq 0 ]; then
     else cases=(Q4_0:1024x1024:1:1 Q4_K:1024x1024:1:1 Q6_K:1024x1024:1:1 Q4_0:2816x1024:30:1 Q4_K:2816x1024:30:1 Q6_K:2816x1024:30:1)
     fi
 fi
-[ -f "$build/build.ninja" ] || [ -f "$build/Makefile" ] || { echo "kernel_ab.sh: $build is not a configured build (see README)" >&2; exit 2; }
-cmake --build "$build" --target anvil_kernels >/dev/null
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/baseline"
-git -C "$root" archive "$rev" kernels | tar -x -C "$work/baseline"
-flags=(-O2 -g1 -DNDEBUG -std=c++20 -fopenmp -mavx2 -mfma -mf16c)
+source "$root/tests/bench/ab_baseline.sh"
+ab_baseline kernel_ab.sh "$build" "$rev" "$root"
+flags=("${ab_flags[@]}")
 avx512=(-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni)
 # The baseline's AMX entry points renamed wherever its files name them, so that its VNNI files
 # call its own tiles (a baseline from before session 31 has none).
