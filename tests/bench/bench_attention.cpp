@@ -44,11 +44,6 @@ namespace {
 constexpr int kLayers = 12, kKvHeads = 4, kHeadDim = 64, kHeads = 16;
 constexpr size_t kWeightBytes = size_t(80) << 20;  // the bench model's Q4_K_M weights, about
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,11 +149,11 @@ int main(int argc, char** argv) {
         }
         std::printf("\n");
     }
-    std::printf("attention median %.2f GB/s, median fraction %.2f of %d rounds\n", median(rates[kSides - 1]) / 1e9, median(fractions),
+    std::printf("attention median %.2f GB/s, median fraction %.2f of %d rounds\n", anvil::bench::median(rates[kSides - 1]) / 1e9, anvil::bench::median(fractions),
                 rounds);
     if (kSides == 2) {
         const bool identical = std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) == 0;
-        std::printf("new/baseline median %.3f (from %.3f to %.3f)  %s\n", median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+        std::printf("new/baseline median %.3f (from %.3f to %.3f)  %s\n", anvil::bench::median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                     *std::max_element(ratios.begin(), ratios.end()), identical ? "outputs identical" : "OUTPUTS DIFFER");
         return identical ? 0 : 1;
     }
