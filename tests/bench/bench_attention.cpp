@@ -1,8 +1,10 @@
 // Decode attention at a long context, alone: one token's attention over every layer of a paged,
 // head-major KV cache (kernels::attention_heads, as the model runner calls it), with a read of
 // the layer's weights between layers so that each layer's cache comes from wherever decode finds
-// it, not from L1. Prints the cache's bytes read per second beside the read bandwidth of a
-// buffer the size of the cache, measured in the same run.
+// it, not from L1. Prints the cache's bytes read per second beside two rates measured in the same
+// run: the read bandwidth of a buffer the size of the cache read again and again (the ceiling
+// bench_engine uses, from L3 where the cache fits there), and the rate at which the weights'
+// read between layers streams (the stream: lines no cache level holds, as the KV cache's are).
 //
 //   bench_attention [--positions N] [--kv-dtype f32|bf16] [--block-size N] [--rounds N]
 //
@@ -27,6 +29,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/streamed_memory.hpp"
+#include "kernels/team.hpp"
 #include "kernels/thread_policy.hpp"
 
 using namespace anvil::kernels;
@@ -106,51 +109,73 @@ int main(int argc, char** argv) {
     constexpr int kSides = 1;
 #endif
     std::vector<float> outs[2] = {out, out};
-    std::vector<double> rates[kSides], fractions, ratios;
+    std::vector<double> rates[kSides], fractions, stream_fractions, ratios;
     volatile uint64_t sink = 0;
+    // The weights' read and each layer's attention are steps of one team, as in the engine's
+    // decode pass (kernels/team.hpp): a region forked a step found its other thread asleep after
+    // the read's static halves ended apart, and timed its waking (50-90 us a layer on a VM).
+    Team team(threads);
+    constexpr size_t kPieces = 1024;  // of the weights, shared as a product's rows are
+    struct alignas(64) Sum {
+        uint64_t value = 0;
+    };
+    std::vector<Sum> sums(static_cast<size_t>(threads));
     for (int round = 0; round < rounds; ++round) {
-        double seconds[kSides] = {};
-        for (int token = 0; token < 8; ++token)
-            for (int layer = 0; layer < kLayers; ++layer)
-                for (int turn = 0; turn < kSides; ++turn) {
-                    const int side = (turn + token + layer) % kSides;  // each goes first as often
-                    // The weights the layer's products would have streamed, not timed.
-                    uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-                    for (size_t line = 0; line < kWeightBytes / 64; ++line) sum += weights.get()[line * 64];
-                    sink = sink + sum;
-                    PagedKv kv;
-                    kv.type = bf16 ? KvType::BF16 : KvType::F32;
-                    kv.keys = keys.get() + layer_bytes * size_t(layer);
-                    kv.values = values.get() + layer_bytes * size_t(layer);
-                    kv.block_size = block_size;
-                    kv.kv_heads = kKvHeads;
-                    kv.head_dim = kHeadDim;
-                    kv.layout = KvLayout::HeadMajor;
-                    const auto start = Clock::now();
-#pragma omp parallel for schedule(dynamic, 1)
-                    for (int h = 0; h < kKvHeads; ++h) {
-                        const int group = kHeads / kKvHeads;
-                        kernels[side](&q[size_t(h) * group * kHeadDim], group, kv, h, table.data(), 0, positions, 0.125f,
-                                      &scores[size_t(omp_get_thread_num()) * 4 * size_t(positions)],
-                                      &outs[side][size_t(h) * group * kHeadDim]);
+        double seconds[kSides] = {}, stream_seconds = 0;
+        run_as_team(team, [&] {
+            const bool timer = omp_get_thread_num() == 0;
+            for (int token = 0; token < 8; ++token)
+                for (int layer = 0; layer < kLayers; ++layer)
+                    for (int turn = 0; turn < kSides; ++turn) {
+                        const int side = (turn + token + layer) % kSides;  // each goes first as often
+                        // The weights the layer's products stream, timed as the stream attention is put beside.
+                        const auto streaming = Clock::now();
+                        share_items(true, int(kPieces), 1, [&](int piece) {
+                            uint64_t sum = 0;
+                            const size_t lines = kWeightBytes / 64 / kPieces;
+                            for (size_t line = size_t(piece) * lines; line < size_t(piece + 1) * lines; ++line)
+                                sum += weights.get()[line * 64];
+                            sums[size_t(omp_get_thread_num())].value += sum;
+                        });
+                        PagedKv kv;
+                        kv.type = bf16 ? KvType::BF16 : KvType::F32;
+                        kv.keys = keys.get() + layer_bytes * size_t(layer);
+                        kv.values = values.get() + layer_bytes * size_t(layer);
+                        kv.block_size = block_size;
+                        kv.kv_heads = kKvHeads;
+                        kv.head_dim = kHeadDim;
+                        kv.layout = KvLayout::HeadMajor;
+                        const auto start = Clock::now();
+                        share_items(true, kKvHeads, 1, [&](int h) {
+                            const int group = kHeads / kKvHeads;
+                            kernels[side](&q[size_t(h) * group * kHeadDim], group, kv, h, table.data(), 0, positions, 0.125f,
+                                          &scores[size_t(omp_get_thread_num()) * 4 * size_t(positions)],
+                                          &outs[side][size_t(h) * group * kHeadDim]);
+                        });
+                        if (timer) {
+                            const auto end = Clock::now();
+                            stream_seconds += std::chrono::duration<double>(start - streaming).count();
+                            seconds[side] += std::chrono::duration<double>(end - start).count();
+                        }
                     }
-                    seconds[side] += std::chrono::duration<double>(Clock::now() - start).count();
-                }
+        });
+        for (const Sum& sum : sums) sink = sink + sum.value;
         const double ceiling = anvil::bench::read_bandwidth(cache_bytes);
         for (int side = 0; side < kSides; ++side) rates[side].push_back(double(cache_bytes) * 8 / seconds[side]);
         const double rate = rates[kSides - 1].back();
+        const double stream = double(kWeightBytes) * 8 * kLayers * kSides / stream_seconds;
         fractions.push_back(rate / ceiling);
-        std::printf("attention %7.2f GB/s of cache read  ceiling %7.2f GB/s (%.0f MB buffer)  fraction %.2f", rate / 1e9,
-                    ceiling / 1e9, double(cache_bytes) / 1e6, rate / ceiling);
+        stream_fractions.push_back(rate / stream);
+        std::printf("attention %7.2f GB/s of cache read  ceiling %7.2f GB/s (%.0f MB buffer)  fraction %.2f  stream %6.2f GB/s  of stream %.2f",
+                    rate / 1e9, ceiling / 1e9, double(cache_bytes) / 1e6, rate / ceiling, stream / 1e9, rate / stream);
         if (kSides == 2) {
             ratios.push_back(seconds[0] / seconds[kSides - 1]);
             std::printf("  baseline %7.2f GB/s  new/baseline %.3f", rates[0].back() / 1e9, ratios.back());
         }
         std::printf("\n");
     }
-    std::printf("attention median %.2f GB/s, median fraction %.2f of %d rounds\n", anvil::bench::median(rates[kSides - 1]) / 1e9, anvil::bench::median(fractions),
-                rounds);
+    std::printf("attention median %.2f GB/s, median fraction %.2f of the ceiling, %.2f of the stream, %d rounds\n",
+                anvil::bench::median(rates[kSides - 1]) / 1e9, anvil::bench::median(fractions), anvil::bench::median(stream_fractions), rounds);
     if (kSides == 2) {
         const bool identical = std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) == 0;
         std::printf("new/baseline median %.3f (from %.3f to %.3f)  %s\n", anvil::bench::median(ratios), *std::min_element(ratios.begin(), ratios.end()),
