@@ -14,7 +14,8 @@ inline __m512 load16(const uint16_t* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
-// Columns i .. i + 16Z of N heads: N x Z sums in registers.
+// Columns i .. i + 16Z of N heads: N x Z sums in registers, the lines of these columns asked for
+// kAttentionPrefetch positions ahead.
 template <int N, int Z, typename Element>
 void weigh(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* values, int count,
            int i, const float* scores, float* out) {
@@ -24,7 +25,11 @@ void weigh(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, in
     for (int h = 0; h < N; ++h)
         ANVIL_UNROLL
         for (int z = 0; z < Z; ++z) sum[h][z] = _mm512_setzero_ps();
-    walk_positions(kv, s, block_table, first, count, [&](int j, size_t at) {
+    walk_positions_ahead(kv, s, block_table, first, count, kAttentionPrefetch, [&](int j, size_t at, size_t ahead) {
+        if (ahead != kNoPosition) {
+            const char* line = reinterpret_cast<const char*>(values + ahead + i);
+            for (size_t byte = 0; byte < 16 * Z * sizeof(Element); byte += 64) _mm_prefetch(line + byte, _MM_HINT_T1);
+        }
         const Element* v = values + at + i;
         __m512 vz[Z];
         ANVIL_UNROLL
@@ -72,14 +77,11 @@ int weigh_values(const PagedKv& kv, const KvStrides& s, const int32_t* block_tab
 
 // N heads' dot products with each position's key: two sums of 16 a head, reduced at the end.
 template <int N, typename Element>
-void score_all(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys,
-               const Element* values, int count, const float* q, float scale, float* scores) {
+void score_all(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys, int count,
+               const float* q, float scale, float* scores) {
     const int d = kv.head_dim;
     walk_positions_ahead(kv, s, block_table, first, count, kAttentionPrefetch, [&](int j, size_t at, size_t ahead) {
-        if (ahead != kNoPosition) {
-            prefetch_head(keys + ahead, d);
-            prefetch_head(values + ahead, d);
-        }
+        if (ahead != kNoPosition) prefetch_head(keys + ahead, d);
         const Element* k = keys + at;
         __m512 sum[N][2];
         ANVIL_UNROLL
@@ -104,26 +106,26 @@ void score_all(const PagedKv& kv, const KvStrides& s, const int32_t* block_table
 }
 
 template <typename Element>
-void score_keys(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys,
-                const Element* values, int count, int heads, const float* q, float scale, float* scores) {
+void score_keys(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const Element* keys, int count,
+                int heads, const float* q, float scale, float* scores) {
     switch (heads) {
-        case 1: return score_all<1, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
-        case 2: return score_all<2, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
-        case 3: return score_all<3, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
-        default: return score_all<4, Element>(kv, s, block_table, first, keys, values, count, q, scale, scores);
+        case 1: return score_all<1, Element>(kv, s, block_table, first, keys, count, q, scale, scores);
+        case 2: return score_all<2, Element>(kv, s, block_table, first, keys, count, q, scale, scores);
+        case 3: return score_all<3, Element>(kv, s, block_table, first, keys, count, q, scale, scores);
+        default: return score_all<4, Element>(kv, s, block_table, first, keys, count, q, scale, scores);
     }
 }
 
 }  // namespace
 
 void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const float* keys,
-                       const float* values, int count, int heads, const float* q, float scale, float* scores) {
-    score_keys(kv, s, block_table, first, keys, values, count, heads, q, scale, scores);
+                       int count, int heads, const float* q, float scale, float* scores) {
+    score_keys(kv, s, block_table, first, keys, count, heads, q, scale, scores);
 }
 
 void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const uint16_t* keys,
-                       const uint16_t* values, int count, int heads, const float* q, float scale, float* scores) {
-    score_keys(kv, s, block_table, first, keys, values, count, heads, q, scale, scores);
+                       int count, int heads, const float* q, float scale, float* scores) {
+    score_keys(kv, s, block_table, first, keys, count, heads, q, scale, scores);
 }
 
 int weigh_values_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const float* values,

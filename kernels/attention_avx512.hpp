@@ -64,12 +64,17 @@ static inline void walk_positions_ahead(const PagedKv& kv, const KvStrides& s, c
     });
 }
 
-// Positions ahead whose key and value lines are fetched (into L2) while this one's key is
-// multiplied: a kv head is read a few hundred bytes per position, across blocks, and by the time a
+// Positions ahead whose lines a pass asks for (into L2) while it works on this one: a kv head is read a few hundred bytes per position, across blocks, and by the time a
 // layer's attention runs, the weights streamed since have pushed the KV cache's lines out of every
 // cache level. Waiting for those loads was most of attention's time (a layer of the bench model at
 // 80 positions, caches cold: 35 us without, 21-29 with four ahead). At 2000 positions, two threads,
-// head-major f32 cache read cold: 8 ahead 32 GB/s, 16 ahead 39-40, 32 ahead 37-39.
+// head-major f32 cache read cold: 8 ahead 32 GB/s, 16 ahead 39-40, 32 ahead 37-39 (the EPYC VM).
+// At the AVX-512 levels each pass asks for its own rows: the keys' pass used to ask for the
+// values' too, so that the values' pass read them from L2, but on Intel a request holds one of the
+// core's few line-fill buffers until its line arrives, and twice the requests left the keys' pass
+// stalled on them (a third of its samples); asked for by the pass that reads them, the same cache
+// read 1.14-1.24x as fast (docs/PERFORMANCE.md, session 39). The AVX2 keys' pass still asks for
+// both (kernels/attention.cpp says why).
 inline constexpr int kAttentionPrefetch = 16;
 
 template <typename Element>
@@ -79,13 +84,13 @@ static inline void prefetch_head(const Element* p, int d) {
 }
 
 // scores[h * count + j] = scale * q_h . k_j for the N (1 to 4) query heads of this kv head and
-// positions j = 0 .. count-1 (head_dim a multiple of 16), with the next positions' keys and values
-// asked for as the AVX2 pass asks. Its dot products sum in another order than the AVX2 pass's, so
+// positions j = 0 .. count-1 (head_dim a multiple of 16), with the next positions' keys asked for
+// as the AVX2 pass asks. Its dot products sum in another order than the AVX2 pass's, so
 // the two levels' scores differ in the last bits (each level's are the same whatever the batch).
 void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const float* keys,
-                       const float* values, int count, int heads, const float* q, float scale, float* scores);
+                       int count, int heads, const float* q, float scale, float* scores);
 void score_keys_avx512(const PagedKv& kv, const KvStrides& s, const int32_t* block_table, int first, const uint16_t* keys,
-                       const uint16_t* values, int count, int heads, const float* q, float scale, float* scores);
+                       int count, int heads, const float* q, float scale, float* scores);
 
 // out[h * d + i] = sum over positions j of scores[h * count + j] * v_j[i], for the N (1 to 4) heads
 // that share this kv head, with every column i below the returned one (a multiple of 16; the
