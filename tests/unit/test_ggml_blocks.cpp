@@ -219,10 +219,10 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         return;
     }
     // 13 rows: one item of two 8-row blocks; 21: a pair and a lone block (the kernels take the two
-    // blocks of an item together for a lone token, and at the VNNI levels for Q4_0's 512-bit tiles).
-    // 15 tokens: tiles of 4, then 2 and a lone token (Q6_K at every level); at the VNNI levels a
-    // pair's tiles of 8 and 4 and three lone tokens (Q4_0; a lone block's tiles of 4), three tiles
-    // of 4 and three lone tokens (Q4_K); seven tiles of 2 and a lone token (Q4_0 and Q4_K at AVX2).
+    // blocks of an item together for a lone token, and at the VNNI levels for the 512-bit tiles of
+    // Q4_0 and Q4_K). 15 tokens: tiles of 4, then 2 and a lone token (Q6_K at every level); at the
+    // VNNI levels a pair's 512-bit tiles of 8 and 4 (Q4_0) or three of 4 (Q4_K), a lone block's
+    // 256-bit tiles of 4, then three lone tokens; at AVX2 seven tiles of 2 and a lone token.
     for (const int rows : {13, 21}) {
         for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
             const int cols = 768, tokens = 15;
