@@ -390,6 +390,103 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     for (int t = 0; t < TT; ++t) store_rows8(acc[t], w.rows, b0 * kPack8Rows, t0 + t, y);
 }
 
+// q6_k_step_values for a pair of blocks' steps side by side: lanes 0-7 the first block's rows,
+// 8-15 the second's.
+inline void q6_k_pair_step_values(const uint8_t* at0, const uint8_t* at1, __m512i q[4]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    const auto pair = [&](int offset) { return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at0 + offset)), load256(at1 + offset), 1); };
+    const __m512i a = pair(0), b = pair(32), hb = pair(64);
+    q[0] = _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
+    q[1] = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4), _mm512_and_si512(hb, bits45));
+    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), bits45));
+}
+
+// Q6_K for TT tokens over a pair of 8-row blocks, 512 bits a step, as q4_0_pair512_tile: the
+// unpacking, the scales' multiplies and the start sums serve 16 rows an instruction. The same
+// int32 sums as q6_k_packed8_tile and its float steps lane for lane: the same bits.
+template <int TT>
+void q6_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
+    const int supers = w.cols / kSuperBlock;
+    const size_t block_bytes = size_t(supers) * kQ6_KPacked8Bytes;
+    const uint8_t* block = static_cast<const uint8_t*>(w.data) + size_t(b0) * block_bytes;
+    __m512 acc[TT];
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const auto load128 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+    for (int i = 0; i < supers; ++i) {
+        const uint8_t* tiles[2] = {block + size_t(i) * kQ6_KPacked8Bytes, block + block_bytes + size_t(i) * kQ6_KPacked8Bytes};
+        const int8_t* xs[TT];
+        __m512i sum[TT];
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) {
+            xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
+            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
+            sum[t] = _mm512_inserti64x4(_mm512_castsi256_si512(q6_k_start_sums(tiles[0], sums)), q6_k_start_sums(tiles[1], sums), 1);
+        }
+        // Quarters k2 and k2 + 1 of four steps (a sub-block of each) at a time: the partial sums of
+        // all four quarters, 4 x TT registers, left too few for six tokens, and a step's loads
+        // twice cost less than the spills (six tokens a tile 1.30-1.35x over four, all quarters
+        // at once 1.17-1.25x).
+        ANVIL_UNROLL
+        for (int h = 0; h < 2; ++h)
+            ANVIL_UNROLL
+            for (int s4 = 0; s4 < 2; ++s4)
+                ANVIL_UNROLL
+                for (int k2 = 0; k2 < 4; k2 += 2) {
+                    __m512i part[2][TT];
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 2; ++k)
+                        ANVIL_UNROLL
+                        for (int t = 0; t < TT; ++t) part[k][t] = _mm512_setzero_si512();
+                    ANVIL_UNROLL
+                    for (int s = 4 * s4; s < 4 * s4 + 4; ++s) {
+                        const size_t step = 144 + size_t(h * 8 + s) * 96;
+                        ANVIL_UNROLL
+                        for (int b = 0; b < 2 && k2 == 0; ++b) {
+                            _mm_prefetch(reinterpret_cast<const char*>(tiles[b] + step) + kPrefetchAheadDeep, _MM_HINT_T0);
+                            _mm_prefetch(reinterpret_cast<const char*>(tiles[b] + step) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
+                        }
+                        __m512i q[4];
+                        q6_k_pair_step_values(tiles[0] + step, tiles[1] + step, q);
+                        ANVIL_UNROLL
+                        for (int k = 0; k < 2; ++k)
+                            ANVIL_UNROLL
+                            for (int t = 0; t < TT; ++t) {
+                                int32_t four;
+                                std::memcpy(&four, xs[t] + 128 * h + 32 * (k2 + k) + 4 * s, 4);
+                                part[k][t] = _mm512_dpbusd_epi32(part[k][t], q[k2 + k], _mm512_set1_epi32(four));
+                            }
+                    }
+                    ANVIL_UNROLL
+                    for (int k = 0; k < 2; ++k) {
+                        const int j = 8 * h + 2 * (k2 + k) + s4;  // the sub-block of these steps in quarter k2 + k
+                        const __m128i select = j % 2 ? odd : even;
+                        const __m512i scale = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                            _mm_shuffle_epi8(load128(tiles[0] + 16 + 16 * (j / 2)), select), _mm_shuffle_epi8(load128(tiles[1] + 16 + 16 * (j / 2)), select)));
+                        ANVIL_UNROLL
+                        for (int t = 0; t < TT; ++t) {
+                            sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(part[k][t], scale));
+                            asm("" : "+v"(sum[t]));  // one chain in one register, as q6_k_packed8_tile
+                        }
+                    }
+                }
+        const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(tiles[0])), load128(tiles[1]), 1));
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
+                                     acc[t]);
+    }
+    ANVIL_UNROLL
+    for (int t = 0; t < TT; ++t) {
+        store_rows8(_mm512_castps512_ps256(acc[t]), w.rows, b0 * kPack8Rows, t0 + t, y);
+        store_rows8(_mm512_extractf32x8_ps(acc[t], 1), w.rows, (b0 + 1) * kPack8Rows, t0 + t, y);
+    }
+}
+
 // Q6_K for one token, a step a 512-bit register: its first 64 bytes (the low nibbles of quarters 0
 // and 2 in lanes 0-7, of quarters 1 and 3 in lanes 8-15) in one load, its 32 bytes of high bit
 // pairs broadcast to both halves, which shift by 4 and 2 (quarters 0 and 1) or 0 and 2 (quarters
@@ -669,6 +766,18 @@ int q4_k_pair512_runs(const WeightMatrix& w, int item, const SuperBlockInput* x,
     return c0;
 }
 
+// And for Q6_K, six tokens a tile and then four; two left take the 256-bit tile of two (a pair
+// tile of two gained nothing). Against q6_k_packed8_tile four tokens at a time (kernel_ab, 2
+// threads, outputs identical): 512 tokens at 4096 x 4096 1.31x, at 4096 x 14336 1.35x, 64 at
+// 1024 x 2816 1.30x, 8 tokens 1.14x, 5 tokens 1.17x.
+int q6_k_pair512_runs(const WeightMatrix& w, int item, const SuperBlockInput* x, int c0, int c1, float* y) {
+    const int b0 = item * 2;
+    if (pack8_blocks(w.rows) - b0 < 2) return c0;
+    for (; c1 - c0 >= 6; c0 += 6) q6_k_pair512_tile<6>(w, b0, x, c0, y);
+    if (c1 - c0 >= 4) q6_k_pair512_tile<4>(w, b0, x, c0, y), c0 += 4;
+    return c0;
+}
+
 // Where `amx` asks, the whole runs of kAmxTokens tokens from c0 on the AMX tiles (matmul_amx.cpp,
 // the same bits); returns the first token left to the VNNI tiles.
 template <typename Input, void (*AmxItem)(const WeightMatrix&, int, const Input*, int, int, float*)>
@@ -693,6 +802,7 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     run_items(ws, ys, count, n_tokens, packed8_items, [q256, amx](const WeightMatrix& w, int item, int c0, int c1, float* y) {
         if (w.type == WeightType::Q6_KPacked8) {
             c0 = amx_runs<SuperBlockInput, amx_q6_k_item>(amx, w, item, q256, c0, c1, y);
+            c0 = q6_k_pair512_runs(w, item, q256, c0, c1, y);
             // Four tokens a tile though its partial sums spill: each step's unpacking (about 14
             // vector operations, against 8 a token) serves twice the tokens; 512-token products
             // 1.10-1.17x without AMX (docs/PERFORMANCE.md, session 36).

@@ -219,46 +219,49 @@ TEST_CASE("the block products equal the exact product of the rounded activations
         return;
     }
     // 13 rows: one item of two 8-row blocks; 21: a pair and a lone block (the kernels take the two
-    // blocks of an item together for a lone token, and at the VNNI levels for the 512-bit tiles of
-    // Q4_0 and Q4_K). 15 tokens: tiles of 4, then 2 and a lone token (Q6_K at every level); at the
-    // VNNI levels a pair's 512-bit tiles of 8 and 4 (Q4_0) or three of 4 (Q4_K), a lone block's
-    // 256-bit tiles of 4, then three lone tokens; at AVX2 seven tiles of 2 and a lone token.
+    // blocks of an item together for a lone token, and at the VNNI levels for their 512-bit tiles of
+    // several tokens). 15 tokens: at the VNNI levels a pair's 512-bit tiles of 8 and 4 (Q4_0),
+    // three of 4 (Q4_K) or two of 6 (Q6_K), a lone block's 256-bit tiles of 4, then the 256-bit
+    // tile of 2 (Q6_K) and lone tokens; at AVX2 tiles of 4, 2 and a lone token (Q6_K) or seven of 2
+    // and a lone token. 10 tokens: Q6_K's pair tiles of 6 and 4, Q4_0's 8 and two lone tokens.
     for (const int rows : {13, 21}) {
-        for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
-            const int cols = 768, tokens = 15;
-            const auto m = anvil::test::make_matrix(type, rows, cols, 41);
-            const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
-            const int group = type == WeightType::Q4_0Packed8 ? 32 : 256;
-            std::vector<int8_t> values(x.size());
-            std::vector<float> scales(x.size() / size_t(group));
-            std::vector<int16_t> sums(x.size() / 16), sums32(x.size() / 32);
-            if (group == 32) detail::quantize_input(x.data(), tokens, cols, values.data(), scales.data());
-            else detail::quantize_input_super(x.data(), tokens, cols, values.data(), scales.data(), sums.data(), sums32.data());
-            for (size_t s = 0; s < sums.size() && group != 32; ++s) {
-                int sum = 0;
-                for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
-                REQUIRE(sums[s] == sum);
-                if (s % 2) REQUIRE(sums32[s / 2] == sums[s - 1] + sums[s]);
-            }
-            for (Isa isa : isas) {
-                // Below the VNNI levels Q6_K's VNNI layout takes the plain product, of unrounded activations.
-                if (type == WeightType::Q6_KPacked8 && !vnni_products(isa)) continue;
-                INFO(weight_type_name(type) << " " << isa_name(isa) << ", " << rows << " rows");
-                std::vector<float> y(size_t(tokens) * rows);
-                matmul_with(isa, m.view, x.data(), tokens, y.data());
-                double worst = 0;
-                for (int t = 0; t < tokens; ++t)
-                    for (int r = 0; r < rows; ++r) {
-                        double exact = 0, magnitude = 0;
-                        for (int k = 0; k < cols; ++k) {
-                            const size_t at = size_t(t) * cols + size_t(k);
-                            const double p = m.exact[size_t(r) * cols + size_t(k)] * double(values[at]) * scales[at / size_t(group)];
-                            exact += p;
-                            magnitude += std::fabs(p);
+        for (const int tokens : {10, 15}) {
+            for (WeightType type : {WeightType::Q4_KPacked8, WeightType::Q6_KPacked8, WeightType::Q4_0Packed8, WeightType::Q6_KPacked8Avx2}) {
+                const int cols = 768;
+                const auto m = anvil::test::make_matrix(type, rows, cols, 41);
+                const auto x = anvil::test::random_vector(size_t(tokens) * cols, 42, 3.0f);
+                const int group = type == WeightType::Q4_0Packed8 ? 32 : 256;
+                std::vector<int8_t> values(x.size());
+                std::vector<float> scales(x.size() / size_t(group));
+                std::vector<int16_t> sums(x.size() / 16), sums32(x.size() / 32);
+                if (group == 32) detail::quantize_input(x.data(), tokens, cols, values.data(), scales.data());
+                else detail::quantize_input_super(x.data(), tokens, cols, values.data(), scales.data(), sums.data(), sums32.data());
+                for (size_t s = 0; s < sums.size() && group != 32; ++s) {
+                    int sum = 0;
+                    for (size_t k = 0; k < 16; ++k) sum += values[s * 16 + k];
+                    REQUIRE(sums[s] == sum);
+                    if (s % 2) REQUIRE(sums32[s / 2] == sums[s - 1] + sums[s]);
+                }
+                for (Isa isa : isas) {
+                    // Below the VNNI levels Q6_K's VNNI layout takes the plain product, of unrounded activations.
+                    if (type == WeightType::Q6_KPacked8 && !vnni_products(isa)) continue;
+                    INFO(weight_type_name(type) << " " << isa_name(isa) << ", " << rows << " rows, " << tokens << " tokens");
+                    std::vector<float> y(size_t(tokens) * rows);
+                    matmul_with(isa, m.view, x.data(), tokens, y.data());
+                    double worst = 0;
+                    for (int t = 0; t < tokens; ++t)
+                        for (int r = 0; r < rows; ++r) {
+                            double exact = 0, magnitude = 0;
+                            for (int k = 0; k < cols; ++k) {
+                                const size_t at = size_t(t) * cols + size_t(k);
+                                const double p = m.exact[size_t(r) * cols + size_t(k)] * double(values[at]) * scales[at / size_t(group)];
+                                exact += p;
+                                magnitude += std::fabs(p);
+                            }
+                            worst = std::max(worst, std::fabs(y[size_t(t) * rows + size_t(r)] - exact) / magnitude);
                         }
-                        worst = std::max(worst, std::fabs(y[size_t(t) * rows + size_t(r)] - exact) / magnitude);
-                    }
-                CHECK(worst < 1e-6);
+                    CHECK(worst < 1e-6);
+                }
             }
         }
     }
