@@ -143,6 +143,19 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         for (int t = 0; t < TT; ++t) store_rows8(acc[b][t], w.rows, (b0 + b) * kPack8Rows, t0 + t, y);
 }
 
+// The pair tiles' operands: the same bytes of an item's two blocks side by side, 16 bytes (lanes
+// of the first block, then the second's) or 32.
+inline __m256i side_by_side128(const uint8_t* a, const uint8_t* b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+inline __m512i side_by_side256(const uint8_t* a, const uint8_t* b) { return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a)), load256(b), 1); }
+// A pair tile's sums of one token: the first block's 8 rows in the low half, the second's above.
+inline void store_pair_rows(__m512 sums, int rows, int b0, int t, float* y) {
+    store_rows8(_mm512_castps512_ps256(sums), rows, b0 * kPack8Rows, t, y);
+    store_rows8(_mm512_extractf32x8_ps(sums, 1), rows, (b0 + 1) * kPack8Rows, t, y);
+}
+
 // Q4_K for TT tokens over a pair of 8-row blocks, 512 bits a step, as q4_0_pair512_tile: the two
 // blocks' 32 bytes of a step side by side, unpacked once for the tile's tokens, each token's four
 // activations a broadcast against them; the sub-blocks' scales (vpmulld, two uops) and the mins'
@@ -157,11 +170,6 @@ void q4_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
     ANVIL_UNROLL
     for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    // Two 16-byte runs, one from each block's tile, as one register.
-    const auto side_by_side = [](const uint8_t* a, const uint8_t* b) {
-        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-    };
     for (int i = 0; i < supers; ++i) {
         const uint8_t* tiles[2] = {block + size_t(i) * kQ4_KPacked8Bytes, block + block_bytes + size_t(i) * kQ4_KPacked8Bytes};
         __m512i sum[TT];
@@ -178,7 +186,7 @@ void q4_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 if (s % 2 == 0)
                     ANVIL_UNROLL
                     for (int b = 0; b < 2; ++b) _mm_prefetch(reinterpret_cast<const char*>(tiles[b] + step) + kPrefetchAheadDeep, _MM_HINT_T0);
-                const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(load256(tiles[0] + step)), load256(tiles[1] + step), 1);
+                const __m512i v = side_by_side256(tiles[0] + step, tiles[1] + step);
                 const __m512i lo = _mm512_and_si512(v, low4);
                 const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
                 ANVIL_UNROLL
@@ -201,12 +209,12 @@ void q4_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
             for (int t = 0; t < TT; ++t)
                 sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[t], scale_lo), _mm512_mullo_epi32(hi_sum[t], scale_hi)));
         }
-        const __m512 d = _mm512_cvtph_ps(side_by_side(tiles[0], tiles[1]));
-        const __m512 dmin = _mm512_cvtph_ps(side_by_side(tiles[0] + 16, tiles[1] + 16));
+        const __m512 d = _mm512_cvtph_ps(side_by_side128(tiles[0], tiles[1]));
+        const __m512 dmin = _mm512_cvtph_ps(side_by_side128(tiles[0] + 16, tiles[1] + 16));
         // The mins (u8, at byte 96) as q4_k_min_offsets takes them, both blocks' at once.
         __m512i mins[4];
         ANVIL_UNROLL
-        for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(side_by_side(tiles[0] + 96 + 16 * p, tiles[1] + 96 + 16 * p));
+        for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(side_by_side128(tiles[0] + 96 + 16 * p, tiles[1] + 96 + 16 * p));
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             const int16_t* sums32 = x->sums32 + (size_t(t0 + t) * supers + size_t(i)) * 8;
@@ -223,10 +231,7 @@ void q4_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         }
     }
     ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) {
-        store_rows8(_mm512_castps512_ps256(acc[t]), w.rows, b0 * kPack8Rows, t0 + t, y);
-        store_rows8(_mm512_extractf32x8_ps(acc[t], 1), w.rows, (b0 + 1) * kPack8Rows, t0 + t, y);
-    }
+    for (int t = 0; t < TT; ++t) store_pair_rows(acc[t], w.rows, b0, t0 + t, y);
 }
 
 // One token's activations for two consecutive steps as 512 bits: the step's 4 bytes in lanes 0-7
@@ -395,8 +400,7 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
 inline void q6_k_pair_step_values(const uint8_t* at0, const uint8_t* at1, __m512i q[4]) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
-    const auto pair = [&](int offset) { return _mm512_inserti64x4(_mm512_castsi256_si512(load256(at0 + offset)), load256(at1 + offset), 1); };
-    const __m512i a = pair(0), b = pair(32), hb = pair(64);
+    const __m512i a = side_by_side256(at0, at1), b = side_by_side256(at0 + 32, at1 + 32), hb = side_by_side256(at0 + 64, at1 + 64);
     q[0] = _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
     q[1] = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
     q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4), _mm512_and_si512(hb, bits45));
@@ -474,17 +478,14 @@ void q6_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                         }
                     }
                 }
-        const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(tiles[0])), load128(tiles[1]), 1));
+        const __m512 d = _mm512_cvtph_ps(side_by_side128(tiles[0], tiles[1]));
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x->scales[size_t(t0 + t) * supers + i])),
                                      acc[t]);
     }
     ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) {
-        store_rows8(_mm512_castps512_ps256(acc[t]), w.rows, b0 * kPack8Rows, t0 + t, y);
-        store_rows8(_mm512_extractf32x8_ps(acc[t], 1), w.rows, (b0 + 1) * kPack8Rows, t0 + t, y);
-    }
+    for (int t = 0; t < TT; ++t) store_pair_rows(acc[t], w.rows, b0, t0 + t, y);
 }
 
 // Q6_K for one token, a step a 512-bit register: its first 64 bytes (the low nibbles of quarters 0
@@ -657,7 +658,7 @@ void q4_0_pair512_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         for (int t = 0; t < TT; ++t) sum[t] = _mm512_set1_epi32(x->less_8_sums[size_t(t0 + t) * per_row + size_t(i)]);
         ANVIL_UNROLL
         for (int s = 0; s < 4; ++s) {
-            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(load256(tiles[0] + 16 + 32 * s)), load256(tiles[1] + 16 + 32 * s), 1);
+            const __m512i v = side_by_side256(tiles[0] + 16 + 32 * s, tiles[1] + 16 + 32 * s);
             const __m512i lo = _mm512_and_si512(v, low4);
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
             ANVIL_UNROLL
@@ -670,9 +671,7 @@ void q4_0_pair512_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
                 sum[t] = _mm512_dpbusd_epi32(sum[t], hi, _mm512_set1_epi32(four[1]));
             }
         }
-        const __m256i d16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[0]))),
-                                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(tiles[1])), 1);
-        const __m512 d = _mm512_cvtph_ps(d16);
+        const __m512 d = _mm512_cvtph_ps(side_by_side128(tiles[0], tiles[1]));
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             const size_t g = size_t(t0 + t) * per_row + size_t(i);
@@ -680,10 +679,7 @@ void q4_0_pair512_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         }
     }
     ANVIL_UNROLL
-    for (int t = 0; t < TT; ++t) {
-        store_rows8(_mm512_castps512_ps256(acc[t]), w.rows, b0 * kPack8Rows, t0 + t, y);
-        store_rows8(_mm512_extractf32x8_ps(acc[t], 1), w.rows, (b0 + 1) * kPack8Rows, t0 + t, y);
-    }
+    for (int t = 0; t < TT; ++t) store_pair_rows(acc[t], w.rows, b0, t0 + t, y);
 }
 
 // Q4_0 for one token with two steps a 512-bit register (as q4_k_packed8_token512), over Blocks
