@@ -408,8 +408,9 @@ inline void q6_k_pair_step_values(const uint8_t* at0, const uint8_t* at1, __m512
 }
 
 // Q6_K for TT tokens over a pair of 8-row blocks, 512 bits a step, as q4_0_pair512_tile: the
-// unpacking, the scales' multiplies and the start sums serve 16 rows an instruction. The same
-// int32 sums as q6_k_packed8_tile and its float steps lane for lane: the same bits.
+// unpacking and the scales' multiplies serve 16 rows an instruction (the start sums are still
+// each block's own, q6_k_start_sums). The same int32 sums as q6_k_packed8_tile and its float
+// steps lane for lane: the same bits.
 template <int TT>
 void q6_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     const int supers = w.cols / kSuperBlock;
