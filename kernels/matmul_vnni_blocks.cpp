@@ -408,9 +408,8 @@ inline void q6_k_pair_step_values(const uint8_t* at0, const uint8_t* at1, __m512
 }
 
 // Q6_K for TT tokens over a pair of 8-row blocks, 512 bits a step, as q4_0_pair512_tile: the
-// unpacking and the scales' multiplies serve 16 rows an instruction (the start sums are still
-// each block's own, q6_k_start_sums). The same int32 sums as q6_k_packed8_tile and its float
-// steps lane for lane: the same bits.
+// unpacking, the scales' multiplies and the start sums serve 16 rows an instruction. The same
+// int32 sums as q6_k_packed8_tile and its float steps lane for lane: the same bits.
 template <int TT>
 void q6_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, int t0, float* y) {
     const int supers = w.cols / kSuperBlock;
@@ -429,9 +428,22 @@ void q6_k_pair512_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
         ANVIL_UNROLL
         for (int t = 0; t < TT; ++t) {
             xs[t] = x->values + size_t(t0 + t) * w.cols + size_t(i) * kSuperBlock;
-            const int16_t* sums = x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16;
-            sum[t] = _mm512_inserti64x4(_mm512_castsi256_si512(q6_k_start_sums(tiles[0], sums)), q6_k_start_sums(tiles[1], sums), 1);
+            sum[t] = _mm512_setzero_si512();
         }
+        // The start sums as q6_k_start_sums takes them, both blocks' scales widened once for the
+        // tile's tokens.
+        ANVIL_UNROLL
+        for (int p = 0; p < 8; ++p) {
+            const __m512i scales = _mm512_cvtepi8_epi16(side_by_side128(tiles[0] + 16 + 16 * p, tiles[1] + 16 + 16 * p));
+            ANVIL_UNROLL
+            for (int t = 0; t < TT; ++t) {
+                int32_t pair;
+                std::memcpy(&pair, x->sums + (size_t(t0 + t) * supers + size_t(i)) * 16 + 2 * p, 4);
+                sum[t] = _mm512_dpwssd_epi32(sum[t], scales, _mm512_set1_epi32(pair));
+            }
+        }
+        ANVIL_UNROLL
+        for (int t = 0; t < TT; ++t) sum[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[t], 5));
         // Quarters k2 and k2 + 1 of four steps (a sub-block of each) at a time: the partial sums of
         // all four quarters, 4 x TT registers, left too few for six tokens, and a step's loads
         // twice cost less than the spills (six tokens a tile 1.30-1.35x over four, all quarters
