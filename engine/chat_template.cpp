@@ -34,7 +34,7 @@ ChatTemplate::ChatTemplate(ChatFamily family, std::string bos, std::string eos, 
 ChatTemplate ChatTemplate::detect(const Tokenizer& tokenizer) {
     const std::string& text = tokenizer.chat_template();
     if (text.empty())
-        throw std::runtime_error("the model has no chat_template in tokenizer_config.json: use /v1/completions");
+        throw std::runtime_error("the model has no chat_template (tokenizer_config.json's, or a GGUF file's tokenizer.chat_template): use /v1/completions");
     if (text.find("<|im_start|>") != std::string::npos)
         return ChatTemplate(ChatFamily::ChatMl, tokenizer.bos_token(), tokenizer.eos_token(),
                             text.find(kQwenDefaultSystem) != std::string::npos ? kQwenDefaultSystem : "");

@@ -122,7 +122,7 @@ std::unique_ptr<ModelWeights> Engine::read_weights(const std::filesystem::path& 
     require_device(options_.device);
     if (options_.max_context > config_.max_position)
         throw std::runtime_error("--max-context " + std::to_string(options_.max_context) +
-                                 " exceeds the model's max_position_embeddings (" + std::to_string(config_.max_position) + ")");
+                                 " exceeds the model's context length (" + std::to_string(config_.max_position) + " positions: max_position_embeddings, or a GGUF file's <arch>.context_length)");
     if (tokenizer_.vocab_size() > config_.vocab_size)
         throw std::runtime_error(model_dir.string() + ": tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
                                  " tokens but config.json's vocab_size is " + std::to_string(config_.vocab_size));

@@ -27,7 +27,7 @@ void Engine::read_draft(const std::filesystem::path& model_dir, const ModelWeigh
                                      std::to_string(draft_config_->vocab_size) + ", the target's is " +
                                      std::to_string(config_.vocab_size) + "; their logits must cover the same tokens");
         if (draft_config_->max_position < options_.max_context)
-            throw std::runtime_error("--draft-model " + d.model_dir.string() + ": max_position_embeddings " +
+            throw std::runtime_error("--draft-model " + d.model_dir.string() + ": context length " +
                                      std::to_string(draft_config_->max_position) + " is below --max-context " +
                                      std::to_string(options_.max_context));
         config = &*draft_config_;

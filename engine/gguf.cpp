@@ -175,7 +175,7 @@ int64_t GgufTensor::elements() const {
 GgufImage parse_gguf(const uint8_t* image, size_t size, const std::string& label) {
     Reader r(image, size, label);
     GgufImage out;
-    if (size < 4 || std::memcmp(image, "GGUF", 4) != 0) r.fail("does not start with the magic GGUF");
+    if (size < 4 || std::memcmp(image, "GGUF", 4) != 0) r.fail("does not start with the magic GGUF, and a model is a GGUF file or a Hugging Face model directory");
     r.scalar<uint32_t>("the magic");
     out.version = r.scalar<uint32_t>("the version");
     if (out.version != 2 && out.version != 3)
@@ -256,9 +256,13 @@ GgufImage parse_gguf(const uint8_t* image, size_t size, const std::string& label
     return out;
 }
 
-bool is_gguf_file(const std::filesystem::path& path) {
+bool is_model_file(const std::filesystem::path& path) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    return std::filesystem::is_regular_file(path, ec);
+}
+
+bool is_gguf_file(const std::filesystem::path& path) {
+    if (!is_model_file(path)) return false;
     std::ifstream in(path, std::ios::binary);
     char magic[4] = {};
     return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

@@ -53,9 +53,13 @@ struct GgufImage {
 // the byte offset or the key or tensor at fault.
 GgufImage parse_gguf(const uint8_t* image, size_t size, const std::string& label);
 
-// True when `path` is a regular file that starts with the GGUF magic: how the engine tells a GGUF
-// model from a Hugging Face directory.
+// True when `path` is a regular file that starts with the GGUF magic.
 bool is_gguf_file(const std::filesystem::path& path);
+// True when `path` names a model as one file rather than a Hugging Face directory: how the engine
+// tells the two apart. GGUF is the one single-file form it reads, so such a file goes to the GGUF
+// reader, whose error then says what is wrong with it (a wrong magic, an empty or truncated file)
+// instead of a directory's missing config.json.
+bool is_model_file(const std::filesystem::path& path);
 
 // Builds a GGUF v3 file. Metadata keys keep the order they are set in and the exact GGUF types
 // llama.cpp expects of them.

@@ -173,6 +173,13 @@ const char* gguf_file_type_name(GgufFileType type) {
 
 namespace {
 
+// Conversion reads a Hugging Face directory; a file given instead is refused by what it is.
+void refuse_a_file(const std::filesystem::path& model) {
+    if (is_gguf_file(model)) throw std::runtime_error(model.string() + ": already a GGUF file");
+    if (is_model_file(model))
+        throw std::runtime_error(model.string() + ": a file; convert reads a Hugging Face model directory (config.json, tokenizer.json, *.safetensors)");
+}
+
 // The tokenizer as GGUF metadata: the `gpt2` vocabulary for a byte-level one, `llama` for a
 // SentencePiece-style one, as convert_hf_to_gguf.py writes them.
 void write_vocabulary(GgufWriter& w, const std::filesystem::path& model_dir, const Tokenizer& tokenizer, int vocab_size,
@@ -231,7 +238,7 @@ void write_vocabulary(GgufWriter& w, const std::filesystem::path& model_dir, con
 }  // namespace
 
 size_t convert_vocabulary_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out) {
-    if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
+    refuse_a_file(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     std::vector<int> eos_ids;
     if (auto eos = tokenizer.token_id(tokenizer.eos_token()); eos && !tokenizer.eos_token().empty()) eos_ids.push_back(*eos);
@@ -244,7 +251,7 @@ size_t convert_vocabulary_to_gguf(const std::filesystem::path& model_dir, const 
 }
 
 size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out, GgufFileType type) {
-    if (is_gguf_file(model_dir)) throw std::runtime_error(model_dir.string() + ": already a GGUF file");
+    refuse_a_file(model_dir);
     const ModelConfig c = load_config(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     const json doc = read_json_file(model_dir / "tokenizer.json");

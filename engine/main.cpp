@@ -161,8 +161,9 @@ int make_model_command(const std::vector<std::string>& words) {
     o.early_exit = int(number(flags, "--early-exit", 0));
     o.layers = int(number(flags, "--layers", 0));
     const size_t bytes = anvil::engine::make_model(o);
+    // A GGUF file's size counts its metadata and vocabulary too; a directory's, its weights alone.
     std::cout << "wrote " << o.out.string() << ": " << o.preset << " " << o.arch << " model, " << bytes
-              << " bytes of " << o.dtype << " weights\n";
+              << (o.out.extension() == ".gguf" ? " bytes of GGUF file, " + o.dtype + " weights\n" : " bytes of " + o.dtype + " weights\n");
     return 0;
 }
 

@@ -13,7 +13,7 @@ namespace anvil::engine {
 
 TensorStore::TensorStore(const std::filesystem::path& model_dir) : dir_(model_dir) {
     namespace fs = std::filesystem;
-    if (is_gguf_file(model_dir)) {
+    if (is_model_file(model_dir)) {
         add_gguf(model_dir);
         return;
     }

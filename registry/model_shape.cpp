@@ -92,9 +92,13 @@ ModelShapeReading read_gguf_shape(const std::filesystem::path& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return {std::nullopt, file + ": cannot be opened: " + std::strerror(errno)};
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+    if (::fstat(fd, &st) != 0) {
         ::close(fd);
-        return {std::nullopt, file + ": cannot be read"};
+        return {std::nullopt, file + ": cannot be read: " + std::strerror(errno)};
+    }
+    if (st.st_size <= 0) {
+        ::close(fd);
+        return {std::nullopt, file + ": an empty file, not a GGUF model"};
     }
     const size_t size = size_t(st.st_size);
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -157,7 +161,7 @@ ModelShapeReading read_gguf_shape(const std::filesystem::path& path) {
 }  // namespace
 
 ModelShapeReading read_model_shape(const std::filesystem::path& model_dir) {
-    if (engine::is_gguf_file(model_dir)) return read_gguf_shape(model_dir);
+    if (engine::is_model_file(model_dir)) return read_gguf_shape(model_dir);
     const auto file = model_dir / "config.json";
     std::ifstream in(file);
     if (!in) return {std::nullopt, file.string() + ": cannot be read"};

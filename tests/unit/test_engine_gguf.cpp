@@ -67,6 +67,16 @@ std::string load_error(const std::filesystem::path& file) {
     return "";
 }
 
+// What `run` throws, or "" when it returns.
+std::string thrown_by(const std::function<void()>& run) {
+    try {
+        run();
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 }  // namespace
 
 TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer", "[engine][gguf]") {
@@ -476,6 +486,27 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
                           Catch::Contains("tensor token_embd.weight is Q5_K; anvil-engine reads F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K"));
         CHECK_THROWS_WITH(store.get("model.norm.weight", {64}), Catch::Contains("tensor output_norm.weight is missing from the GGUF file"));
     }
+    // A file that is not GGUF at all, or empty, is still a model given as a file: every loader
+    // says what is wrong with it rather than looking for a directory's config.json inside it.
+    test::write_file(dir / "empty.gguf", "");
+    for (const std::string name : {"magic.gguf", "empty.gguf"}) {
+        INFO(name);
+        const auto file = dir / name;
+        auto says_what = [&](const std::string& error) {
+            INFO(error);
+            CHECK(error.find(file.string()) != std::string::npos);
+            CHECK(error.find("config.json") == std::string::npos);
+            CHECK(error.find("tokenizer.json") == std::string::npos);
+        };
+        says_what(thrown_by([&] { (void)engine::load_config(file); }));
+        says_what(thrown_by([&] { (void)engine::Tokenizer::load(file); }));
+        const auto shape = registry::read_model_shape(file);
+        CHECK_FALSE(shape.shape);
+        says_what(shape.problem);
+        CHECK_THROWS_WITH(engine::convert_to_gguf(file, dir / "from-file.gguf", GgufFileType::F32),
+                          Catch::Contains("a file; convert reads a Hugging Face model directory"));
+    }
+    CHECK_THROWS_WITH(engine::load_config(dir / "magic.gguf"), Catch::Contains("does not start with the magic GGUF"));
     // The converter refuses what it cannot write.
     CHECK_THROWS_WITH(engine::convert_to_gguf(good, dir / "again.gguf", GgufFileType::F32), Catch::Contains("already a GGUF file"));
     CHECK_THROWS_WITH(engine::parse_gguf_type("q4_k"), Catch::Contains("expected f32, f16, bf16, q8_0, q4_0, q4_k_m or q6_k"));
