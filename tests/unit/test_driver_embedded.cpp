@@ -1,7 +1,11 @@
 // The embedded driver: anvil-engine serve from this build, started from a recipe on the tiny model,
-// ready only when /v1/models lists the promised name, and stopped within the grace.
+// ready only when /v1/models lists the promised name, and stopped within the grace; a recipe
+// pinning a GGUF file served as stored.
 #include <catch2/catch.hpp>
 #include <chrono>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/supervisor/embedded_driver.hpp"
 #include "engine/supervisor/process_spawn.hpp"
@@ -70,4 +74,29 @@ TEST_CASE("an embedded engine whose model cannot load fails readiness at once wi
     auto native = tiny_recipe("tiny");
     native.launch.kind = "native";
     CHECK_THROWS_WITH(d.start({"x", "r"}, resolve_launch(native, config_for(dir, 23600))), Catch::Contains("not 'embedded'"));
+}
+
+TEST_CASE("the embedded driver serves a recipe whose model is a GGUF file, as stored", "[driver][gguf]") {
+    anvil::test::TempDir dir;
+    const auto made = anvil::test::run(
+        {ANVIL_ENGINE, "make-model", "--out", (dir / "models/tiny.q8_0.gguf").string(), "--preset", "tiny", "--dtype", "q8_0", "--seed", "3"});
+    REQUIRE(made.exit_code == 0);
+    anvil::registry::Recipe r = tiny_recipe("tiny.q8_0.gguf");
+    r.launch.model->dtype = "q8_0";
+    r.launch.arguments = {"--weights", "stored", "--max-context", "64", "--max-seqs", "1", "--threads", "1"};
+    EmbeddedDriver d(ANVIL_ENGINE, {.state_dir = dir / "state"});
+    const auto launch = resolve_launch(r, config_for(dir, 23600));
+    const auto e = d.start({"tiny-gguf", "rev1"}, launch);
+    wait_ready(d, e, 60s);
+    CHECK(models_list("127.0.0.1", launch.port, "tiny-chat", 2s));
+    // The recipe's --weights stored: the file's Q8_0 blocks as they are, not widened to f32.
+    CHECK(d.logs(e, 50).find("stored weights") != std::string::npos);
+    httplib::Client client("127.0.0.1", launch.port);
+    const auto answer = client.Post("/v1/completions", R"({"model": "tiny-chat", "prompt": "Hello", "max_tokens": 3, "temperature": 0})",
+                                    "application/json");
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+    CHECK(nlohmann::json::parse(answer->body)["usage"]["completion_tokens"].get<int>() >= 1);
+    d.stop(e, 10s);
+    CHECK(d.probe(e).exit_code == 0);
 }
