@@ -93,8 +93,9 @@ ModelShapeReading read_gguf_shape(const std::filesystem::path& path) {
     if (fd < 0) return {std::nullopt, file + ": cannot be opened: " + std::strerror(errno)};
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
+        const int error = errno;  // before close() may change it
         ::close(fd);
-        return {std::nullopt, file + ": cannot be read: " + std::strerror(errno)};
+        return {std::nullopt, file + ": cannot be read: " + std::strerror(error)};
     }
     if (st.st_size <= 0) {
         ::close(fd);
