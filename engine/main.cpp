@@ -163,7 +163,7 @@ int make_model_command(const std::vector<std::string>& words) {
     const size_t bytes = anvil::engine::make_model(o);
     // A GGUF file's size counts its metadata and vocabulary too; a directory's, its weights alone.
     std::cout << "wrote " << o.out.string() << ": " << o.preset << " " << o.arch << " model, " << bytes
-              << (o.out.extension() == ".gguf" ? " bytes of GGUF file, " + o.dtype + " weights\n" : " bytes of " + o.dtype + " weights\n");
+              << " bytes of " << (o.out.extension() == ".gguf" ? "GGUF file, " : "") << o.dtype << " weights\n";
     return 0;
 }
 

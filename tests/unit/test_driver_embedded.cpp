@@ -85,7 +85,7 @@ TEST_CASE("the embedded driver serves a recipe whose model is a GGUF file, as st
     r.launch.model->dtype = "q8_0";
     r.launch.arguments = {"--weights", "stored", "--max-context", "64", "--max-seqs", "1", "--threads", "1"};
     EmbeddedDriver d(ANVIL_ENGINE, {.state_dir = dir / "state"});
-    const auto launch = resolve_launch(r, config_for(dir, 23600));
+    const auto launch = resolve_launch(r, config_for(dir, 23800));
     const auto e = d.start({"tiny-gguf", "rev1"}, launch);
     wait_ready(d, e, 60s);
     CHECK(models_list("127.0.0.1", launch.port, "tiny-chat", 2s));

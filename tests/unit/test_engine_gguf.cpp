@@ -56,17 +56,6 @@ void edited_copy(const std::filesystem::path& in, const std::filesystem::path& o
     test::write_file(out, bytes);
 }
 
-std::string load_error(const std::filesystem::path& file) {
-    try {
-        engine::GgufModel model(file);
-        (void)model.config();
-        (void)model.tokenizer_documents();
-    } catch (const std::runtime_error& e) {
-        return e.what();
-    }
-    return "";
-}
-
 // What `run` throws, or "" when it returns.
 std::string thrown_by(const std::function<void()>& run) {
     try {
@@ -75,6 +64,14 @@ std::string thrown_by(const std::function<void()>& run) {
         return e.what();
     }
     return "";
+}
+
+std::string load_error(const std::filesystem::path& file) {
+    return thrown_by([&] {
+        engine::GgufModel model(file);
+        (void)model.config();
+        (void)model.tokenizer_documents();
+    });
 }
 
 }  // namespace
