@@ -60,8 +60,9 @@ commands:
       line (one JSON string each) one array per line; --special on adds the begin and end tokens
       the tokenizer asks for (added tokens written in the text are always matched, as /tokenize does)
 
-environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512,
-  OMP_WAIT_POLICY (default passive; active spins between regions, faster only on idle cores)
+environment: ANVIL_LOG=debug|info|warn|error (default info), ANVIL_KERNELS=reference|avx2|avx512|...,
+  OMP_NUM_THREADS (without --threads), OMP_WAIT_POLICY (default passive; active spins between regions,
+  faster only on idle cores), GOMP_SPINCOUNT; these are the variables anvild lets a recipe set
 )";
 
 struct UsageError : std::runtime_error {
@@ -81,7 +82,9 @@ std::map<std::string, std::string> parse_flags(const std::vector<std::string>& w
             value = words[++i];
         }
         if (!known.count(word)) throw UsageError("unknown option " + word);
-        flags[word] = value;
+        // A flag given twice is refused rather than one value silently winning: a launcher that
+        // appends its own --model or --port must not be overridden by what it was handed.
+        if (!flags.emplace(word, value).second) throw UsageError(word + " is given twice; give it once");
     }
     return flags;
 }

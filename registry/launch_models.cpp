@@ -88,16 +88,8 @@ void read_launch_model(const Node& launch, JsonReader& reader, Launch& l, bool r
 }
 
 void read_launch_draft(const Node& launch, JsonReader& reader, Launch& l) {
-    // The driver writes the draft flags from launch.draft; flags of the recipe's own would bypass the
-    // paper judgement of the draft (a --draft-model outside the allowed roots, unpinned, unlicensed,
-    // its memory uncounted).
-    if (l.kind == "embedded") {
-        const Node args = launch.child("arguments");
-        for (std::size_t i = 0; i < l.arguments.size(); ++i)
-            if (l.arguments[i].starts_with("--draft-"))
-                reader.fail(args.at(i), "no --draft-* flag in launch.arguments: give the draft as launch.draft, from which the driver builds its flags",
-                            render_short(l.arguments[i]));
-    }
+    // Draft flags of the recipe's own (--draft-model /elsewhere) would bypass the paper judgement of
+    // the draft: registry/owned_flags refuses them with the other flags the driver owns.
     const Node d = launch.child("draft");
     if (d.is_null()) return;
     if (l.kind != "embedded") {

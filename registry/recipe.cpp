@@ -7,6 +7,7 @@
 
 #include "registry/engine_environment.hpp"
 #include "registry/launch_models.hpp"
+#include "registry/owned_flags.hpp"
 
 namespace anvil::registry {
 
@@ -366,6 +367,7 @@ std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeC
     // anvild's policy rather than the registry's schema: the document stays valid, and the check says
     // what anvild will do with it (reject it on paper).
     if (auto why = environment_refusal(r.launch)) check.warnings.push_back("anvild refuses this recipe: " + *why);
+    if (auto why = owned_flag_refusal(r)) check.warnings.push_back("anvild refuses this recipe: " + *why);
     return r;
 }
 

@@ -38,9 +38,10 @@ std::optional<std::string> api_key_variable(const std::string& launch_kind, cons
 void assign_api_key(ResolvedLaunch& launch, const std::string& engine_name) {
     const auto variable = api_key_variable(launch.kind, engine_name);
     if (!variable) return;
-    auto& value = launch.environment[*variable];
-    if (value.empty()) value = fresh_api_key();
-    launch.api_key = value;
+    // Always a fresh key: a recipe may not set this variable (registry/engine_environment), so
+    // no registry author knows the key of an engine anvil starts.
+    launch.api_key = fresh_api_key();
+    launch.environment[*variable] = launch.api_key;
 }
 
 }  // namespace anvil::driver

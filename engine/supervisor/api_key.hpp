@@ -17,8 +17,8 @@ std::string fresh_api_key();
 // that take a key only as a flag (SGLang's --api-key): argv is readable by every local user.
 std::optional<std::string> api_key_variable(const std::string& launch_kind, const std::string& engine_name);
 
-// Gives `launch` its key: the recipe's own value of the variable when it sets one (clients must
-// then send that), else a fresh one put into the environment. Engines with no variable get none.
+// Gives `launch` a fresh key, put into the environment variable its engine reads (a recipe may not
+// set that variable). Engines with no variable get none.
 void assign_api_key(ResolvedLaunch& launch, const std::string& engine_name);
 
 }  // namespace anvil::driver

@@ -40,20 +40,18 @@ std::vector<std::string> draft_flags(const ResolvedLaunch& launch) {
 std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binary, const ResolvedLaunch& launch) {
     if (!launch.model_path)
         throw LaunchError("recipe " + launch.recipe_id + ": an embedded launch needs /launch/model/path");
+    // The flags anvil owns (registry/owned_flags) first; the recipe's arguments name none of them
+    // (refused on paper and by resolve_launch), and anvil-engine refuses a flag given twice.
     std::vector<std::string> argv = {engine_binary.string(), "serve", "--model", launch.model_path->string()};
-    bool named = false;
-    for (const auto& a : launch.arguments) named = named || a == "--served-model-name" || a.starts_with("--served-model-name=");
-    if (!named && !launch.served_model_name.empty()) argv.insert(argv.end(), {"--served-model-name", launch.served_model_name});
+    if (!launch.served_model_name.empty()) argv.insert(argv.end(), {"--served-model-name", launch.served_model_name});
     const auto draft = draft_flags(launch);
     argv.insert(argv.end(), draft.begin(), draft.end());
     // A recipe that runs on GPUs, given some, runs the engine on the first: the process driver makes
-    // the given GPUs the only ones visible (CUDA_VISIBLE_DEVICES by UUID), so that one is cuda:0. A
-    // --device among the recipe's own arguments comes later and wins.
+    // the given GPUs the only ones visible (CUDA_VISIBLE_DEVICES by UUID), so that one is cuda:0.
     if (launch.gpu_count > 0 && !launch.gpu_uuids.empty()) argv.insert(argv.end(), {"--device", "cuda:0"});
-    argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());
-    // anvil-engine keeps the last value of a repeated flag, so the allocated address wins.
     for (const std::string& s : {std::string("--host"), launch.host, std::string("--port"), std::to_string(launch.port)})
         argv.push_back(s);
+    argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());
     return argv;
 }
 

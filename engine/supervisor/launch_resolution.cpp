@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "registry/engine_environment.hpp"
+#include "registry/owned_flags.hpp"
 
 namespace anvil::driver {
 
@@ -130,8 +131,23 @@ std::map<std::string, std::string> placeholder_values(const LaunchConfig& config
 
 std::string field_prefix(const registry::Recipe& recipe) { return "recipe " + recipe.id + " at /launch/"; }
 
-void refuse_loader_environment(const registry::Recipe& recipe) {
+// What a recipe may not put in its launch whatever the paths: refused variables in its environment
+// (registry/engine_environment) and flags the driver owns in its arguments (registry/owned_flags).
+void refuse_launch_contract(const registry::Recipe& recipe) {
     if (auto why = registry::environment_refusal(recipe.launch)) throw LaunchError("recipe " + recipe.id + ": " + *why);
+    if (auto why = registry::owned_flag_refusal(recipe)) throw LaunchError("recipe " + recipe.id + ": " + *why);
+}
+
+// A native launch of an engine anvil knows by name gets the flags anvil owns from here, after the
+// recipe's own (which name none of them): the model from launch.model, the allocated address.
+void append_owned_flags(const registry::Recipe& recipe, ResolvedLaunch& out) {
+    if (recipe.launch.kind != "native") return;  // embedded_argv gives anvil-engine its own
+    const auto flags = registry::engine_flags(recipe);
+    if (!flags) return;
+    if (out.model_path && !flags->model_flag.empty()) out.arguments.insert(out.arguments.end(), {std::string(flags->model_flag), out.model_path->string()});
+    if (!flags->served_name_flag.empty() && !out.served_model_name.empty())
+        out.arguments.insert(out.arguments.end(), {std::string(flags->served_name_flag), out.served_model_name});
+    out.arguments.insert(out.arguments.end(), {std::string(flags->host_flag), out.host, std::string(flags->port_flag), std::to_string(out.port)});
 }
 
 // Mount sources and the model path, each inside an allowed root.
@@ -159,7 +175,7 @@ void resolve_paths(const registry::Recipe& recipe, const LaunchConfig& config, c
 
 std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const LaunchConfig& config) {
     try {
-        refuse_loader_environment(recipe);
+        refuse_launch_contract(recipe);
         ResolvedLaunch scratch;
         resolve_paths(recipe, config, placeholder_values(config, 0), scratch);  // no port is needed to place a path
     } catch (const LaunchError& e) {
@@ -169,7 +185,7 @@ std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const L
 }
 
 ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config, const std::set<int>& taken) {
-    refuse_loader_environment(recipe);  // refused on paper already; checked again so no path around it starts one
+    refuse_launch_contract(recipe);  // refused on paper already; checked again so no path around it starts one
     ResolvedLaunch out;
     out.recipe_id = recipe.id;
     out.kind = recipe.launch.kind;
@@ -193,6 +209,7 @@ ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig
     if (recipe.launch.image) out.image = expand_placeholders(*recipe.launch.image, values, at + "image");
     if (auto name = recipe.served_model_name()) out.served_model_name = *name;
     else if (out.model_path) out.served_model_name = out.model_path->filename().string();
+    append_owned_flags(recipe, out);
     return out;
 }
 

@@ -79,13 +79,14 @@ bool port_is_free(const std::string& host, int port);
 int allocate_port(const std::string& host, int first, int last, const std::set<int>& taken = {});
 
 // What resolve_launch would refuse whatever the moment, judged on paper before anything starts:
-// loader variables in launch.environment, and mount sources or a model path outside the allowed roots
+// refused variables in launch.environment, flags anvil owns in launch.arguments, and mount sources or a model path outside the allowed roots
 // (or with a placeholder nobody configured); the draft model's path is judged as the model's. One
 // line naming the field, or nothing.
 std::optional<std::string> paper_refusal(const registry::Recipe& recipe, const LaunchConfig& config);
 
 // Resolves `recipe`'s launch with `config`. `taken` holds ports already handed to other engines.
-// Refuses loader variables in the environment (registry::environment_refusal) as paper_refusal does.
+// Refuses what paper_refusal refuses. A native launch of an engine anvil knows by name gets the
+// flags anvil owns (model, host, port: registry::engine_flags) appended to its arguments.
 ResolvedLaunch resolve_launch(const registry::Recipe& recipe, const LaunchConfig& config,
                               const std::set<int>& taken = {});
 

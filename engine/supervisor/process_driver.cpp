@@ -48,8 +48,9 @@ EngineHandle ProcessDriver::start_command(const RecipeRevision& recipe, const Re
     SpawnPlan plan;
     plan.argv = argv;
     plan.environment = launch.environment;
-    // GPUs are chosen by UUID, which CUDA accepts in CUDA_VISIBLE_DEVICES on the host.
-    if (!launch.gpu_uuids.empty() && !plan.environment.count("CUDA_VISIBLE_DEVICES")) {
+    // GPUs are chosen by UUID, which CUDA accepts in CUDA_VISIBLE_DEVICES on the host; anvil places
+    // the engine, so a recipe may not set the variable (registry/engine_environment).
+    if (!launch.gpu_uuids.empty()) {
         plan.environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(launch.gpu_uuids, ","));
     }
     plan.log_path = e.log_path;

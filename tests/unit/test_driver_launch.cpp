@@ -109,25 +109,24 @@ TEST_CASE("the embedded argv runs anvil-engine serve with the recipe's model, na
     l.kind = "embedded";
     l.model_path = "/models/tiny";
     l.served_model_name = "tiny-chat";
-    l.arguments = {"--weights", "q8", "--port", "1"};
+    l.arguments = {"--weights", "q8"};
     l.host = "127.0.0.1";
     l.port = 23456;
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
-                                   "--weights", "q8", "--port", "1", "--host", "127.0.0.1", "--port", "23456"});
+                                   "--host", "127.0.0.1", "--port", "23456", "--weights", "q8"});
     // On GPUs, given some: the first visible one (the process driver sets CUDA_VISIBLE_DEVICES to them).
     l.gpu_count = 1;
-    CHECK(embedded_argv("/bin/anvil-engine", l).size() == 14);  // none given: no --device
+    CHECK(embedded_argv("/bin/anvil-engine", l).size() == 12);  // none given: no --device
     l.gpu_uuids = {"GPU-1f2e"};
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
-                                   "--device", "cuda:0", "--weights", "q8", "--port", "1", "--host", "127.0.0.1", "--port",
-                                   "23456"});
+                                   "--device", "cuda:0", "--host", "127.0.0.1", "--port", "23456", "--weights", "q8"});
     l.model_path.reset();
     CHECK_THROWS_WITH(embedded_argv("/bin/anvil-engine", l), Catch::Contains("/launch/model/path"));
 }
 
-TEST_CASE("engine keys: a fresh one in the variable each engine reads, the recipe's own kept, none where only a flag would do", "[driver][launch]") {
+TEST_CASE("engine keys: a fresh one in the variable each engine reads, always, none where only a flag would do", "[driver][launch]") {
     using anvil::driver::api_key_variable;
     CHECK(api_key_variable("embedded", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
     CHECK(api_key_variable("process", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
@@ -143,11 +142,13 @@ TEST_CASE("engine keys: a fresh one in the variable each engine reads, the recip
     CHECK(a.environment.at("VLLM_API_KEY") == a.api_key);
     CHECK(a.api_key != b.api_key);
 
+    // A value already there (no recipe can set it: registry/engine_environment) is replaced.
     anvil::driver::ResolvedLaunch own;
     own.kind = "docker";
     own.environment["VLLM_API_KEY"] = "the-recipe's";
     anvil::driver::assign_api_key(own, "vllm");
-    CHECK(own.api_key == "the-recipe's");
+    CHECK(own.api_key.size() == 64);
+    CHECK(own.environment.at("VLLM_API_KEY") == own.api_key);
 
     anvil::driver::ResolvedLaunch flag_only;
     flag_only.kind = "docker";

@@ -58,7 +58,7 @@ TEST_CASE("the process driver runs the argv without a shell and passes the envir
     CHECK(d.logs(echo, 5) == "a  b $HOME ; ls *\n");
 }
 
-TEST_CASE("GPUs chosen by UUID reach a native engine as CUDA_VISIBLE_DEVICES, unless the recipe sets it", "[driver]") {
+TEST_CASE("GPUs chosen by UUID reach a native engine as CUDA_VISIBLE_DEVICES, whatever the launch held", "[driver]") {
     anvil::test::TempDir dir;
     ProcessDriver d({.state_dir = dir / "state"});
     auto launch = command({"/usr/bin/env"});
@@ -68,10 +68,12 @@ TEST_CASE("GPUs chosen by UUID reach a native engine as CUDA_VISIBLE_DEVICES, un
     CHECK(anvil::test::read_file(chosen.log_path) ==
           "CUDA_VISIBLE_DEVICES=GPU-5f2a0c1e-0000-0000-0000-000000000001,GPU-5f2a0c1e-0000-0000-0000-000000000002\n");
 
+    // anvil places the engine: a value already in the launch (no recipe can set it) is replaced.
     launch.environment = {{"CUDA_VISIBLE_DEVICES", "3"}};
     const auto own = d.start({"gpus", "r2"}, launch);
     CHECK(wait_exit(d, own).exit_code == 0);
-    CHECK(anvil::test::read_file(own.log_path) == "CUDA_VISIBLE_DEVICES=3\n");
+    CHECK(anvil::test::read_file(own.log_path) ==
+          "CUDA_VISIBLE_DEVICES=GPU-5f2a0c1e-0000-0000-0000-000000000001,GPU-5f2a0c1e-0000-0000-0000-000000000002\n");
 }
 
 TEST_CASE("a helper command is killed with its process group at its deadline", "[driver]") {

@@ -36,6 +36,7 @@ TEST_CASE("the supervisor gives up on an engine after its recipe's ready timeout
     test::TempDir tmp;
     auto j = nlohmann::json::parse(test::read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
     j["id"] = "never-ready";
+    j["engine"]["name"] = "sleep";  // no engine anvil knows by name: its arguments are run as written
     // An engine that runs but never answers /health.
     j["launch"] = {{"kind", "native"}, {"arguments", {"sleep", "60"}}, {"environment", nlohmann::json::object()}, {"ready_timeout_seconds", 1}};
     const auto doc = registry::parse_document(j.dump(), {"test", "", "recipes/never-ready.json", "", ""});

@@ -535,6 +535,21 @@ TEST_CASE("anvil-engine serve --device: a bad name, a fraction out of range and 
     CHECK_THAT(missing.output, Catch::Contains("cannot load") && Catch::Contains("cuda:0: no CUDA device"));
 }
 
+TEST_CASE("anvil-engine refuses a flag given twice, in either spelling, before it loads anything", "[server][hardening]") {
+    TempDir dir;
+    const std::string model = (dir / "never-read").string();
+    for (const std::vector<std::string>& twice :
+         {std::vector<std::string>{"--model", model, "--model", "/elsewhere"}, {"--model", model, "--model=/elsewhere"},
+          {"--model", model, "--port", "0", "--port=1"}}) {
+        std::vector<std::string> argv = {ANVIL_ENGINE, "serve"};
+        argv.insert(argv.end(), twice.begin(), twice.end());
+        const auto r = anvil::test::run(argv);
+        INFO(r.output);
+        CHECK(r.exit_code == 2);
+        CHECK_THAT(r.output, Catch::Contains(" is given twice; give it once"));
+    }
+}
+
 TEST_CASE("anvil-engine make-model and serve work as commands", "[server]") {
     TempDir dir;
     const auto made = anvil::test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "m").string(), "--preset", "tiny", "--seed", "4"});

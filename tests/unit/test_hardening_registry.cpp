@@ -14,6 +14,7 @@
 #include "registry/catalog_report.hpp"
 #include "registry/document.hpp"
 #include "registry/engine_environment.hpp"
+#include "registry/owned_flags.hpp"
 #include "registry/json_text_check.hpp"
 #include "registry/utf8.hpp"
 #include "daemon_fixture.hpp"
@@ -232,16 +233,95 @@ TEST_CASE("max_document_bytes is a daemon configuration key, 1 MiB unless set, g
 
 // ---- loader variables ------------------------------------------------------------------------------
 
-TEST_CASE("loader and libc variables are refused in an engine's environment: ordinary ones are not", "[hardening][registry][environment]") {
-    for (const char* name : {"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_DEBUG_OUTPUT", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH",
-                             "NLSPATH", "MALLOC_TRACE", "HOSTALIASES", "BASH_ENV", "ENV", "A=B", ""}) {
-        INFO(name);
-        CHECK(refused_environment_variable(name));
+TEST_CASE("an engine's environment: an allowlist for anvil-engine, code-loading variables refused on the host, loader ones everywhere", "[hardening][registry][environment]") {
+    using P = EnvironmentPolicy;
+    // name, embedded (anvil-engine), host process (native), container: true where refused.
+    const struct {
+        const char* name;
+        bool embedded, host, container;
+    } table[] = {
+        {"LD_PRELOAD", true, true, true},
+        {"LD_LIBRARY_PATH", true, true, true},
+        {"LD_AUDIT", true, true, true},
+        {"GCONV_PATH", true, true, true},
+        {"GLIBC_TUNABLES", true, true, true},
+        {"LOCPATH", true, true, true},
+        {"NLSPATH", true, true, true},
+        {"MALLOC_TRACE", true, true, true},
+        {"HOSTALIASES", true, true, true},
+        {"BASH_ENV", true, true, true},
+        {"ENV", true, true, true},
+        {"A=B", true, true, true},
+        {"", true, true, true},
+        // the engine's key is anvil's to make
+        {"ANVIL_ENGINE_API_KEY", true, true, true},
+        {"VLLM_API_KEY", true, true, true},
+        {"LLAMA_API_KEY", true, true, true},
+        // the engine's own plugin and helpers, the GPU stack's injection and plugin variables
+        {"ANVIL_ENGINE_CUDA_PLUGIN", true, true, false},
+        {"ANVIL_NVML_LIBRARY", true, true, false},
+        {"ANVIL_COLLECTIVE_PROBE", true, true, false},
+        {"CUDA_INJECTION64_PATH", true, true, false},
+        {"NVTX_INJECTION64_PATH", true, true, false},
+        {"CUDA_CACHE_PATH", true, true, false},
+        {"NCCL_NET_PLUGIN", true, true, false},
+        {"NCCL_TUNER_PLUGIN", true, true, false},
+        {"NCCL_CONF_FILE", true, true, false},
+        {"OMP_TOOL_LIBRARIES", true, true, false},
+        {"PYTHONPATH", true, true, false},
+        {"PYTHONSTARTUP", true, true, false},
+        {"PYTHONUSERBASE", true, true, false},
+        {"NODE_OPTIONS", true, true, false},
+        {"TRITON_CACHE_DIR", true, true, false},
+        {"TORCH_EXTENSIONS_DIR", true, true, false},
+        {"PATH", true, true, false},
+        {"HOME", true, true, false},
+        {"CUDA_VISIBLE_DEVICES", true, true, false},
+        // what anvil-engine documents as safe
+        {"ANVIL_LOG", false, false, false},
+        {"ANVIL_KERNELS", false, false, false},
+        {"OMP_NUM_THREADS", false, false, false},
+        {"OMP_WAIT_POLICY", false, false, false},
+        {"GOMP_SPINCOUNT", false, false, false},
+        // ordinary variables other engines read
+        {"HF_HOME", true, false, false},
+        {"NCCL_P2P_LEVEL", true, false, false},
+        {"PYTHONUNBUFFERED", true, false, false},
+        {"VLLM_ATTENTION_BACKEND", true, false, false},
+        {"TMPDIR", true, false, false},
+        {"PLD_X", true, false, false},
+    };
+    for (const auto& row : table) {
+        INFO(row.name);
+        CHECK(refused_environment_variable(row.name, P::engine_allowlist).has_value() == row.embedded);
+        CHECK(refused_environment_variable(row.name, P::host_process).has_value() == row.host);
+        CHECK(refused_environment_variable(row.name, P::container).has_value() == row.container);
     }
-    for (const char* name : {"HF_HOME", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_P2P_LEVEL", "TMPDIR", "GOMP_SPINCOUNT", "PLD_X"}) {
-        INFO(name);
-        CHECK_FALSE(refused_environment_variable(name));
-    }
+    CHECK(environment_policy("embedded") == P::engine_allowlist);
+    CHECK(environment_policy("native") == P::host_process);
+    CHECK(environment_policy("script") == P::host_process);
+    CHECK(environment_policy("docker") == P::container);
+    CHECK_THAT(*refused_environment_variable("HF_HOME", P::engine_allowlist),
+               Catch::Contains("ANVIL_LOG, ANVIL_KERNELS, OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT"));
+}
+
+TEST_CASE("an embedded recipe that sets ANVIL_ENGINE_CUDA_PLUGIN is refused on paper and at launch", "[hardening][registry][environment]") {
+    json r = anvil_recipe("plugin");
+    r["launch"]["environment"] = {{"ANVIL_ENGINE_CUDA_PLUGIN", "/tmp/evil.so"}};
+    r["launch"]["arguments"] = {"--weights", "f32"};
+    const auto doc = parse(r.dump());
+    REQUIRE(doc.valid());
+    REQUIRE(doc.warnings.size() == 1);
+    CHECK_THAT(doc.warnings[0], Catch::StartsWith("anvild refuses this recipe: launch.environment at /launch/environment/ANVIL_ENGINE_CUDA_PLUGIN") &&
+                                    Catch::Contains("is not one that anvil-engine takes from a recipe"));
+    anvil::test::TempDir dir;
+    anvil::driver::LaunchConfig config;
+    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
+    config.allowed_roots = {dir / "models"};
+    config.port_first = 23400;
+    config.port_last = 23499;
+    CHECK_THAT(*anvil::driver::paper_refusal(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
+    CHECK_THROWS_WITH(anvil::driver::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
 }
 
 TEST_CASE("a recipe that sets LD_PRELOAD is refused on paper and at launch, and registry check warns", "[hardening][registry][environment]") {
@@ -268,6 +348,90 @@ TEST_CASE("a recipe that sets LD_PRELOAD is refused on paper and at launch, and 
     const auto clean = parse(r.dump());
     CHECK(clean.warnings.empty());
     CHECK_FALSE(anvil::driver::paper_refusal(*clean.recipe(), config));
+}
+
+// ---- flags the driver owns ------------------------------------------------------------------------
+
+namespace {
+
+// The first warning of `recipe` once parsed, or "" when it has none.
+std::string refusal_of(const json& recipe) {
+    const auto doc = parse(recipe.dump());
+    INFO(all_errors(doc));
+    REQUIRE(doc.valid());
+    return doc.warnings.empty() ? "" : doc.warnings.front();
+}
+
+json with_arguments(json recipe, std::vector<std::string> arguments) {
+    recipe["launch"]["arguments"] = std::move(arguments);
+    return recipe;
+}
+
+json native_recipe(const std::string& engine, std::vector<std::string> arguments) {
+    json r = anvil_recipe("native-" + engine);
+    r["engine"]["name"] = engine;
+    r["launch"]["kind"] = "native";
+    r["launch"]["arguments"] = std::move(arguments);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("a recipe's arguments may not name a flag the driver owns, in any spelling", "[hardening][registry][flags]") {
+    const json embedded = anvil_recipe("owned");
+    CHECK(refusal_of(embedded).empty());
+    for (const char* flag : {"--model", "--host", "--port", "--served-model-name", "--api-key", "--device", "--draft-model", "--draft-layers"}) {
+        INFO(flag);
+        const std::string spaced = refusal_of(with_arguments(embedded, {"--weights", "f32", flag, "/elsewhere"}));
+        CHECK_THAT(spaced, Catch::Contains("launch.arguments at /launch/arguments/2: " + std::string(flag) + " is a flag anvil gives anvil-engine itself"));
+        const std::string joined = refusal_of(with_arguments(embedded, {std::string(flag) + "=/elsewhere", "--weights", "f32"}));
+        CHECK_THAT(joined, Catch::Contains("/launch/arguments/0: " + std::string(flag) + " is"));
+    }
+    CHECK_THAT(refusal_of(with_arguments(embedded, {"--model", "/elsewhere", "--model", "/again"})), Catch::Contains("/launch/arguments/0"));
+    CHECK_THAT(refusal_of(with_arguments(embedded, {"--model", "/x"})), Catch::EndsWith("give the model in /launch/model (pinned, inside an allowed root)"));
+    CHECK_THAT(refusal_of(with_arguments(embedded, {"--served-model-name", "x"})), Catch::EndsWith("name it in /serving/served_model_name"));
+    // Look-alikes are the recipe's own.
+    CHECK(refusal_of(with_arguments(embedded, {"--models-dir", "x", "--portal", "--max-context", "512"})).empty());
+
+    // Native launches of the engines anvil knows by name: their model, host and port flags.
+    CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "/elsewhere", "--dtype", "auto"})),
+               Catch::Contains("/launch/arguments/2: '/elsewhere' after 'serve' names the model"));
+    CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "--model=/elsewhere"})), Catch::Contains("/launch/arguments/2: --model is a flag anvil gives vLLM"));
+    CHECK_THAT(refusal_of(native_recipe("sglang", {"python3", "-m", "sglang.launch_server", "--model-path", "/m"})),
+               Catch::Contains("/launch/arguments/3: --model-path"));
+    CHECK_THAT(refusal_of(native_recipe("llama.cpp", {"llama-server", "-m", "/m.gguf"})), Catch::Contains("/launch/arguments/1: -m is"));
+    CHECK_THAT(refusal_of(native_recipe("llama.cpp", {"llama-server", "--port=8080"})), Catch::Contains("--port is a flag anvil gives llama.cpp's server"));
+    // A native launch of an engine nobody names, or a container (its own image and network namespace), is not judged here.
+    CHECK(refusal_of(native_recipe("my-engine", {"/opt/engine", "--model", "/m"})).find("launch.arguments") == std::string::npos);
+    json container = anvil_recipe("container");
+    container["engine"]["name"] = "vllm";
+    container["launch"] = {{"kind", "docker"},
+                           {"image", "vllm/vllm-openai@sha256:" + std::string(64, 'b')},
+                           {"arguments", {"serve", "/model", "--host", "0.0.0.0", "--port", "8000"}},
+                           {"environment", json::object()},
+                           {"container_port", 8000}};
+    CHECK(refusal_of(container).find("launch.arguments") == std::string::npos);
+}
+
+TEST_CASE("a native launch of a known engine gets anvil's model, host and port after its own arguments", "[hardening][registry][flags][driver]") {
+    anvil::test::TempDir dir;
+    fs::create_directories(dir / "models/tiny");
+    anvil::driver::LaunchConfig config;
+    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
+    config.allowed_roots = {dir / "models"};
+    config.port_first = 23420;
+    config.port_last = 23439;
+    const auto doc = parse(native_recipe("vllm", {"vllm", "serve", "--dtype", "auto"}).dump());
+    REQUIRE(doc.valid());
+    const auto launch = anvil::driver::resolve_launch(*doc.recipe(), config);
+    CHECK(launch.arguments == std::vector<std::string>{"vllm", "serve", "--dtype", "auto", "--model", fs::canonical(dir / "models/tiny").string(),
+                                                       "--host", "127.0.0.1", "--port", std::to_string(launch.port)});
+    // The owned flag in the recipe stops the launch as it stops the paper judgement.
+    const auto owned = parse(native_recipe("vllm", {"vllm", "serve", "--port", "1"}).dump());
+    CHECK_THROWS_WITH(anvil::driver::resolve_launch(*owned.recipe(), config), Catch::Contains("/launch/arguments/2: --port"));
+    json no_model = native_recipe("vllm", {"vllm", "serve"});
+    no_model["launch"].erase("model");
+    CHECK_THAT(refusal_of(no_model), Catch::Contains("/launch/model: a native vLLM launch gets its model from anvil"));
 }
 
 // ---- allowed roots ---------------------------------------------------------------------------------
@@ -315,6 +479,7 @@ TEST_CASE("anvil registry check reports the deep, non-UTF-8, oversized and long-
     json preload = anvil_recipe("preload");
     preload["launch"]["environment"] = {{"LD_PRELOAD", "/tmp/evil.so"}};
     repo.write("recipes/preload.json", preload.dump());
+    repo.write("recipes/elsewhere.json", with_arguments(anvil_recipe("elsewhere"), {"--model=/elsewhere"}).dump());
     repo.commit("hostile recipes");
     const std::string data = "--data-dir=" + (tmp / "data").string();
 
@@ -326,7 +491,8 @@ TEST_CASE("anvil registry check reports the deep, non-UTF-8, oversized and long-
     CHECK_THAT(table.output, Catch::Contains("recipes/long-id.json: at /id: expected an id of at most 128 characters"));
     CHECK_THAT(table.output, Catch::Contains("preload  recipe  ") && Catch::Contains("anvild refuses this recipe") &&
                                  Catch::Contains("LD_PRELOAD"));
-    CHECK_THAT(table.output, Catch::Contains("5 documents") && Catch::Contains("3 invalid"));
+    CHECK_THAT(table.output, Catch::Contains("elsewhere  recipe  ") && Catch::Contains("/launch/arguments/0: --model is a flag anvil gives"));
+    CHECK_THAT(table.output, Catch::Contains("6 documents") && Catch::Contains("3 invalid"));
 
     // The same lines ingest produces, from the same parse.
     const std::string deep_line = parse(with_deep_field(anvil_recipe("deep"), 100000), "recipes/deep.json").error_lines().at(0);
@@ -339,7 +505,7 @@ TEST_CASE("anvil registry check reports the deep, non-UTF-8, oversized and long-
 
     auto limited = anvil::test::run({ANVIL_CLI, "registry", "check", repo.dir().string(), data, "--max-document-bytes", "100"});
     CHECK_THAT(limited.output, Catch::Contains("recipes/good.json: at /: expected a document of at most 100 bytes"));
-    CHECK_THAT(limited.output, Catch::Contains("5 invalid"));
+    CHECK_THAT(limited.output, Catch::Contains("6 invalid"));
     auto bad_option = anvil::test::run({ANVIL_CLI, "registry", "check", repo.dir().string(), data, "--max-document-bytes", "lots"});
     CHECK(bad_option.exit_code == 2);
     CHECK_THAT(bad_option.output, Catch::Contains("--max-document-bytes must be a positive whole number"));
@@ -371,6 +537,20 @@ TEST_CASE("anvild survives a hostile registry commit: deep, non-UTF-8 and LD_PRE
     json outside = json::parse(embedded_recipe("outside", "f32", d.digest));
     outside["launch"]["model"]["path"] = (d.dir / "elsewhere" / "tiny").string();
     d.repo.write("recipes/outside.json", outside.dump(2));
+    // The probe's N3 and N4: a plugin the engine would dlopen, and a second --model that the engine
+    // would have kept over the driver's (a real model, outside the roots, unpinned).
+    json plugin = json::parse(embedded_recipe("plugin", "f32", d.digest));
+    plugin["launch"]["environment"] = {{"ANVIL_ENGINE_CUDA_PLUGIN", (d.dir / "evil.so").string()}};
+    plugin["launch"]["arguments"].push_back("--device");
+    plugin["launch"]["arguments"].push_back("cuda:0");
+    d.repo.write("recipes/plugin.json", plugin.dump(2));
+    json second_model = json::parse(embedded_recipe("second-model", "f32", d.digest));
+    second_model["launch"]["arguments"].push_back("--model");
+    second_model["launch"]["arguments"].push_back((d.dir / "elsewhere" / "tiny").string());
+    d.repo.write("recipes/second-model.json", second_model.dump(2));
+    json joined_model = json::parse(embedded_recipe("joined-model", "f32", d.digest));
+    joined_model["launch"]["arguments"].push_back("--model=" + (d.dir / "elsewhere" / "tiny").string());
+    d.repo.write("recipes/joined-model.json", joined_model.dump(2));
     d.repo.commit("hostile recipes beside a good one");
 
     for (int run = 0; run < 2; ++run) {  // the second run is the restart that used to crash again
@@ -398,6 +578,17 @@ TEST_CASE("anvild survives a hostile registry commit: deep, non-UTF-8 and LD_PRE
         const std::string outside_reason = d.get("/api/v1/recipes/outside/history").second["data"].back()["reason"].get<std::string>();
         CHECK_THAT(outside_reason, Catch::Contains("/launch/model/path") && Catch::Contains("outside the allowed roots (" + models + ")"));
         CHECK(outside_reason.find(models) == outside_reason.rfind(models));  // named once
+        REQUIRE(eventually([&] {
+            return d.status_of("plugin") == "rejected" && d.status_of("second-model") == "rejected" && d.status_of("joined-model") == "rejected";
+        }, 30s));
+        for (const auto& [id, says] : std::map<std::string, std::string>{{"plugin", "/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"},
+                                                                           {"second-model", "/launch/arguments/"},
+                                                                           {"joined-model", "--model is a flag anvil gives anvil-engine"}}) {
+            INFO(id);
+            const auto history = d.get("/api/v1/recipes/" + id + "/history").second["data"];
+            CHECK_THAT(history.back()["reason"].get<std::string>(), Catch::Contains("refused on paper") && Catch::Contains(says));
+            for (const auto& t : history) CHECK(t["to"] != "qualifying");
+        }
 
         d.stop();
     }

@@ -366,10 +366,10 @@ TEST_CASE("a native recipe's engine runs as a Slurm job: ready on its node, answ
     std::filesystem::permissions(jobs, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
     json j = json::parse(anvil::test::read_file(std::string(ANVIL_EXAMPLES_DIR) + "/registry/recipes/anvil-tiny-llama-f32-cpu.json"));
     j["id"] = "tiny-native";
+    // anvil-engine by name: anvil gives it the model, its name and its address after these.
     j["launch"] = {{"kind", "native"},
-                   {"arguments",
-                    {ANVIL_ENGINE, "serve", "--model", "${MODEL_ROOT}/tiny", "--served-model-name", "anvil-tiny-llama", "--host", "${HOST}", "--port", "${PORT}",
-                     "--max-context", "512", "--max-seqs", "2", "--threads", "1"}},
+                   {"model", {{"path", "${MODEL_ROOT}/tiny"}, {"dtype", "f32"}, {"licence", "MIT"}}},
+                   {"arguments", {ANVIL_ENGINE, "serve", "--max-context", "512", "--max-seqs", "2", "--threads", "1"}},
                    {"environment", json::object()}};
     const auto doc = anvil::registry::parse_document(j.dump(), {"test", "", "recipes/tiny-native.json", "", ""});
     REQUIRE(doc.valid());

@@ -1,0 +1,85 @@
+#include "registry/owned_flags.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace anvil::registry {
+
+namespace {
+
+constexpr auto kAnvilEngineOwned = std::to_array<std::string_view>(
+    {"--model", "--host", "--port", "--served-model-name", "--api-key", "--device", "--draft-self", "--draft-model", "--draft-weights",
+     "--draft-layers", "--draft-ngram", "--draft-tokens"});
+constexpr auto kVllmOwned = std::to_array<std::string_view>({"--model", "--host", "--port", "--api-key", "--uds"});
+constexpr auto kSglangOwned = std::to_array<std::string_view>({"--model-path", "--model", "--host", "--port", "--api-key"});
+constexpr auto kLlamaServerOwned = std::to_array<std::string_view>(
+    {"-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "--host", "--port", "--api-key",
+     "--api-key-file"});
+
+constexpr EngineFlags kAnvilEngine{"anvil-engine", "--model", "--host", "--port", "--served-model-name", kAnvilEngineOwned, ""};
+constexpr EngineFlags kVllm{"vLLM", "--model", "--host", "--port", "", kVllmOwned, "serve"};
+constexpr EngineFlags kSglang{"SGLang", "--model-path", "--host", "--port", "", kSglangOwned, ""};
+constexpr EngineFlags kLlamaServer{"llama.cpp's server", "--model", "--host", "--port", "", kLlamaServerOwned, ""};
+
+// What the recipe says instead of an owned flag.
+std::string_view instead(std::string_view flag) {
+    if (flag == "--host" || flag == "--port" || flag == "--uds") return "anvil allocates the engine's address";
+    if (flag == "--served-model-name") return "name it in /serving/served_model_name";
+    if (flag == "--api-key" || flag == "--api-key-file") return "anvil makes each engine's key";
+    if (flag == "--device") return "anvil places the engine (a GPU recipe runs on the GPUs anvil gives it)";
+    if (flag.starts_with("--draft-")) return "describe the draft in /launch/draft";
+    return "give the model in /launch/model (pinned, inside an allowed root)";
+}
+
+std::string lower(std::string_view text) {
+    std::string out(text);
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+const EngineFlags* known_engine(std::string_view engine_name) {
+    const std::string name = lower(engine_name);
+    if (name == "anvil-engine") return &kAnvilEngine;
+    if (name == "vllm") return &kVllm;
+    if (name == "sglang") return &kSglang;
+    if (name == "llama.cpp" || name == "llama-cpp" || name == "llamacpp" || name == "llama-server") return &kLlamaServer;
+    return nullptr;
+}
+
+}  // namespace
+
+bool names_flag(std::string_view argument, std::string_view flag) {
+    return argument == flag || (argument.size() > flag.size() && argument.starts_with(flag) && argument[flag.size()] == '=');
+}
+
+std::optional<EngineFlags> engine_flags(const Recipe& recipe) {
+    if (recipe.launch.kind == "embedded") return kAnvilEngine;
+    if (recipe.launch.kind != "native") return std::nullopt;
+    if (const EngineFlags* known = known_engine(recipe.engine_name)) return *known;
+    return std::nullopt;
+}
+
+std::optional<std::string> owned_flag_refusal(const Recipe& recipe) {
+    const auto flags = engine_flags(recipe);
+    if (!flags) return std::nullopt;
+    const auto& arguments = recipe.launch.arguments;
+    for (std::size_t i = 0; i < arguments.size(); ++i) {
+        const std::string at = "/launch/arguments/" + std::to_string(i);
+        for (std::string_view flag : flags->owned)
+            if (names_flag(arguments[i], flag))
+                return "launch.arguments at " + at + ": " + std::string(flag) + " is a flag anvil gives " + std::string(flags->engine) +
+                       " itself; remove it: " + std::string(instead(flag));
+        if (!flags->model_after.empty() && arguments[i] == flags->model_after && i + 1 < arguments.size() &&
+            !arguments[i + 1].starts_with("-"))
+            return "launch.arguments at /launch/arguments/" + std::to_string(i + 1) + ": '" + arguments[i + 1] + "' after '" +
+                   std::string(flags->model_after) + "' names the model, which anvil gives " + std::string(flags->engine) +
+                   " itself; remove it: " + std::string(instead("--model"));
+    }
+    if (recipe.launch.kind == "native" && !recipe.launch.model)
+        return "launch.model at /launch/model: a native " + std::string(flags->engine) +
+               " launch gets its model from anvil; add /launch/model (pinned, inside an allowed root)";
+    return std::nullopt;
+}
+
+}  // namespace anvil::registry
