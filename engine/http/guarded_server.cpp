@@ -35,6 +35,11 @@ struct RequestContext {
     bool refused = false;         // answered by admission: its body was never read
     bool body_too_large = false;  // a chunked body ran past the limit
     bool close_after = false;     // httplib could not parse it: its framing cannot be trusted
+    bool body_failed = false;     // a body read failed (timed out, cut off): where the body ends is unknown
+
+    // Whether bytes of this request may still be unread, so that the next bytes on the connection
+    // are no request of their own: the connection then closes with the answer.
+    bool leaves_bytes_unread() const { return body_too_large || close_after || body_failed; }
 };
 thread_local RequestContext* current_request = nullptr;
 
@@ -117,9 +122,13 @@ public:
             return n;
         }
         if (fd_ < 0) return 0;
-        if (!wait_for(fd_, POLLIN, limits_.read_timeout)) return -1;
+        if (!wait_for(fd_, POLLIN, limits_.read_timeout)) {
+            context_.body_failed = true;
+            return -1;
+        }
         const ssize_t n = ::recv(fd_, ptr, size, 0);
         if (n > 0) body_read_ += n;
+        else context_.body_failed = true;
         return n;
     }
 
@@ -430,7 +439,7 @@ private:
             current_request = &context;
             const bool ok = server_.process_one(stream, stopping_, closed);
             current_request = nullptr;
-            if (!ok || closed || stopping_ || context.close_after || !stream.body_consumed()) return close_connection(c);
+            if (!ok || closed || stopping_ || context.leaves_bytes_unread() || !stream.body_consumed()) return close_connection(c);
             c.buffer.erase(0, stream.position());
             if (parse_request_head(c.buffer).state == RequestHead::State::complete) continue;
             // A client that sends its next request as soon as it has read the answer is served on
@@ -608,7 +617,7 @@ std::string GuardedServer::handle_bytes(const std::string& request) {
         const bool ok = process_one(stream, false, closed);
         current_request = nullptr;
         responses += stream.output();
-        if (!ok || closed || context.close_after || !stream.body_consumed()) break;
+        if (!ok || closed || context.leaves_bytes_unread() || !stream.body_consumed()) break;
         buffer.erase(0, stream.position());
     }
     return responses;

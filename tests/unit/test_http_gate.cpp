@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -231,6 +232,26 @@ TEST_CASE("bodies over the limit get 413 before they are read: admission refuses
         c.send(chunked);
         const std::string r = c.read_all(2000ms);
         CHECK(status_of(r) == 413);
+    }
+    {
+        // What follows the limit in a chunked body is never read as a request of its own: the
+        // connection closes with the 413 (the bytes past the limit were once answered as requests).
+        const std::string smuggled = "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n";
+        std::string request = "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer right\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (int i = 0; i < 20; ++i) request += "100\r\n" + std::string(256, 'a') + "\r\n";
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx", smuggled.size());
+        request += std::string(size) + "\r\n" + smuggled + "\r\n0\r\n\r\n";
+        Raw c(t.port);
+        c.send(request);
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 413);
+        CHECK(r.find("pong") == std::string::npos);
+        CHECK(r.find("HTTP/1.1", 1) == std::string::npos);  // one answer, then the connection closed
+        // The same through handle_bytes, the path the HTTP fuzzer drives.
+        const std::string in_memory = t.server.handle_bytes(request);
+        CHECK(status_of(in_memory) == 413);
+        CHECK(in_memory.find("HTTP/1.1", 1) == std::string::npos);
     }
     {
         Raw c(t.port);
