@@ -114,7 +114,12 @@ SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     if (commit == commit_ && source.url() == source_url_) return report;
 
     auto read = [&](const std::string& path, const std::string& blob_id) {
-        return parse_document(source.read_blob(blob_id), Provenance{source.url(), commit, path, blob_id, ""}, limits_);
+        Provenance provenance{source.url(), commit, path, blob_id, ""};
+        // The size from the blob's header first: an oversized blob is invalid without being inflated
+        // (a 1 GiB file of one byte repeated is a few MB in the repository).
+        if (const auto size = source.blob_size(blob_id); over_document_limit(size, limits_))
+            return oversized_document(size, std::move(provenance), limits_);
+        return parse_document(source.read_blob(blob_id), std::move(provenance), limits_);
     };
 
     report.full_reason = full_read_reason(source, commit);

@@ -170,6 +170,11 @@ std::size_t utf8_length(std::string_view text) {
     return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
+FieldError size_error(std::uint64_t size, const DocumentLimits& limits) {
+    return {"", "a document of at most " + std::to_string(limits.max_document_bytes) + " bytes (max_document_bytes in anvild's configuration)",
+            std::to_string(size) + " bytes"};
+}
+
 // What must hold before the bytes are parsed at all: a file name that can be reported, a bounded
 // size, bounded nesting and UTF-8 throughout. False after recording the first that does not.
 bool readable_as_json(Document& doc, std::string_view bytes, const DocumentLimits& limits) {
@@ -178,10 +183,8 @@ bool readable_as_json(Document& doc, std::string_view bytes, const DocumentLimit
         doc.errors.push_back({"", "a file name of valid UTF-8 (rename the file)", "\"" + doc.provenance.path + "\""});
         return false;
     }
-    if (bytes.size() > limits.max_document_bytes) {
-        doc.errors.push_back({"", "a document of at most " + std::to_string(limits.max_document_bytes) +
-                                      " bytes (max_document_bytes in anvild's configuration)",
-                              std::to_string(bytes.size()) + " bytes"});
+    if (over_document_limit(bytes.size(), limits)) {
+        doc.errors.push_back(size_error(bytes.size(), limits));
         return false;
     }
     if (auto problem = check_json_text(bytes)) {
@@ -205,6 +208,16 @@ void check_id_length(Document& doc, const std::string& root_pointer) {
 }
 
 }  // namespace
+
+bool over_document_limit(std::uint64_t size, const DocumentLimits& limits) { return size > limits.max_document_bytes; }
+
+Document oversized_document(std::uint64_t size, Provenance provenance, const DocumentLimits& limits) {
+    Document doc;
+    doc.provenance = std::move(provenance);
+    if (!is_valid_utf8(doc.provenance.path)) doc.provenance.path = to_valid_utf8(doc.provenance.path);
+    doc.errors.push_back(size_error(size, limits));
+    return doc;
+}
 
 Document parse_document(std::string_view bytes, Provenance provenance, const DocumentLimits& limits) {
     Document doc;

@@ -90,6 +90,11 @@ struct DocumentLimits {
 // record (recipe/, hardware/, model/, model-instance/, speed-sweeps/).
 Document parse_document(std::string_view bytes, Provenance provenance, const DocumentLimits& limits = {});
 
+// A document of `size` bytes over the limit, judged without its bytes: the error parse_document
+// gives, for a source that knows the size before reading (a git blob's header).
+bool over_document_limit(std::uint64_t size, const DocumentLimits& limits);
+Document oversized_document(std::uint64_t size, Provenance provenance, const DocumentLimits& limits);
+
 // True for files a registry holds documents in: *.json, excluding JSON Schemas (*.schema.json).
 bool is_document_path(std::string_view path);
 

@@ -309,6 +309,18 @@ std::string GitSource::read_blob(const std::string& blob_id) const {
     return std::string(data, static_cast<std::size_t>(git_blob_rawsize(blob.get())));
 }
 
+std::uint64_t GitSource::blob_size(const std::string& blob_id) const {
+    git_oid oid = parse_oid(blob_id);
+    Odb odb;
+    check(git_repository_odb(odb.out(), impl_->repo), "the object database");
+    std::size_t size = 0;
+    git_object_t type = GIT_OBJECT_INVALID;
+    // The object's header alone: a loose object's first bytes inflated, a packed one's entry (a
+    // delta's header says its result's size), never the content.
+    check(git_odb_read_header(&size, &type, odb.get(), &oid), "the header of blob " + blob_id);
+    return size;
+}
+
 std::vector<PathChange> GitSource::diff(const std::string& from_commit, const std::string& to_commit) const {
     Tree from, to;
     impl_->lookup_tree(from_commit, from);
@@ -319,7 +331,10 @@ std::vector<PathChange> GitSource::diff(const std::string& from_commit, const st
     check(git_diff_tree_to_tree(diff.out(), impl_->repo, from.get(), to.get(), &options), "diffing " + from_commit + ".." + to_commit);
     git_diff_find_options find;
     git_diff_find_options_init(&find, GIT_DIFF_FIND_OPTIONS_VERSION);
-    find.flags = GIT_DIFF_FIND_RENAMES;
+    // Renames by identical content only: similarity would read (inflate) every added and deleted
+    // blob, however large, before anything checks its size. A rename with changes reads as a
+    // deletion and an addition.
+    find.flags = GIT_DIFF_FIND_RENAMES | GIT_DIFF_FIND_EXACT_MATCH_ONLY;
     check(git_diff_find_similar(diff.get(), &find), "finding renames in " + from_commit + ".." + to_commit);
 
     std::vector<PathChange> out;

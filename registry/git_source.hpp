@@ -3,6 +3,7 @@
 // tree-to-tree diff with rename detection.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -55,6 +56,8 @@ public:
     // Every document path (see is_document_path) in the commit's tree, sorted.
     std::vector<TreeEntry> list_documents(const std::string& commit) const;
     std::string read_blob(const std::string& blob_id) const;
+    // A blob's size from its object header, without reading (inflating) its content.
+    std::uint64_t blob_size(const std::string& blob_id) const;
     // Document paths that differ between two commits' trees.
     std::vector<PathChange> diff(const std::string& from_commit, const std::string& to_commit) const;
     // True when `commit` has `ancestor` in its history (or equals it).

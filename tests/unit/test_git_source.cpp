@@ -1,5 +1,10 @@
 // The git source: documents come from a commit's tree with full provenance; new commits apply
 // incrementally (add, change, rename, delete); a force-push is detected and read in full.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "registry/catalog.hpp"
@@ -297,4 +302,50 @@ TEST_CASE("a first read honours the owners remembered from before (the ledger af
     anvil::test::write_file(dir / "b.json", recipe_with_id("recipe-b"));
     auto from_directory = Catalog::from_filesystem(dir.path(), {{Catalog::id_key(DocumentKind::recipe, "recipe-b"), "b.json"}});
     CHECK(from_directory.duplicate_of(from_directory.documents().at("0-thief.json")) == "b.json");
+}
+
+namespace {
+
+// `size` bytes of `byte` written in small pieces, so that this process never holds them at once.
+void write_repeated(const std::filesystem::path& path, std::size_t size, char byte) {
+    std::ofstream out(path, std::ios::binary);
+    const std::string piece(64 * 1024, byte);
+    for (std::size_t written = 0; written < size; written += piece.size()) out.write(piece.data(), static_cast<std::streamsize>(std::min(piece.size(), size - written)));
+}
+
+long peak_rss_kib() {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;
+}
+
+}  // namespace
+
+TEST_CASE("an oversized blob is invalid from its object header, never inflated: in a full read and in an update", "[git][hardening]") {
+    GitFixture f;
+    // 96 MiB of one byte: well under 1 MB in the repository, 96 MiB once inflated.
+    const std::size_t big = 96u << 20;
+    write_repeated(f.upstream.dir() / "recipes/huge.json", big, ' ');
+    f.upstream.commit("a huge blob");
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog(DocumentLimits{64 * 1024});
+    const long before = peak_rss_kib();
+    auto report = catalog.sync(source);
+    CHECK(report.mode == SyncReport::Mode::full);
+    const auto& huge = catalog.documents().at("recipes/huge.json");
+    REQUIRE_FALSE(huge.valid());
+    CHECK(huge.error_lines() == std::vector<std::string>{"recipes/huge.json: at /: expected a document of at most 65536 bytes (max_document_bytes "
+                                                         "in anvild's configuration), found " + std::to_string(big) + " bytes"});
+    CHECK(catalog.documents().at("recipes/a.json").valid());  // the others are read as ever
+
+    // The same blob added by a later commit, under another name: read through the diff.
+    f.upstream.git({"mv", "recipes/huge.json", "recipes/huge-again.json"});
+    write_repeated(f.upstream.dir() / "recipes/other-huge.json", big + 1, '\t');
+    f.upstream.commit("move it, and add another");
+    report = catalog.sync(source);
+    CHECK(report.mode == SyncReport::Mode::incremental);
+    CHECK_FALSE(catalog.documents().at("recipes/huge-again.json").valid());
+    CHECK_THAT(catalog.documents().at("recipes/other-huge.json").error_lines().at(0), Catch::Contains(std::to_string(big + 1) + " bytes"));
+    // Had either been inflated, the peak would have grown by its size.
+    CHECK(peak_rss_kib() - before < 32 * 1024);
 }
