@@ -141,6 +141,33 @@ const GgufTensor* find_tensor(const GgufImage& image, std::string_view name) {
     return nullptr;
 }
 
+namespace {
+
+// The metadata's counts against the tensors the file holds, before anything is sized by them: a
+// block_count of 10^8 would have the loader allocate a layer table of gigabytes. Each block's
+// tensors must be there (the last block's first one is looked up), and the first block's
+// attention and MLP matrices must have the rows the head counts and widths say.
+void check_counts_against_tensors(const ModelConfig& c, const Meta& meta, const GgufImage& image, const std::string& a) {
+    // A block holds at least its norms and seven matrices.
+    if (uint64_t(c.n_layers) * 9 > image.tensors.size())
+        meta.fail(a + "block_count", "is " + std::to_string(c.n_layers) + " but the file holds " + std::to_string(image.tensors.size()) +
+                                         " tensors, too few for that many blocks");
+    const std::string last = "blk." + std::to_string(c.n_layers - 1) + ".attn_norm.weight";
+    if (!find_tensor(image, last)) meta.fail(a + "block_count", "is " + std::to_string(c.n_layers) + " but the file has no tensor " + last);
+    auto rows = [&](const char* name, int64_t want, const std::string& key, const char* says) {
+        const GgufTensor* t = find_tensor(image, name);
+        if (!t) throw std::runtime_error(meta.label + ": tensor " + name + " is missing");
+        if (t->ne.size() != 2 || t->ne[1] != want)
+            meta.fail(key, std::string(says) + " " + std::to_string(want) + " rows of " + name + ", which has " +
+                               (t->ne.size() == 2 ? std::to_string(t->ne[1]) : std::string("not two dimensions")));
+    };
+    rows("blk.0.attn_q.weight", int64_t(c.n_heads) * c.head_dim, a + "attention.head_count", "(with the head length) says");
+    rows("blk.0.attn_k.weight", int64_t(c.n_kv_heads) * c.head_dim, a + "attention.head_count_kv", "(with the head length) says");
+    rows("blk.0.ffn_up.weight", c.hidden_dim, a + "feed_forward_length", "says");
+}
+
+}  // namespace
+
 ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
     const Meta meta{image.metadata, label};
     auto tensor = [&](std::string_view name) { return find_tensor(image, name); };
@@ -214,6 +241,7 @@ ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
     c.qk_norm = tensor("blk.0.attn_q_norm.weight") != nullptr;
     for (const char* unsupported : {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_down.bias"})
         if (tensor(unsupported)) throw std::runtime_error(label + ": tensor " + unsupported + ": anvil-engine runs no output or MLP biases");
+    check_counts_against_tensors(c, meta, image, a);
 
     for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
         if (meta.has(key)) {

@@ -417,6 +417,13 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         metadata(w);
         std::vector<uint8_t> zero(64 * 4, 0);
         w.add_tensor("token_embd.weight", GgmlType::F32, {64, 1}, zero);
+        // One block of the llama() shape below, all zeros: what the metadata's counts are checked against.
+        const std::vector<uint8_t> vector(64 * 4), square(64 * 64 * 4), wide(64 * 128 * 4);
+        for (const char* norm : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}) w.add_tensor(norm, GgmlType::F32, {64}, vector);
+        for (const char* m : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight"})
+            w.add_tensor(m, GgmlType::F32, {64, 64}, square);
+        for (const char* m : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}) w.add_tensor(m, GgmlType::F32, {64, 128}, wide);
+        w.add_tensor("blk.0.ffn_down.weight", GgmlType::F32, {128, 64}, wide);
         const auto file = dir / (name + ".gguf");
         w.write(file);
         CHECK_THAT(load_error(file), Catch::Contains(file.string()) && Catch::Contains(expected));
@@ -433,6 +440,17 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         w.set_u32("llama.context_length", 256);
     };
     rewrite("moe", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.expert_count", 8); }, "a mixture of experts");
+    // Counts that lie about the tensors are refused before anything is sized by them (a block_count
+    // of 10^7 once had the loader allocate a layer table of 3.3 GB).
+    rewrite("blocks-lie", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.block_count", 10000000); },
+            "metadata llama.block_count is 10000000 but the file holds 10 tensors, too few for that many blocks");
+    rewrite("one-block-short", [&](engine::GgufWriter& w) {
+        llama(w);
+        w.set_u32("llama.block_count", 1);
+        w.set_u32("llama.attention.head_count_kv", 2);
+    }, "metadata llama.attention.head_count_kv (with the head length) says 32 rows of blk.0.attn_k.weight, which has 64");
+    rewrite("ffn-lies", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.feed_forward_length", 4096); },
+            "metadata llama.feed_forward_length says 4096 rows of blk.0.ffn_up.weight, which has 128");
     rewrite("yarn", [&](engine::GgufWriter& w) { llama(w); w.set_string("llama.rope.scaling.type", "yarn"); },
             "rope.scaling.type is \"yarn\"");
     rewrite("partial-rope", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.rope.dimension_count", 8); },
