@@ -10,6 +10,7 @@
 
 #include <fmt/ranges.h>
 #include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -550,10 +551,71 @@ void write_all(int fd, const std::string& text, const fs::path& file) {
 
 }  // namespace
 
+namespace {
+
+// A fresh token written whole to a private temporary file beside `file` and synced; its path.
+fs::path write_temporary_token(const fs::path& file) {
+    std::error_code ec;
+    const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    fs::create_directories(dir, ec);
+    if (ec) throw std::runtime_error(dir.string() + ": cannot create the directory for the API token: " + ec.message());
+    const fs::path temporary = dir / ("." + file.filename().string() + "." + std::to_string(::getpid()) + ".new");
+    int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0 && errno == EEXIST) {
+        // Left by an earlier process with our pid that died mid-write: never linked, so unused.
+        ::unlink(temporary.c_str());
+        out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    if (out < 0) throw std::runtime_error(temporary.string() + ": cannot create the API token file: " + errno_text(errno));
+    try {
+        write_all(out, random_hex(32) + "\n", temporary);
+        if (::fsync(out) != 0) throw std::runtime_error(temporary.string() + ": fsync failed: " + errno_text(errno));
+    } catch (...) {
+        ::close(out);
+        ::unlink(temporary.c_str());
+        throw;
+    }
+    ::close(out);
+    return temporary;
+}
+
+void sync_directory_of(const fs::path& file) {
+    const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+        ::fsync(dfd);  // the new name survives a power cut
+        ::close(dfd);
+    }
+}
+
+// The mode bits others have on an open regular file, or 0.
+unsigned others_bits(int fd) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    return static_cast<unsigned>(st.st_mode & 077);
+}
+
+}  // namespace
+
 std::string ensure_token(const fs::path& file) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
         const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
+            if (const unsigned others = others_bits(fd); others != 0) {
+                // Whoever could read it may hold the token: it is replaced, so the old one is refused
+                // from now on, and the new file is private.
+                ::close(fd);
+                const fs::path temporary = write_temporary_token(file);
+                if (::rename(temporary.c_str(), file.c_str()) != 0) {
+                    const int err = errno;
+                    ::unlink(temporary.c_str());
+                    throw std::runtime_error(file.string() + ": cannot replace the API token file: " + errno_text(err));
+                }
+                sync_directory_of(file);
+                spdlog::warn("{}: the API token file was readable by others (mode bits {:03o} for group and others): it may have leaked, "
+                             "so it holds a new token now and the old one is refused; give clients the new file",
+                             file.string(), others);
+                continue;
+            }
             try {
                 std::string token = read_token(fd, file);
                 ::close(fd);
@@ -565,41 +627,18 @@ std::string ensure_token(const fs::path& file) {
         }
         if (errno == ELOOP) throw std::runtime_error(file.string() + ": the API token file is a symbolic link; anvild refuses to follow it");
         if (errno != ENOENT) throw std::runtime_error(file.string() + ": cannot open the API token file: " + errno_text(errno));
-        if (attempt > 0) break;
+        if (attempt > 1) break;
 
         // Written whole to a private temporary file, then linked into place: link() refuses an
         // existing name, so a concurrent start never overwrites a token, and a crash never leaves
         // an empty token file behind.
-        std::error_code ec;
-        const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-        fs::create_directories(dir, ec);
-        if (ec) throw std::runtime_error(dir.string() + ": cannot create the directory for the API token: " + ec.message());
-        const fs::path temporary = dir / ("." + file.filename().string() + "." + std::to_string(::getpid()) + ".new");
-        int out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (out < 0 && errno == EEXIST) {
-            // Left by an earlier process with our pid that died mid-write: never linked, so unused.
-            ::unlink(temporary.c_str());
-            out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        }
-        if (out < 0) throw std::runtime_error(temporary.string() + ": cannot create the API token file: " + errno_text(errno));
-        try {
-            write_all(out, random_hex(32) + "\n", temporary);
-            if (::fsync(out) != 0) throw std::runtime_error(temporary.string() + ": fsync failed: " + errno_text(errno));
-        } catch (...) {
-            ::close(out);
-            ::unlink(temporary.c_str());
-            throw;
-        }
-        ::close(out);
+        const fs::path temporary = write_temporary_token(file);
         const int linked = ::link(temporary.c_str(), file.c_str());
         const int link_errno = errno;
         ::unlink(temporary.c_str());
         if (linked != 0 && link_errno != EEXIST)
             throw std::runtime_error(file.string() + ": cannot create the API token file: " + errno_text(link_errno));
-        if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-            ::fsync(dfd);  // the new name survives a power cut
-            ::close(dfd);
-        }
+        sync_directory_of(file);
         // Read back what is now there (ours, or a concurrent starter's).
     }
     throw std::runtime_error(file.string() + ": the API token file vanished while it was being created");
