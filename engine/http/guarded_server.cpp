@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -36,6 +37,7 @@ struct RequestContext {
     bool body_too_large = false;  // a chunked body ran past the limit
     bool close_after = false;     // httplib could not parse it: its framing cannot be trusted
     bool body_failed = false;     // a body read failed (timed out, cut off): where the body ends is unknown
+    bool body_timed_out = false;  // the body did not arrive by its deadline: a 408
 
     // Whether bytes of this request may still be unread, so that the next bytes on the connection
     // are no request of their own: the connection then closes with the answer.
@@ -82,8 +84,9 @@ bool wait_for(int fd, short events, std::chrono::milliseconds timeout) {
 // the buffer, then exactly the body the head announces, bounded; fd -1 is an in-memory connection.
 class ConnectionStream final : public httplib::Stream {
 public:
-    ConnectionStream(int fd, std::string& buffer, const RequestHead& head, const ServerLimits& limits, RequestContext& context)
-        : fd_(fd), buffer_(buffer), head_(head), limits_(limits), context_(context) {}
+    ConnectionStream(int fd, std::string& buffer, const RequestHead& head, const ServerLimits& limits, RequestContext& context,
+                     Clock::time_point body_deadline = Clock::time_point::max())
+        : fd_(fd), buffer_(buffer), head_(head), limits_(limits), context_(context), body_deadline_(body_deadline) {}
 
     bool is_readable() const override { return pos_ < buffer_.size() || (fd_ >= 0 && wait_for(fd_, POLLIN, limits_.read_timeout)); }
 
@@ -122,8 +125,11 @@ public:
             return n;
         }
         if (fd_ < 0) return 0;
-        if (!wait_for(fd_, POLLIN, limits_.read_timeout)) {
+        // The rest of a body that the gate did not read whole: by the body's deadline.
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(body_deadline_ - Clock::now());
+        if (left.count() <= 0 || !wait_for(fd_, POLLIN, std::min(limits_.read_timeout, left))) {
             context_.body_failed = true;
+            context_.body_timed_out = left <= limits_.read_timeout;  // the deadline, not the pause between reads, ran out
             return -1;
         }
         const ssize_t n = ::recv(fd_, ptr, size, 0);
@@ -191,6 +197,7 @@ private:
     const RequestHead& head_;
     const ServerLimits& limits_;
     RequestContext& context_;
+    Clock::time_point body_deadline_;
     std::size_t pos_ = 0;
     std::uint64_t body_read_ = 0;
     std::string output_;
@@ -201,7 +208,41 @@ struct Connection {
     std::string buffer;  // bytes read and not yet processed
     Clock::time_point since;
     Clock::time_point deadline;
+    // While the gate reads an admitted request's body: where the head ends, where the request ends
+    // (Content-Length) or the scan of its chunks, and the body's bytes counted against the gate's budget.
+    bool reading_body = false;
+    std::size_t head_length = 0;
+    std::size_t request_end = 0;
+    std::optional<ChunkedBodyScan> chunks;
+    std::size_t counted = 0;
+    Clock::time_point body_deadline = Clock::time_point::max();  // for the gate, then for the worker that reads the rest
 };
+
+// Whether `buffer` starts with a whole request, its body included, that a worker may serve at once.
+bool whole_request(const std::string& buffer, const ServerLimits& limits) {
+    const RequestHead head = parse_request_head(buffer);
+    if (head.state != RequestHead::State::complete || head.length > limits.max_head_bytes) return false;
+    switch (head.framing) {
+        case BodyFraming::none: return true;
+        case BodyFraming::length: return buffer.size() - head.length >= head.content_length;
+        case BodyFraming::chunked: {
+            ChunkedBodyScan scan(limits.max_head_bytes);
+            return scan.feed(std::string_view(buffer).substr(head.length)) == ChunkedBodyScan::State::complete;
+        }
+    }
+    return false;
+}
+
+std::string slow_body_message(const ServerLimits& limits) {
+    return "the request's body did not arrive in time (a body may take " + std::to_string(limits.head_deadline.count()) +
+           " ms plus its size at " + std::to_string(limits.min_body_bytes_per_second) + " bytes a second)";
+}
+
+// When a body of `bytes` must have arrived, from `now`.
+Clock::time_point body_deadline(Clock::time_point now, std::uint64_t bytes, const ServerLimits& limits) {
+    const auto rate = std::max<std::size_t>(limits.min_body_bytes_per_second, 1);
+    return now + limits.head_deadline + std::chrono::milliseconds(bytes * 1000 / rate);
+}
 
 // Enough descriptors for the connection limit: the soft limit is often 1024, the hard one far more.
 void raise_descriptor_limit(std::size_t connections) {
@@ -261,7 +302,11 @@ struct GuardedServer::Gate final : httplib::TaskQueue {
     void admit(int fd) {
         ++open_;
         const auto now = Clock::now();
-        pass_to_gate(Connection{fd, {}, now, now + limits_.head_deadline});
+        Connection c;
+        c.fd = fd;
+        c.since = now;
+        c.deadline = now + limits_.head_deadline;
+        pass_to_gate(std::move(c));
     }
 
 private:
@@ -358,11 +403,16 @@ private:
         Connection& c = it->second;
         char chunk[16384];
         for (;;) {
-            const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+            // A head is read to its limit; a body to its end (its length known), or to the most a
+            // chunked body may take (its scan then says where it ends, or the worker answers 413).
+            const std::size_t cap = !c.reading_body ? limits_.max_head_bytes + 1
+                                    : c.request_end ? c.request_end
+                                                    : c.head_length + limits_.max_body_bytes + limits_.max_head_bytes;
+            if (c.buffer.size() >= cap) break;
+            const ssize_t n = ::recv(c.fd, chunk, std::min(sizeof chunk, cap - c.buffer.size()), MSG_DONTWAIT);
             if (n > 0) {
                 if (c.buffer.empty()) c.deadline = std::min(c.deadline, Clock::now() + limits_.head_deadline);
                 c.buffer.append(chunk, static_cast<std::size_t>(n));
-                if (c.buffer.size() > limits_.max_head_bytes) break;
                 continue;
             }
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -373,12 +423,13 @@ private:
         }
         Connection moved = std::move(c);
         waiting_.erase(it);
-        if (judge_head(moved)) return;
+        if (moved.reading_body ? judge_body(moved) : judge_head(moved)) return;
         const int fd = moved.fd;
         waiting_.emplace(fd, std::move(moved));
     }
 
-    // Hands a complete head to the workers, refuses a bad one, or returns false: wait for more.
+    // Hands a complete head to the workers (or starts reading its body), refuses a bad one, or
+    // returns false: wait for more.
     bool judge_head(Connection& c) {
         const RequestHead head = parse_request_head(c.buffer);
         const bool too_large = head.state == RequestHead::State::complete ? head.length > limits_.max_head_bytes : c.buffer.size() > limits_.max_head_bytes;
@@ -387,13 +438,19 @@ private:
             return true;
         }
         if (head.state == RequestHead::State::complete) {
-            if (c.fd >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-            {
-                std::lock_guard lock(mutex_);
-                ready_.push_back(std::move(c));
+            const auto now = Clock::now();
+            c.body_deadline = head.framing == BodyFraming::none ? Clock::time_point::max()
+                                                                : body_deadline(now, head.framing == BodyFraming::length ? head.content_length : limits_.max_body_bytes, limits_);
+            if (!gate_reads_body(head)) {
+                hand_to_worker(c);
+                return true;
             }
-            ready_cv_.notify_one();
-            return true;
+            c.reading_body = true;
+            c.head_length = head.length;
+            if (head.framing == BodyFraming::length) c.request_end = head.length + static_cast<std::size_t>(head.content_length);
+            else c.chunks.emplace(limits_.max_head_bytes);
+            c.deadline = c.body_deadline;
+            return judge_body(c);
         }
         if (head.state == RequestHead::State::invalid) {
             refuse(c, 400, head.error);
@@ -402,14 +459,83 @@ private:
         return false;
     }
 
+    // Whether the gate reads this request's body before a worker takes it: an admitted request with
+    // a body within the limit, whose client sends it without waiting for a 100 Continue. The rest
+    // (refused, over the limit, waiting for 100) go to a worker at once, which answers before any
+    // body byte is read.
+    bool gate_reads_body(const RequestHead& head) const {
+        if (head.framing == BodyFraming::none || head.expect_continue) return false;
+        if (head.framing == BodyFraming::length && (head.content_length == 0 || head.content_length > limits_.max_body_bytes)) return false;
+        return admitted(head);
+    }
+
+    bool admitted(const RequestHead& head) const {
+        if (!server_.admit_) return true;
+        httplib::Request req;
+        req.method = head.method;
+        req.target = head.target;
+        req.path = head.target.substr(0, head.target.find('?'));
+        for (const auto& [name, value] : head.fields) req.headers.emplace(name, value);
+        try {
+            return !server_.admit_(req);
+        } catch (...) {
+            return false;  // the worker runs it again and answers
+        }
+    }
+
+    // A body the gate is reading: hands the request on once it is whole (or once it is over the
+    // gate's budget, for a worker to read the rest), or returns false: wait for more.
+    bool judge_body(Connection& c) {
+        const std::size_t body = c.buffer.size() - std::min(c.buffer.size(), c.head_length);
+        body_bytes_ += body - c.counted;
+        c.counted = body;
+        bool whole = false;
+        if (c.request_end) {
+            whole = c.buffer.size() >= c.request_end;
+        } else {
+            const auto state = c.chunks->feed(std::string_view(c.buffer).substr(c.head_length));
+            // Complete, or framing the worker's parser refuses, or data over the limit (a 413 there).
+            whole = state != ChunkedBodyScan::State::more || c.chunks->data_bytes() > limits_.max_body_bytes ||
+                    body >= limits_.max_body_bytes + limits_.max_head_bytes;
+        }
+        if (!whole && body_bytes_ <= limits_.max_gate_body_bytes) return false;
+        hand_to_worker(c);
+        return true;
+    }
+
+    void release_body(Connection& c) {
+        body_bytes_ -= c.counted;
+        c.counted = 0;
+        c.reading_body = false;
+        c.chunks.reset();
+        c.request_end = 0;
+    }
+
+    void hand_to_worker(Connection& c) {
+        release_body(c);
+        if (c.fd >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
+        {
+            std::lock_guard lock(mutex_);
+            ready_.push_back(std::move(c));
+        }
+        ready_cv_.notify_one();
+    }
+
     void expire(Clock::time_point now) {
         for (auto it = waiting_.begin(); it != waiting_.end();) {
-            if (it->second.deadline > now) {
+            Connection& c = it->second;
+            if (c.deadline > now) {
                 ++it;
                 continue;
             }
-            if (it->second.buffer.empty()) close_connection(it->second);  // an idle connection: no one to answer
-            else refuse(it->second, 408, "the request's head did not arrive within " + std::to_string(limits_.head_deadline.count()) + " ms");
+            if (c.reading_body) {
+                release_body(c);
+                refuse(c, 408, slow_body_message(limits_));
+            } else if (c.buffer.empty()) {
+                close_connection(c);  // an idle connection: no one to answer
+            } else {
+                refuse(c, 408, "the request's head did not arrive within " + std::to_string(limits_.head_deadline.count()) + " ms");
+            }
             it = waiting_.erase(it);
         }
     }
@@ -434,26 +560,28 @@ private:
         for (;;) {
             const RequestHead head = parse_request_head(c.buffer);
             RequestContext context;
-            ConnectionStream stream(c.fd, c.buffer, head, limits_, context);
+            ConnectionStream stream(c.fd, c.buffer, head, limits_, context, c.body_deadline);
             bool closed = false;
             current_request = &context;
             const bool ok = server_.process_one(stream, stopping_, closed);
             current_request = nullptr;
             if (!ok || closed || stopping_ || context.leaves_bytes_unread() || !stream.body_consumed()) return close_connection(c);
             c.buffer.erase(0, stream.position());
-            if (parse_request_head(c.buffer).state == RequestHead::State::complete) continue;
+            c.body_deadline = Clock::time_point::max();
             // A client that sends its next request as soon as it has read the answer is served on
-            // this thread: no trip through the gate for back-to-back requests.
+            // this thread when the request is here whole: no trip through the gate for back-to-back
+            // requests. One still arriving goes through the gate, which reads its body first.
             if (c.buffer.empty() && wait_for(c.fd, POLLIN, std::chrono::milliseconds(1))) {
                 char chunk[16384];
                 const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
                 if (n <= 0) return close_connection(c);
                 c.buffer.append(chunk, static_cast<std::size_t>(n));
-                if (parse_request_head(c.buffer).state == RequestHead::State::complete) continue;
             }
+            if (whole_request(c.buffer, limits_)) continue;
             const auto now = Clock::now();
             c.since = now;
             c.deadline = now + (c.buffer.empty() ? limits_.idle_timeout : limits_.head_deadline);
+            c.body_deadline = Clock::time_point::max();
             return pass_to_gate(std::move(c));
         }
     }
@@ -463,6 +591,7 @@ private:
     int epoll_ = -1, wake_ = -1;
     std::atomic<bool> stopping_{false};
     std::atomic<std::size_t> open_{0};
+    std::size_t body_bytes_ = 0;  // bodies the gate holds while they arrive (the gate thread's own)
     std::mutex mutex_;
     std::condition_variable ready_cv_;
     std::vector<Connection> incoming_;  // new or handed back: the gate registers them
@@ -554,6 +683,12 @@ void GuardedServer::set_admission(Admission admit) { admit_ = std::move(admit); 
 GuardedServer& GuardedServer::set_error_handler(HandlerWithResponse handler) {
     error_handler_ = std::move(handler);
     Server::set_error_handler(HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (current_request && current_request->body_timed_out) {
+            res.status = 408;
+            res.set_header("Connection", "close");
+            res.set_content(error_body_(408, slow_body_message(limits_)), "application/json");
+            return HandlerResponse::Handled;
+        }
         if (current_request && current_request->body_too_large) {
             res.status = 413;
             res.set_header("Connection", "close");

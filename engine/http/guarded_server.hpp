@@ -7,6 +7,9 @@
 //  - bodies are bounded before they are read: a Content-Length over the limit is a 413, a chunked
 //    body that grows past it ends in a 413, and `admit` (the token check) runs before any body
 //    byte is read; a refused request's connection is closed instead of draining what it sent;
+//  - an admitted request's body is read by the gate too, within a deadline proportional to its
+//    size, so a worker is handed whole requests and a slow body (408 at its deadline) holds none;
+//  - any answer that leaves bytes of its request unread closes the connection;
 //  - a request with neither Content-Length nor Transfer-Encoding has an empty body (httplib would
 //    wait for the client to close: a bodiless POST got a 400 after its read timeout);
 //  - no exception leaves a handler: error handlers are guarded and anything else is a 500 with
@@ -31,6 +34,13 @@ struct ServerLimits {
     std::chrono::milliseconds head_deadline{10'000};    // from a request's first byte (or accept) to its complete head
     std::chrono::milliseconds idle_timeout{60'000};     // a keep-alive connection with no request in it
     std::chrono::milliseconds read_timeout{30'000};     // between two reads of a body
+    // A whole body must arrive within head_deadline plus its size at this rate (a chunked body's
+    // size counted as max_body_bytes): a slower one gets 408 and its connection closes.
+    std::size_t min_body_bytes_per_second = 256 * 1024;
+    // Bodies the gate reads while they arrive, all connections together: a worker takes a request
+    // only once its body is in, so slow bodies hold none. Past this, a body goes to a worker as it
+    // arrives (still under its deadline).
+    std::size_t max_gate_body_bytes = 256u << 20;
     std::chrono::milliseconds write_timeout{30'000};    // a client that reads nothing for this long is cut off
     int workers = 16;                                   // requests handled at once; more wait for a worker
 };

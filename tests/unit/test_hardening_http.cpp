@@ -198,6 +198,64 @@ TEST_CASE("200 idle and 40 trickling connections on each port: /healthz and the 
     CHECK(alive(d));
 }
 
+TEST_CASE("40 slow bodies on each port: /v1/models, the API and a completion still answer within 1 s, and each slow body gets 408", "[daemon][hardening]") {
+    Daemon d;
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+
+    // Each promises 2,000 bytes and sends 10, then a byte now and then: one byte every 25 s once
+    // kept every worker of the endpoint busy (/v1/models timed out for 60 s).
+    std::vector<int> slow;
+    auto open_slow = [&](int port, const std::string& head) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        const std::string start = head + "{\"model\": ";
+        ::send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+        slow.push_back(fd);
+    };
+    for (int i = 0; i < 40; ++i) {
+        open_slow(d.serve_port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n");
+        open_slow(d.api_port, "GET /api/v1/recipes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n\r\n");
+    }
+    for (int round = 0; round < 4; ++round) {
+        for (int fd : slow) ::send(fd, " ", 1, MSG_NOSIGNAL);
+        auto started = std::chrono::steady_clock::now();
+        CHECK(d.get("/api/v1/recipes").first == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        httplib::Client endpoint("127.0.0.1", d.serve_port);
+        endpoint.set_read_timeout(5, 0);
+        started = std::chrono::steady_clock::now();
+        auto models = endpoint.Get("/v1/models");
+        REQUIRE(models);
+        CHECK(models->status == 200);
+        auto chat = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
+        REQUIRE(chat);
+        CHECK(chat->status == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        std::this_thread::sleep_for(2s);
+    }
+    // Their deadline is 10 s plus 2,000 bytes at 256 KiB a second: by 14 s each has its 408.
+    std::this_thread::sleep_for(6s);
+    int timed_out = 0;
+    for (int fd : slow) {
+        pollfd p{fd, POLLIN, 0};
+        char buf[512];
+        if (::poll(&p, 1, 200) > 0) {
+            const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+            if (n > 12 && std::string(buf, 12) == "HTTP/1.1 408") ++timed_out;
+        }
+        ::close(fd);
+    }
+    CHECK(timed_out == static_cast<int>(slow.size()));
+    CHECK(alive(d));
+}
+
 TEST_CASE("each engine anvild starts has a key of its own: the engine refuses requests without it, the endpoint forwards with it", "[daemon][hardening]") {
     Daemon d;
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,6 +136,126 @@ TEST_CASE("request heads: framing is read from the head alone, and ambiguous fra
     CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n").state == State::invalid);
     CHECK(parse_request_head("POST /a HTTP/1.1\r\nContent-Length: -1\r\n\r\n").state == State::invalid);
     CHECK(parse_request_head("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").state == State::invalid);
+}
+
+TEST_CASE("request heads name the method, target, fields and a client waiting for 100 Continue", "[http]") {
+    const auto head = anvil::http::parse_request_head("POST /v1/x?y=1 HTTP/1.1\r\nHost: h\r\nexpect: 100-Continue\r\nX-A:  b \r\n\r\n");
+    CHECK(head.method == "POST");
+    CHECK(head.target == "/v1/x?y=1");
+    CHECK(head.expect_continue);
+    CHECK(head.fields == std::vector<std::pair<std::string, std::string>>{{"Host", "h"}, {"expect", "100-Continue"}, {"X-A", "b"}});
+    CHECK_FALSE(anvil::http::parse_request_head("GET / HTTP/1.1\r\n\r\n").expect_continue);
+}
+
+TEST_CASE("a chunked body's end is found as its bytes arrive, each byte scanned once", "[http]") {
+    using anvil::http::ChunkedBodyScan;
+    using State = ChunkedBodyScan::State;
+    const std::string body = "5\r\nhello\r\n1a;ext=1\r\n" + std::string(26, 'x') + "\r\n0\r\nTrailer: t\r\n\r\nNEXT";
+    const std::size_t end = body.size() - 4;
+    // Whole, and byte by byte: the same end and data count.
+    ChunkedBodyScan whole;
+    CHECK(whole.feed(body) == State::complete);
+    CHECK(whole.end() == end);
+    CHECK(whole.data_bytes() == 31);
+    ChunkedBodyScan bytewise;
+    for (std::size_t i = 0; i < end; ++i) {
+        INFO(i);
+        REQUIRE(bytewise.feed(std::string_view(body).substr(0, i)) == State::more);
+    }
+    CHECK(bytewise.feed(std::string_view(body).substr(0, end)) == State::complete);
+    CHECK(bytewise.end() == end);
+    // Framing a parser refuses is invalid here too.
+    const std::pair<const char*, const char*> bad[] = {
+        {"zz\r\n", "not a hexadecimal number"},
+        {"\r\n", "not a hexadecimal number"},
+        {"5\r\nhelloXX", "does not end with CRLF"},
+        {"fffffffffffffffff\r\n", "not a hexadecimal number"},
+    };
+    for (const auto& [text, why] : bad) {
+        INFO(text);
+        ChunkedBodyScan scan;
+        CHECK(scan.feed(text) == State::invalid);
+        CHECK_THAT(scan.error(), Catch::Contains(why));
+    }
+    ChunkedBodyScan long_line(16);
+    CHECK(long_line.feed(std::string(17, '1')) == State::invalid);
+}
+
+TEST_CASE("a body must arrive within its deadline: a slow one gets 408 and holds no worker", "[http]") {
+    auto limits = TestServer::small_limits();
+    limits.head_deadline = 500ms;
+    limits.idle_timeout = 10s;
+    limits.min_body_bytes_per_second = 1000;  // 100 bytes: 600 ms in all
+    TestServer t(limits);
+    const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
+    // 40 slow bodies on a server with 2 workers: everyone else is answered at once.
+    std::vector<std::unique_ptr<Raw>> slow;
+    for (int i = 0; i < 40; ++i) {
+        slow.push_back(std::make_unique<Raw>(t.port));
+        slow.back()->send(head + "{\"a\":");
+    }
+    for (int round = 0; round < 3; ++round) {
+        const auto started = std::chrono::steady_clock::now();
+        httplib::Client c("127.0.0.1", t.port);
+        c.set_read_timeout(2, 0);
+        auto ping = c.Get("/ping");
+        REQUIRE(ping);
+        CHECK(ping->status == 200);
+        auto echo = c.Post("/echo", "{\"b\":1}", "application/json");
+        REQUIRE(echo);
+        CHECK(echo->status == 200);
+        CHECK(std::chrono::steady_clock::now() - started < 1000ms);
+        std::this_thread::sleep_for(100ms);
+    }
+    // Past the deadline every slow body is answered 408 and its connection closed.
+    int timed_out = 0;
+    for (auto& c : slow) {
+        const std::string r = c->read_all(3000ms);
+        if (status_of(r) == 408 && r.find("did not arrive in time") != std::string::npos) ++timed_out;
+    }
+    CHECK(timed_out == 40);
+
+    // A chunked body that stalls: the same (its deadline counts it at the largest body allowed).
+    {
+        Raw c(t.port);
+        c.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
+        const auto started = std::chrono::steady_clock::now();
+        const std::string r = c.read_all(10000ms);
+        CHECK(status_of(r) == 408);
+        CHECK(std::chrono::steady_clock::now() - started < 6000ms);  // 500 ms + 4096 bytes at 1000 a second
+    }
+    // A body that arrives in time, in pieces, is served.
+    {
+        Raw c(t.port);
+        c.send(head);
+        for (int i = 0; i < 10; ++i) {
+            std::this_thread::sleep_for(20ms);
+            c.send(std::string(10, 'z'));
+        }
+        const std::string r = c.read_all(1500ms);
+        CHECK(status_of(r) == 200);
+        CHECK(body_of(r)["bytes"] == 100);
+    }
+}
+
+TEST_CASE("past the gate's body budget a body is read by a worker, under the same deadline", "[http]") {
+    auto limits = TestServer::small_limits();
+    limits.head_deadline = 500ms;
+    limits.min_body_bytes_per_second = 1000;
+    limits.max_gate_body_bytes = 16;  // any body of more goes to a worker as it arrives
+    TestServer t(limits);
+    Raw c(t.port);
+    const auto started = std::chrono::steady_clock::now();
+    c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + std::string(20, 'a'));
+    const std::string r = c.read_all(3000ms);
+    CHECK(status_of(r) == 408);
+    CHECK(std::chrono::steady_clock::now() - started < 2000ms);
+    CHECK(c.closed_by_server(500ms));
+    // Whole bodies past the budget are still served.
+    httplib::Client client("127.0.0.1", t.port);
+    auto echo = client.Post("/echo", std::string(1000, 'q'), "text/plain");
+    REQUIRE(echo);
+    CHECK(echo->status == 200);
 }
 
 TEST_CASE("safe text: invalid UTF-8 is replaced, valid text kept byte for byte", "[http]") {
