@@ -35,6 +35,7 @@ std::string error_code(int status) {
     switch (status) {
         case 400: return "bad_request";
         case 401: return "unauthorized";
+        case 403: return "forbidden";
         case 404: return "not_found";
         case 405: return "method_not_allowed";
         case 408: return "request_timeout";
@@ -160,6 +161,8 @@ ApiServer::ApiServer(const DaemonConfig& config, state::Store& store, Reconciler
       })) {
     // Small JSON answers must not wait for the client's delayed ACK (Nagle: 40 ms per request).
     http_->set_tcp_nodelay(true);
+    // Only this server's own names, and same-origin pages (the console) or configured origins.
+    http_->set_origin_policy({config.allowed_hosts, config.allowed_origins});
     // Every write needs the token, checked before a byte of its body is read.
     http_->set_admission([this](const httplib::Request& req) -> std::optional<http::Refusal> {
         if (req.method == "GET" || req.method == "HEAD" || http::has_bearer_token(req, token_)) return std::nullopt;

@@ -384,6 +384,33 @@ HostPort parse_host_port(const std::string& text, const std::string& where) {
     return HostPort{split->host, split->port};
 }
 
+namespace {
+
+// allowed_hosts: plain host names; allowed_origins: "*" or scheme://host[:port], as a browser's
+// Origin header spells it.
+void read_allowed_origins(const Node& top, JsonReader& reader, DaemonConfig& config) {
+    auto names = [&](std::string_view key, auto&& valid, const char* expected, std::vector<std::string>& out) {
+        const Node list = reader.array(top, key, Presence::optional);
+        for (std::size_t i = 0; list.present() && i < list.value->size(); ++i) {
+            const Node item = list.at(i);
+            if (!item.value->is_string() || !valid(item.value->get<std::string>())) reader.fail(item, expected);
+            else out.push_back(item.value->get<std::string>());
+        }
+    };
+    names("allowed_hosts", [](const std::string& h) {
+        return !h.empty() && h.find_first_of(":/ \t*") == std::string::npos;
+    }, "a host name without port or scheme (such as \"gpu-box.lan\")", config.allowed_hosts);
+    names("allowed_origins", [](const std::string& o) {
+        if (o == "*") return true;
+        const auto scheme = o.find("://");
+        if (scheme == std::string::npos || (o.compare(0, scheme, "http") != 0 && o.compare(0, scheme, "https") != 0)) return false;
+        const std::string rest = o.substr(scheme + 3);
+        return !rest.empty() && rest.find_first_of("/ \t") == std::string::npos;
+    }, "an origin as browsers send it (\"http://host:port\", no path) or \"*\"", config.allowed_origins);
+}
+
+}  // namespace
+
 DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     const std::string name = file.string();
     json root;
@@ -405,7 +432,8 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
                          "allowed_mount_roots", "container_runtime", "container_runtime_arguments", "container_api_socket",
                          "engine_binary", "placement",
                          "listen", "serve", "served_model_alias", "engine_ports", "token_file", "promotion",
-                         "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit", "max_request_body_bytes"},
+                         "reconcile_interval_seconds", "engine_ready_timeout_seconds", "stop_engines_on_exit", "max_request_body_bytes",
+                         "allowed_hosts", "allowed_origins"},
                         reader);
 
     read_sources(top, cr, config);
@@ -463,6 +491,7 @@ DaemonConfig parse_config(const std::string& text, const fs::path& file) {
     if (auto v = cr.seconds(top, "engine_ready_timeout_seconds", false)) config.engine_ready_timeout = *v;
     if (auto n = reader.integer(top, "max_request_body_bytes", Presence::optional, 1024)) config.max_request_body_bytes = static_cast<std::size_t>(*n);
     if (auto v = reader.boolean(top, "stop_engines_on_exit", Presence::optional)) config.stop_engines_on_exit = *v;
+    read_allowed_origins(top, reader, config);
     if (config.listen.host == config.serve.host && config.listen.port == config.serve.port && config.listen.port != 0)
         reader.fail("/serve", "an address other than listen's (" + config.listen.str() + ")",
                     registry::render_short(json(config.serve.str())));

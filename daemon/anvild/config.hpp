@@ -101,6 +101,11 @@ struct DaemonConfig {
     int port_first = 20000;  // engines' ports
     int port_last = 20999;
     std::filesystem::path token_file;  // empty: <data_dir>/api-token (created 0600 at first start)
+    // Host names the API and the endpoint answer besides IP addresses, localhost and this machine's
+    // name; origins of web pages that may call them besides their own ("*": any). See
+    // engine/http/origin_policy.hpp.
+    std::vector<std::string> allowed_hosts;
+    std::vector<std::string> allowed_origins;
     // Request bodies larger than this get 413 before they are read, on the API and the endpoint.
     std::size_t max_request_body_bytes = std::size_t(16) << 20;
 

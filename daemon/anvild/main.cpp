@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
         eo.model_alias = config.served_model_alias;
         eo.drain_timeout = config.promotion.drain_timeout;
         eo.max_body_bytes = config.max_request_body_bytes;
+        eo.origin_policy = http::OriginPolicy{config.allowed_hosts, config.allowed_origins};
         endpoint::StableEndpoint endpoint(eo);
         endpoint.start();
 

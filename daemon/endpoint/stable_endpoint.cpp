@@ -87,7 +87,10 @@ std::string address_of(const Upstream& upstream) { return upstream.host + ":" + 
 }  // namespace
 
 struct StableEndpoint::Impl {
-    explicit Impl(EndpointOptions o) : options(std::move(o)), server(limits_of(options), gate_error) { routes(); }
+    explicit Impl(EndpointOptions o) : options(std::move(o)), server(limits_of(options), gate_error) {
+        if (options.origin_policy) server.set_origin_policy(*options.origin_policy);
+        routes();
+    }
 
     EndpointOptions options;
     http::GuardedServer server;

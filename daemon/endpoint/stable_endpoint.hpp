@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/http/origin_policy.hpp"
+
 namespace anvil::http {
 class GuardedServer;
 }
@@ -36,6 +38,7 @@ struct EndpointOptions {
     std::chrono::milliseconds upstream_timeout{std::chrono::seconds(600)};
     int threads = 32;                                // requests forwarded at once
     std::size_t max_body_bytes = std::size_t(64) << 20;  // larger request bodies get 413 unread
+    std::optional<http::OriginPolicy> origin_policy;     // the Host names and Origins answered (none: any)
 };
 
 struct SwitchResult {
@@ -89,3 +92,4 @@ private:
 };
 
 }  // namespace anvil::endpoint
+

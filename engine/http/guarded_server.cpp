@@ -470,14 +470,14 @@ private:
     }
 
     bool admitted(const RequestHead& head) const {
-        if (!server_.admit_) return true;
+        if (!server_.admit_ && !server_.origin_policy_) return true;
         httplib::Request req;
         req.method = head.method;
         req.target = head.target;
         req.path = head.target.substr(0, head.target.find('?'));
         for (const auto& [name, value] : head.fields) req.headers.emplace(name, value);
         try {
-            return !server_.admit_(req);
+            return !server_.refusal_for(req);
         } catch (...) {
             return false;  // the worker runs it again and answers
         }
@@ -626,7 +626,7 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
 
     auto check = [this](const httplib::Request& req, httplib::Response& res) {
         // Who asks first: a client without the token learns nothing of the limits.
-        std::optional<Refusal> refusal = admit_ ? admit_(req) : std::nullopt;
+        std::optional<Refusal> refusal = refusal_for(req);
         if (!refusal && req.has_header("Content-Length")) {
             // The gate has checked it is a number.
             const std::string text = req.get_header_value("Content-Length");
@@ -643,8 +643,26 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
         res.set_content(error_body_(refusal->status, refusal->message), "application/json");
         return true;
     };
-    Server::set_pre_routing_handler([check](const httplib::Request& req, httplib::Response& res) {
-        return check(req, res) ? HandlerResponse::Handled : HandlerResponse::Unhandled;
+    Server::set_pre_routing_handler([this, check](const httplib::Request& req, httplib::Response& res) {
+        if (check(req, res)) return HandlerResponse::Handled;
+        // A configured cross origin's preflight: what it may send, answered here for every route.
+        if (req.method == "OPTIONS" && origin_policy_ && req.has_header("Origin") &&
+            judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin")).cross_origin) {
+            res.status = 204;
+            res.set_header("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept");
+            res.set_header("Access-Control-Max-Age", "600");
+            return HandlerResponse::Handled;
+        }
+        return HandlerResponse::Unhandled;
+    });
+    // A configured cross origin may read what it asked for.
+    set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!origin_policy_ || !req.has_header("Origin")) return;
+        const std::string origin = req.get_header_value("Origin");
+        if (!judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), origin).cross_origin) return;
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Vary", "Origin");
     });
     // A client that waits for 100 Continue learns of a refusal before it sends the body.
     set_expect_100_continue_handler([check](const httplib::Request& req, httplib::Response& res) { return check(req, res) ? res.status : 100; });
@@ -679,6 +697,21 @@ int GuardedServer::bind_to_any_port(const std::string& host, int socket_flags) {
 }
 
 void GuardedServer::set_admission(Admission admit) { admit_ = std::move(admit); }
+
+void GuardedServer::set_origin_policy(OriginPolicy policy) {
+    machine_names_ = machine_names();
+    origin_policy_ = std::move(policy);
+}
+
+std::optional<Refusal> GuardedServer::refusal_for(const httplib::Request& req) const {
+    if (origin_policy_) {
+        const auto verdict = judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin"));
+        if (!verdict.allowed) return Refusal{403, verdict.refusal};
+        // A browser's preflight carries no credentials: it is answered (pre-routing) without them.
+        if (verdict.cross_origin && req.method == "OPTIONS") return std::nullopt;
+    }
+    return admit_ ? admit_(req) : std::nullopt;
+}
 
 GuardedServer& GuardedServer::set_error_handler(HandlerWithResponse handler) {
     error_handler_ = std::move(handler);

@@ -22,8 +22,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <httplib.h>
+
+#include "engine/http/origin_policy.hpp"
 
 namespace anvil::http {
 
@@ -72,6 +75,9 @@ public:
     int bind_to_any_port(const std::string& host, int socket_flags = 0);
 
     void set_admission(Admission admit);
+    // Answer only the Host names and Origins `policy` allows (engine/http/origin_policy.hpp): a 403
+    // before admission and before any body byte; a configured cross origin gets CORS headers.
+    void set_origin_policy(OriginPolicy policy);
     // httplib's error handler, guarded: if it throws, the client gets a plain JSON error instead of
     // the process ending. Call this, not httplib::Server::set_error_handler.
     GuardedServer& set_error_handler(HandlerWithResponse handler);
@@ -93,9 +99,14 @@ private:
     friend struct Gate;
     bool process_one(httplib::Stream& stream, bool closing, bool& connection_closed);
 
+    // Why `req` is refused on its head alone (its Host, its Origin, then admission), or nothing.
+    std::optional<Refusal> refusal_for(const httplib::Request& req) const;
+
     ServerLimits limits_;
     ErrorBody error_body_;
     Admission admit_;
+    std::optional<OriginPolicy> origin_policy_;
+    std::vector<std::string> machine_names_;
     HandlerWithResponse error_handler_;
     Gate* gate_ = nullptr;  // owned by the task queue httplib holds while it listens
 };

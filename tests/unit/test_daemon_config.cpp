@@ -274,6 +274,19 @@ TEST_CASE("command-line overrides replace the file's data_dir and addresses", "[
     CHECK(anvil::daemon::token_path(c) == "/tmp/isolated/api-token");
 }
 
+TEST_CASE("allowed_hosts and allowed_origins: names and origins as browsers send them", "[config][origin]") {
+    const auto c = parse_config(R"({"allowed_hosts": ["gpu-box.lan"], "allowed_origins": ["http://app.local:3000", "*"]})", "/etc/anvil/anvild.json");
+    CHECK(c.allowed_hosts == std::vector<std::string>{"gpu-box.lan"});
+    CHECK(c.allowed_origins == std::vector<std::string>{"http://app.local:3000", "*"});
+    CHECK(parse_config("{}", "/etc/anvil/anvild.json").allowed_origins.empty());
+    CHECK_THROWS_WITH(parse_config(R"({"allowed_hosts": ["box:7701"]})", "/etc/anvil/anvild.json"),
+                      Catch::Contains("/allowed_hosts/0: expected a host name without port or scheme"));
+    CHECK_THROWS_WITH(parse_config(R"({"allowed_origins": ["app.local"]})", "/etc/anvil/anvild.json"),
+                      Catch::Contains("/allowed_origins/0: expected an origin as browsers send it"));
+    CHECK_THROWS_WITH(parse_config(R"({"allowed_origins": ["http://app.local/path"]})", "/etc/anvil/anvild.json"),
+                      Catch::Contains("/allowed_origins/0"));
+}
+
 TEST_CASE("ensure_token creates a private random token once and replaces one others could read", "[config]") {
     TempDir tmp;
     const fs::path file = tmp / "data/api-token";  // the directory does not exist yet

@@ -256,6 +256,55 @@ TEST_CASE("40 slow bodies on each port: /v1/models, the API and a completion sti
     CHECK(alive(d));
 }
 
+TEST_CASE("a page on another site or a rebinding name gets 403 from the API and the endpoint: the console and configured origins are answered", "[daemon][hardening][origin]") {
+    Daemon d;
+    json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["allowed_origins"] = {"http://app.local:3000"};
+    config["allowed_hosts"] = {"gpu-box.lan"};
+    anvil::test::write_file(d.dir / "anvild.json", config.dump(2));
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+
+    const std::string body = chat_request();
+    for (int port : {d.api_port, d.serve_port}) {
+        INFO(port);
+        const std::string path = port == d.api_port ? "/api/v1/registry/sync" : "/v1/chat/completions";
+        // A cross-origin text/plain POST, which a browser sends from any page without asking.
+        std::string r = raw_exchange(port, "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                                               "\r\nOrigin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: " +
+                                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+        CHECK(status_of(r) == 403);
+        CHECK(r.find("allowed_origins") != std::string::npos);
+        // A DNS-rebinding page reaches 127.0.0.1 under its own name.
+        r = raw_exchange(port, "GET " + std::string(port == d.api_port ? "/api/v1/recipes" : "/v1/models") +
+                                   " HTTP/1.1\r\nHost: rebind.evil.example:" + std::to_string(port) + "\r\nConnection: close\r\n\r\n");
+        CHECK(status_of(r) == 403);
+        CHECK(r.find("allowed_hosts") != std::string::npos);
+        // A configured name, localhost, and a configured origin (with CORS headers) are answered.
+        r = raw_exchange(port, "GET " + std::string(port == d.api_port ? "/api/v1/recipes" : "/v1/models") +
+                                   " HTTP/1.1\r\nHost: gpu-box.lan:" + std::to_string(port) + "\r\nOrigin: http://app.local:3000\r\nConnection: close\r\n\r\n");
+        CHECK(status_of(r) == 200);
+        CHECK(r.find("Access-Control-Allow-Origin: http://app.local:3000") != std::string::npos);
+    }
+    // The console, served by anvild, calls its own origin.
+    const std::string own = "http://127.0.0.1:" + std::to_string(d.api_port);
+    httplib::Client api("127.0.0.1", d.api_port);
+    auto page = api.Get("/", httplib::Headers{{"Origin", own}});
+    REQUIRE(page);
+    CHECK(page->status == 200);
+    auto sync = api.Post("/api/v1/registry/sync", httplib::Headers{{"Origin", own}, {"Authorization", "Bearer " + d.token()}}, "", "application/json");
+    REQUIRE(sync);
+    CHECK(sync->status < 300);
+    httplib::Client endpoint("localhost", d.serve_port);
+    endpoint.set_read_timeout(10, 0);
+    auto chat = endpoint.Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(chat);
+    CHECK(chat->status == 200);
+    CHECK(alive(d));
+}
+
 TEST_CASE("each engine anvild starts has a key of its own: the engine refuses requests without it, the endpoint forwards with it", "[daemon][hardening]") {
     Daemon d;
     d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));

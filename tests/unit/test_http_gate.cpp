@@ -258,6 +258,89 @@ TEST_CASE("past the gate's body budget a body is read by a worker, under the sam
     CHECK(echo->status == 200);
 }
 
+TEST_CASE("Host and Origin: IP addresses, localhost and known names; same-origin pages and configured origins", "[http][origin]") {
+    using anvil::http::judge_origin;
+    const anvil::http::OriginPolicy none;
+    const anvil::http::OriginPolicy configured{{"gpu-box.lan"}, {"http://app.local:3000"}};
+    const std::vector<std::string> machine = {"this-box"};
+    // host, origin, allowed with no configuration, allowed with `configured`, cross origin there
+    const struct {
+        const char *host, *origin;
+        bool plain, with_config, cross;
+    } table[] = {
+        {"127.0.0.1:7701", "", true, true, false},
+        {"127.0.0.1", "", true, true, false},
+        {"localhost:7700", "", true, true, false},
+        {"LOCALHOST", "", true, true, false},
+        {"[::1]:7701", "", true, true, false},
+        {"10.1.2.3:7701", "", true, true, false},
+        {"this-box:7701", "", true, true, false},
+        {"", "", true, true, false},  // HTTP/1.0: no Host
+        {"evil.example:7701", "", false, false, false},
+        {"127.0.0.1.evil.example", "", false, false, false},
+        {"gpu-box.lan:7701", "", false, true, false},
+        {"GPU-BOX.lan", "", false, true, false},
+        {"[::1", "", false, false, false},
+        // same origin: the console on anvild's own port
+        {"127.0.0.1:7700", "http://127.0.0.1:7700", true, true, false},
+        {"localhost", "http://localhost:80", true, true, false},
+        // another page: refused unless configured
+        {"127.0.0.1:7701", "http://127.0.0.1:7700", false, false, false},
+        {"127.0.0.1:7701", "http://evil.example", false, false, false},
+        {"127.0.0.1:7701", "null", false, false, false},
+        {"127.0.0.1:7701", "http://app.local:3000", false, true, true},
+        {"127.0.0.1:7701", "HTTP://APP.LOCAL:3000", false, true, true},
+        {"127.0.0.1:7701", "http://app.local:3001", false, false, false},
+    };
+    for (const auto& row : table) {
+        INFO(row.host << " / " << row.origin);
+        CHECK(judge_origin(none, machine, row.host, row.origin).allowed == row.plain);
+        const auto verdict = judge_origin(configured, machine, row.host, row.origin);
+        CHECK(verdict.allowed == row.with_config);
+        CHECK(verdict.cross_origin == row.cross);
+        if (!verdict.allowed) CHECK_THAT(verdict.refusal, Catch::Contains("allowed_"));
+    }
+    CHECK(judge_origin({{}, {"*"}}, machine, "127.0.0.1", "http://anything.example").cross_origin);
+    CHECK(anvil::http::host_without_port("[::1]:7701") == "[::1]");
+    CHECK(anvil::http::host_without_port("Box:1") == "box");
+}
+
+TEST_CASE("a server with an origin policy refuses other Hosts and Origins before the body, and answers a configured origin's preflight", "[http][origin]") {
+    TestServer t;
+    t.server.set_origin_policy({{}, {"http://app.local:3000"}});
+    // A DNS-rebinding page: its own name in Host.
+    {
+        Raw c(t.port);
+        c.send("GET /ping HTTP/1.1\r\nHost: evil.example:" + std::to_string(t.port) + "\r\n\r\n");
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 403);
+        CHECK_THAT(body_of(r)["error"]["message"].get<std::string>(), Catch::Contains("allowed_hosts"));
+    }
+    // A page on another site posting text/plain (no preflight in a browser): refused unread.
+    {
+        Raw c(t.port);
+        c.send("POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: 400000\r\n\r\nx");
+        const std::string r = c.read_all(2000ms);
+        CHECK(status_of(r) == 403);
+        CHECK(c.closed_by_server(1000ms));
+    }
+    httplib::Client client("127.0.0.1", t.port);
+    // Same origin, and no Origin at all (curl, SDKs): answered.
+    auto same = client.Post("/echo", httplib::Headers{{"Origin", "http://127.0.0.1:" + std::to_string(t.port)}}, "{}", "application/json");
+    REQUIRE(same);
+    CHECK(same->status == 200);
+    CHECK_FALSE(same->has_header("Access-Control-Allow-Origin"));
+    // The configured origin: its preflight, then its request with CORS headers.
+    auto preflight = client.Options("/echo", httplib::Headers{{"Origin", "http://app.local:3000"}, {"Access-Control-Request-Method", "POST"}});
+    REQUIRE(preflight);
+    CHECK(preflight->status == 204);
+    CHECK_THAT(preflight->get_header_value("Access-Control-Allow-Headers"), Catch::Contains("Authorization"));
+    auto cross = client.Post("/echo", httplib::Headers{{"Origin", "http://app.local:3000"}}, "{}", "application/json");
+    REQUIRE(cross);
+    CHECK(cross->status == 200);
+    CHECK(cross->get_header_value("Access-Control-Allow-Origin") == "http://app.local:3000");
+}
+
 TEST_CASE("safe text: invalid UTF-8 is replaced, valid text kept byte for byte", "[http]") {
     CHECK(anvil::http::valid_utf8("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
     CHECK(anvil::http::valid_utf8("/x\xff") == "/x\xef\xbf\xbd");
