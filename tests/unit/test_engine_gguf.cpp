@@ -442,15 +442,22 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
     rewrite("moe", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.expert_count", 8); }, "a mixture of experts");
     // Counts that lie about the tensors are refused before anything is sized by them (a block_count
     // of 10^7 once had the loader allocate a layer table of 3.3 GB).
-    rewrite("blocks-lie", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.block_count", 10000000); },
-            "metadata llama.block_count is 10000000 but the file holds 10 tensors, too few for that many blocks");
-    rewrite("one-block-short", [&](engine::GgufWriter& w) {
-        llama(w);
-        w.set_u32("llama.block_count", 1);
-        w.set_u32("llama.attention.head_count_kv", 2);
-    }, "metadata llama.attention.head_count_kv (with the head length) says 32 rows of blk.0.attn_k.weight, which has 64");
-    rewrite("ffn-lies", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.feed_forward_length", 4096); },
-            "metadata llama.feed_forward_length says 4096 rows of blk.0.ffn_up.weight, which has 128");
+    auto counts = [](uint32_t blocks, uint32_t kv_heads, uint32_t ffn) {
+        return [=](engine::GgufWriter& w) {
+            w.set_string("general.architecture", "llama");
+            w.set_u32("llama.embedding_length", 64);
+            w.set_u32("llama.feed_forward_length", ffn);
+            w.set_u32("llama.block_count", blocks);
+            w.set_u32("llama.attention.head_count", 4);
+            w.set_u32("llama.attention.head_count_kv", kv_heads);
+            w.set_u32("llama.context_length", 256);
+        };
+    };
+    rewrite("blocks-lie", counts(10000000, 4, 128), "metadata llama.block_count is 10000000 but the file holds 10 tensors, too few for that many blocks");
+    rewrite("two-blocks", counts(2, 4, 128), "metadata llama.block_count is 2 but the file holds 10 tensors");
+    rewrite("kv-heads-lie", counts(1, 2, 128),
+            "metadata llama.attention.head_count_kv (with the head length) says 32 rows of blk.0.attn_k.weight, which has 64");
+    rewrite("ffn-lies", counts(1, 4, 4096), "metadata llama.feed_forward_length says 4096 rows of blk.0.ffn_up.weight, which has 128");
     rewrite("yarn", [&](engine::GgufWriter& w) { llama(w); w.set_string("llama.rope.scaling.type", "yarn"); },
             "rope.scaling.type is \"yarn\"");
     rewrite("partial-rope", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.rope.dimension_count", 8); },
