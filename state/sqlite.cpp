@@ -64,6 +64,17 @@ Connection::~Connection() {
     if (db_) sqlite3_close_v2(db_);
 }
 
+bool lasting_write_failure(int sqlite_code) {
+    switch (sqlite_code & 0xff) {
+        case SQLITE_FULL:
+        case SQLITE_IOERR:
+        case SQLITE_READONLY:
+        case SQLITE_CANTOPEN:
+        case SQLITE_PERM: return true;
+        default: return false;
+    }
+}
+
 void Connection::fail(const std::string& what) const {
     const int code = sqlite3_extended_errcode(db_);
     throw StoreError("state database " + path_.string() + ": " + what + ": " + sqlite3_errmsg(db_) + advice(code), code & 0xff);
@@ -190,6 +201,9 @@ Transaction::Transaction(Connection& db) : db_(db) { db_.exec("BEGIN IMMEDIATE")
 
 Transaction::~Transaction() {
     if (done_) return;
+    // A full disk or an I/O error rolls the transaction back by itself: a ROLLBACK then would
+    // only fail again ("no transaction is active") and say so in the log at every attempt.
+    if (sqlite3_get_autocommit(db_.db_)) return;
     try {
         db_.exec("ROLLBACK");
     } catch (const std::exception& e) {

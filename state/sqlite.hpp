@@ -21,6 +21,10 @@ struct StoreError : std::runtime_error {
     int sqlite_code;  // primary SQLite result code, 0 when not from SQLite
 };
 
+// Whether a write failed for a cause that lasts until someone acts (a full disk, a read-only or
+// failing device, a file that cannot be opened), as against a busy or locked database.
+bool lasting_write_failure(int sqlite_code);
+
 using SqlValue = std::variant<std::monostate, std::int64_t, double, std::string>;
 
 class Connection;

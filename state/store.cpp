@@ -148,4 +148,17 @@ std::string Store::integrity_check() const {
     return out;
 }
 
+void Store::note_write_failure(const StoreError& e) const {
+    if (!lasting_write_failure(e.sqlite_code)) return;
+    std::lock_guard lock(impl_->failures_mutex);
+    ++impl_->failures.count;
+    impl_->failures.sqlite_code = e.sqlite_code;
+    impl_->failures.message = e.what();
+}
+
+Store::WriteFailures Store::write_failures() const {
+    std::lock_guard lock(impl_->failures_mutex);
+    return impl_->failures;
+}
+
 }  // namespace anvil::state

@@ -44,6 +44,14 @@ public:
     // writer). A query result read while it stayed the same can be served again until it moves.
     std::uint64_t write_generation() const;
     const std::string& write_error() const { return write_error_; }
+    // Writes that failed for a cause that lasts (lasting_write_failure): how many so far, and the
+    // last one's code and message. The controller compares counts around a pass.
+    struct WriteFailures {
+        std::uint64_t count = 0;
+        int sqlite_code = 0;
+        std::string message;
+    };
+    WriteFailures write_failures() const;
     int schema_version() const;
 
     // ---- writes: each is one transaction ----
@@ -156,6 +164,7 @@ private:
     std::unique_ptr<Impl> impl_;
     std::filesystem::path path_;
     std::string write_error_;
+    void note_write_failure(const StoreError& e) const;
 };
 
 }  // namespace anvil::state

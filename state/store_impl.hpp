@@ -54,6 +54,8 @@ struct CachedConnection {
 };
 
 struct Store::Impl {
+    mutable std::mutex failures_mutex;
+    Store::WriteFailures failures;  // under failures_mutex
     StoreOptions options;
     std::filesystem::path path;
     std::unique_ptr<CachedConnection> writer;
@@ -142,16 +144,21 @@ struct Store::Impl {
 
 template <typename Body>
 auto Store::write(std::string_view what, Body&& body) {
-    if (!write_error_.empty()) throw StoreError("cannot write " + std::string(what) + ": " + write_error_, SQLITE_READONLY);
-    std::lock_guard lock(impl_->write_mutex);
-    Transaction tx(impl_->writer->conn);  // rolls back unless committed
-    if constexpr (std::is_void_v<decltype(body())>) {
-        body();
-        tx.commit();
-    } else {
-        auto out = body();
-        tx.commit();
-        return out;
+    try {
+        if (!write_error_.empty()) throw StoreError("cannot write " + std::string(what) + ": " + write_error_, SQLITE_READONLY);
+        std::lock_guard lock(impl_->write_mutex);
+        Transaction tx(impl_->writer->conn);  // rolls back unless committed
+        if constexpr (std::is_void_v<decltype(body())>) {
+            body();
+            tx.commit();
+        } else {
+            auto out = body();
+            tx.commit();
+            return out;
+        }
+    } catch (const StoreError& e) {
+        note_write_failure(e);
+        throw;
     }
 }
 

@@ -363,6 +363,8 @@ void ApiServer::routes() {
                             {"job_id", row.job_id ? json(*row.job_id) : json(nullptr)},
                             {"port", row.port ? json(*row.port) : json(nullptr)}, {"health", row.health}, {"started_at", row.started_at},
                             {"role", row.role}, {"recipe_id", nullptr}, {"tracked", false}};
+                  // While the ledger cannot be written, what the engine answers now, not what was last recorded.
+                  if (auto measured = reconciler_.measured_health(row.id)) e["health"] = *measured, e["health_measured"] = true;
                   // Untracked: recorded as running by an earlier run, and not adopted yet.
                   for (const auto& l : live)
                       if (l.row_id == row.id) e["recipe_id"] = l.handle.recipe.recipe_id, e["tracked"] = true;

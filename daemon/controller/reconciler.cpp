@@ -171,14 +171,29 @@ void Reconciler::pass() {
         (this->*run)();
         steps[name] = ms_since(t);
     };
-    step("inventory_ms", &Reconciler::inventory_step);
-    step("registry_ms", &Reconciler::registry_step);
-    step("retire_ms", &Reconciler::retire_step);
-    step("judge_ms", &Reconciler::judge_stragglers);
-    step("engines_ms", &Reconciler::engine_step);
-    step("promotion_ms", &Reconciler::promotion_step);
-    step("serving_ms", &Reconciler::serving_step);
-    step("qualification_ms", &Reconciler::qualification_step);
+    if (!ledger_may_be_written()) {
+        const double seconds = ms_since(started) / 1000.0;
+        metrics_.record_pass(seconds);
+        std::lock_guard lock(mutex_);
+        first_pass_done_ = true;
+        last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", {{"ledger", "cannot be written: waiting"}}}};
+        return;
+    }
+    const std::uint64_t failures_before = store_.write_failures().count;
+    try {
+        step("inventory_ms", &Reconciler::inventory_step);
+        step("registry_ms", &Reconciler::registry_step);
+        step("retire_ms", &Reconciler::retire_step);
+        step("judge_ms", &Reconciler::judge_stragglers);
+        step("engines_ms", &Reconciler::engine_step);
+        step("promotion_ms", &Reconciler::promotion_step);
+        step("serving_ms", &Reconciler::serving_step);
+        step("qualification_ms", &Reconciler::qualification_step);
+    } catch (const state::StoreError& e) {
+        // A write that failed for a lasting cause ends the pass: the ledger step says so and backs off.
+        if (!state::lasting_write_failure(e.sqlite_code) || store_.write_failures().count == failures_before) throw;
+    }
+    ledger_outcome(failures_before);
     steps.update(step_detail_);
     const double seconds = ms_since(started) / 1000.0;
     metrics_.record_pass(seconds);

@@ -7,6 +7,7 @@
 //   promotion_step.cpp      ask qualify::choose_promotion (pin, freeze, policy, thresholds) and act on its answer
 //   serving_step.cpp        keep the default's engine running behind the stable endpoint; roll back one that cannot serve
 //   qualification_step.cpp  start the next qualification (retries with backoff, the exclusive window)
+//   ledger_step.cpp         while the ledger cannot be written: back off, measure engines' health, recover
 // Operator requests (operator_requests.cpp) record intent in the ledger and wake the pass, which
 // acts. A pass never assumes the previous one finished: everything it needs is read again.
 //
@@ -29,6 +30,7 @@
 #include "daemon/anvild/config.hpp"
 #include "daemon/anvild/daemon_metrics.hpp"
 #include "daemon/controller/controller_ports.hpp"
+#include "daemon/controller/ledger_fault.hpp"
 #include "daemon/controller/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/supervisor/engine_supervisor.hpp"
@@ -94,6 +96,9 @@ public:
     // The last `lines` lines of a running engine's output (the ledger's engine row id); nothing
     // when anvild does not run that engine now.
     std::optional<std::string> engine_log(state::Id engine_row_id, std::size_t lines) const;
+    // An engine's health as measured while the ledger cannot be written (its row then says what
+    // was last recorded): "answering" or "not answering"; nothing otherwise.
+    std::optional<std::string> measured_health(state::Id engine_row_id) const;
 
     // What promotion sees now, gathered exactly as the promotion step gathers it: the default and
     // its measurements (the control), the validated revisions at the synced commit with theirs, the
@@ -154,6 +159,11 @@ private:
     void promotion_step();      // promotion_step.cpp
     void serving_step();        // serving_step.cpp
     void qualification_step();  // qualification_step.cpp
+    // ledger_step.cpp: whether this pass may write (false while backing off from a ledger that
+    // cannot be written, measuring the engines instead), and what the pass's writes showed.
+    bool ledger_may_be_written();
+    void ledger_outcome(std::uint64_t failures_before);
+    void measure_engines_without_ledger();
 
     // ---- shared by the steps ----
     // Why this revision's document is not at the synced commit of its source, or nothing when it
@@ -216,6 +226,15 @@ private:
     std::map<std::string, std::string> last_notes_;  // de-duplicates repeated hold reasons
     std::map<state::Id, int> fidelity_ranks_;        // revision → fidelity_rank, computed once
     std::string retire_checked_key_;  // catalogs and ledger as the retire step last saw them
+    std::map<std::string, WatchResult> pending_ingest_;  // source name → a change the ledger did not take yet
+    // While the ledger cannot be written: why, how many attempts failed, when to try again, and
+    // when engines were last measured (their health, for the API, is under mutex_).
+    std::optional<LedgerFault> ledger_fault_;
+    int ledger_failures_ = 0;
+    std::chrono::steady_clock::time_point ledger_retry_at_{};
+    std::chrono::steady_clock::time_point engines_measured_at_{};
+    bool ledger_low_space_ = false;
+    std::map<state::Id, std::string> measured_health_;
 };
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16

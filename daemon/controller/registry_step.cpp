@@ -18,6 +18,14 @@ void Reconciler::registry_step() {
         force = std::exchange(force_sync_, false);
     }
     for (auto& watch : watches_) {
+        // What a source brought that the ledger could not take (a full disk): ingested again
+        // before the source is read any further, so that no revision of that commit is lost. Its
+        // documents stay where they are: the watch is not polled meanwhile.
+        if (auto pending = pending_ingest_.find(watch->config().name); pending != pending_ingest_.end()) {
+            ingest(*watch, pending->second, source_ids_.at(watch->config().name));  // throws again while the ledger refuses
+            pending_ingest_.erase(pending);
+            continue;
+        }
         if (!force && !watch->due(now)) continue;
         const auto polled = std::chrono::steady_clock::now();
         // The fetch runs without mutex_ (a slow remote must not stall /readyz or /status); the
@@ -35,7 +43,12 @@ void Reconciler::registry_step() {
         else set_condition("RegistryReachable:" + watch->config().name, true, "Synced", commit.empty() ? "read from the filesystem" : "at commit " + commit);
         if (result.changed) {
             const auto t = std::chrono::steady_clock::now();
-            ingest(*watch, result, source_ids_.at(watch->config().name));
+            try {
+                ingest(*watch, result, source_ids_.at(watch->config().name));
+            } catch (const state::StoreError&) {
+                pending_ingest_.emplace(watch->config().name, result);
+                throw;
+            }
             step_detail_["registry_ingest_ms"] = ms_since(t);
         }
     }

@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include <catch2/catch.hpp>
 
 #include "daemon/anvild/api_views.hpp"
@@ -533,4 +535,27 @@ TEST_CASE("controller: status, readiness and conditions answer while a drain is 
     CHECK(reads.get() == std::vector<bool>(5, true));  // ready, conditions, the default, the registry, a feasibility verdict
     CHECK(answered);
     CHECK(w.endpoint.current()->recipe_id == "tiny-f32");
+}
+
+TEST_CASE("a ledger that cannot be written: which failures last, the fault each means, the reserve and the retry delays", "[controller][ledger]") {
+    using daemon::ledger_retry_delay;
+    // SQLite's primary codes: full, I/O error, read-only, cannot open and permission last; busy and locked pass.
+    for (int code : {SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_IOERR_WRITE, SQLITE_READONLY_DBMOVED})
+        CHECK(state::lasting_write_failure(code));
+    for (int code : {SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CONSTRAINT, SQLITE_ERROR, 0}) CHECK_FALSE(state::lasting_write_failure(code));
+    CHECK(daemon::ledger_fault(SQLITE_FULL, "x").reason == "DiskFull");
+    CHECK(daemon::ledger_fault(SQLITE_READONLY, "x").reason == "ReadOnly");
+    CHECK(daemon::ledger_fault(SQLITE_PERM, "x").reason == "ReadOnly");
+    CHECK(daemon::ledger_fault(SQLITE_IOERR_WRITE, "x").reason == "IOError");
+    CHECK_THAT(daemon::ledger_fault(SQLITE_FULL, "disk I/O").message, Catch::Contains("free space"));
+    CHECK_FALSE(daemon::low_space_fault(daemon::kLedgerReserveBytes, "/d"));
+    const auto low = daemon::low_space_fault(daemon::kLedgerReserveBytes - 1, "/d");
+    REQUIRE(low);
+    CHECK(low->reason == "DiskFull");
+    CHECK_THAT(low->message, Catch::Contains("/d has 1048575 bytes left"));
+    const std::pair<int, std::chrono::milliseconds> delays[] = {{0, 1s}, {1, 1s}, {2, 2s}, {3, 4s}, {6, 32s}, {7, 60s}, {50, 60s}, {1000000, 60s}};
+    for (const auto& [failures, delay] : delays) {
+        INFO(failures);
+        CHECK(ledger_retry_delay(failures) == delay);
+    }
 }

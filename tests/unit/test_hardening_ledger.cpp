@@ -2,9 +2,13 @@
 // stays with the file that had it first, a newer revision supersedes older open ones, and what
 // anvild writes is its user's alone. Each against a real anvild on a real git registry.
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -309,6 +313,160 @@ TEST_CASE("a default removed from the registry is retired and its engine stopped
     CHECK(r->status == 503);
     d.stop();
     check_ledger(d);
+}
+
+namespace {
+
+// A tmpfs of `megabytes` mounted at `dir` for one test (needs root, as CI runs): a filesystem that
+// fills up for real. Detached at the end, whatever still has files open in it.
+struct SmallFilesystem {
+    std::filesystem::path dir;
+    bool mounted = false;
+    SmallFilesystem(std::filesystem::path d, int megabytes) : dir(std::move(d)) {
+        std::filesystem::create_directories(dir);
+        const std::string options = "size=" + std::to_string(megabytes) + "m,mode=0700";
+        mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    }
+    ~SmallFilesystem() {
+        if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+    }
+};
+
+// The serving engine's process group leader, as the API lists it.
+int serving_pid(const Daemon& d) {
+    const json engines = d.get("/api/v1/engines").second;  // kept: a range-for over a temporary's member dangles
+    for (const auto& e : engines["data"])
+        if (e["role"] == "serving" && e["pid"].is_number()) return e["pid"].get<int>();
+    return 0;
+}
+
+bool measured_not_answering(const Daemon& d, int pid) {
+    const json engines = d.get("/api/v1/engines").second;
+    for (const auto& e : engines["data"])
+        if (e["pid"] == pid) return e["health"] == "not answering" && e.value("health_measured", false);
+    return false;
+}
+
+// Writes `path` until the filesystem says it is full.
+void fill(const std::filesystem::path& path) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    const std::string chunk(1 << 16, 'x');
+    while (std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size()) {
+    }
+    std::fclose(f);
+}
+
+json condition(const Daemon& d, const std::string& type) {
+    const json status = d.get("/api/v1/status").second;
+    for (const auto& c : status["conditions"])
+        if (c["type"] == type) return c;
+    return nullptr;
+}
+
+long cpu_ticks(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::string field;
+    long utime = 0, stime = 0;
+    for (int i = 3; fields >> field; ++i) {
+        if (i == 14) utime = std::stol(field);
+        if (i == 15) {
+            stime = std::stol(field);
+            break;
+        }
+    }
+    return utime + stime;
+}
+
+}  // namespace
+
+TEST_CASE("a full disk: anvild backs off and says why, keeps serving, measures its engines, and recovers by itself", "[daemon][e2e][hardening][ledger]") {
+    Daemon d;
+    SmallFilesystem data(d.dir / "data", 48);
+    if (!data.mounted) {
+        WARN("cannot mount a tmpfs here (not root, or no permission): the full-disk test needs one");
+        return;
+    }
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    d.start();
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+    REQUIRE(condition(d, "LedgerWritable")["status"] == "True");
+
+    fill(d.dir / "data" / "filler");
+    REQUIRE(eventually([&] { return condition(d, "LedgerWritable")["status"] == "False"; }, 15s));
+    const json fault = condition(d, "LedgerWritable");
+    CHECK(fault["reason"] == "DiskFull");
+    CHECK_THAT(fault["message"].get<std::string>(), Catch::Contains("free space"));
+    // The default still serves.
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    endpoint.set_read_timeout(10, 0);
+    const std::string chat = json{{"model", "anvil-default"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}}.dump();
+    auto answered = endpoint.Post("/v1/chat/completions", chat, "application/json");
+    REQUIRE(answered);
+    CHECK(answered->status == 200);
+
+    // Its engine dies: listed as measured, not as last recorded, and the condition says why nothing restarts it.
+    const int first_pid = serving_pid(d);
+    REQUIRE(first_pid > 0);
+    ::kill(-first_pid, SIGKILL);  // its process group: the engine and the process that watches it
+    REQUIRE(eventually([&] { return measured_not_answering(d, first_pid); }, 15s));
+    CHECK(condition(d, "DefaultServing")["reason"] == "EngineNotAnswering");
+
+    // Space comes back: the ledger takes writes again, the default's engine is started again.
+    std::filesystem::remove(d.dir / "data" / "filler");
+    REQUIRE(eventually([&] { return condition(d, "LedgerWritable")["status"] == "True"; }, 15s));
+    REQUIRE(eventually([&] { return condition(d, "DefaultServing")["status"] == "True"; }, 60s));
+    answered = endpoint.Post("/v1/chat/completions", chat, "application/json");
+    REQUIRE(answered);
+    CHECK(answered->status == 200);
+    json after = d.get("/api/v1/engines").second;
+    for (const auto& e : after["data"]) CHECK_FALSE(e.contains("health_measured"));
+
+    // Nearly full: 3 MiB left, above the reserve, and a commit of documents larger than that. The
+    // ingest's writes fail on the disk itself, pass after pass.
+    fill(d.dir / "data" / "filler");
+    std::filesystem::resize_file(d.dir / "data" / "filler", std::filesystem::file_size(d.dir / "data" / "filler") - (3u << 20));
+    for (int i = 0; i < 6; ++i) {
+        json big = json::parse(embedded_recipe("big-" + std::to_string(i), "f32", d.digest));
+        big["description"] = std::string(900 * 1024, 'a' + i);
+        d.repo.write("recipes/big-" + std::to_string(i) + ".json", big.dump());
+    }
+    d.repo.commit("documents larger than the space left");
+    REQUIRE(eventually([&] { return condition(d, "LedgerWritable")["status"] == "False"; }, 20s));
+    const int second_pid = serving_pid(d);
+    REQUIRE(second_pid > 0);
+    ::kill(-second_pid, SIGKILL);
+    REQUIRE(eventually([&] { return measured_not_answering(d, second_pid); }, 30s));
+
+    // Backing off: little CPU, and no flood of log lines (one per change of state, and a retry's
+    // note of the engine's exit now and then).
+    std::string line;
+    while (d.process->read_line(line, 200)) {
+    }
+    const long before = cpu_ticks(d.process->pid());
+    int lines = 0;
+    const auto until = std::chrono::steady_clock::now() + 6s;
+    while (std::chrono::steady_clock::now() < until)
+        if (d.process->read_line(line, 100)) ++lines;
+    const long ticks = cpu_ticks(d.process->pid()) - before;
+    INFO("log lines in 6 s: " << lines << ", CPU ticks: " << ticks);
+    CHECK(lines <= 12);  // a pass each second wrote three lines before
+    CHECK(ticks < 60);   // under 0.6 s of CPU in 6 s (80-90% of a core before)
+
+    // Room again: recovered at the next try (at once, or at most 60 s away), the commit ingested,
+    // the engine started again.
+    std::filesystem::remove(d.dir / "data" / "filler");
+    REQUIRE(eventually([&] { return condition(d, "LedgerWritable")["status"] == "True"; }, 75s));
+    REQUIRE(eventually([&] { return !d.status_of("big-5").empty(); }, 30s));
+    REQUIRE(eventually([&] { return condition(d, "DefaultServing")["status"] == "True"; }, 60s));
+    answered = endpoint.Post("/v1/chat/completions", chat, "application/json");
+    REQUIRE(answered);
+    CHECK(answered->status == 200);
+    after = d.get("/api/v1/engines").second;
+    for (const auto& e : after["data"]) CHECK_FALSE(e.contains("health_measured"));
 }
 
 #endif  // ANVILD
