@@ -136,7 +136,11 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     if (config.serve.port == 0) config.serve.port = endpoint.port();
     daemon::Reconciler reconciler(config, store, endpoint, metrics);
     reconciler.set_wake([&loop] { loop.wake(); });
-    reconciler.start_up();
+    // Clients that connect meanwhile wait in the endpoint's queue: it accepts once it forwards to
+    // the default's adopted engine (or once there is none to adopt), so a restart shows them no 503.
+    reconciler.start_up([&endpoint] {
+        if (!endpoint.accepting()) endpoint.start();
+    });
     daemon::ApiServer api(config, store, reconciler, metrics, token);
     api.start();
     // Port 0 chose a port once: a reload keeps answering where clients found it.
@@ -241,7 +245,7 @@ int main(int argc, char** argv) {
         eo.max_body_bytes = config.max_request_body_bytes;
         eo.origin_policy = http::OriginPolicy{config.allowed_hosts, config.allowed_origins};
         endpoint::StableEndpoint endpoint(eo);
-        endpoint.start();
+        endpoint.bind();
 
         // The watchdog is fed while the loop makes progress; a step known to be long (an engine
         // starting) is allowed the engine's ready timeout before systemd is left to restart us.

@@ -140,11 +140,30 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, Controll
 
 Reconciler::~Reconciler() { qualifications_->cancel_and_wait(); }
 
-void Reconciler::start_up() {
+void Reconciler::start_up(const std::function<void()>& serving_again) {
     engines_->adopt();
+    // The default's engine of the earlier run, adopted and answering, is where the endpoint
+    // forwards before it takes a request: clients of a restarted anvild see no 503 in between.
+    if (const auto current = store_.current_default(); current && !endpoint_->current())
+        if (const auto engine = engines_->serving_for(current->id); engine && engines_->answers(*engine)) {
+            endpoint_->switch_to(upstream_of(*engine, current->recipe_id));
+            spdlog::info("endpoint: forwarding to the adopted engine {} of the default {}", engine->handle.engine_id, current->recipe_id);
+        }
+    if (serving_again) serving_again();
     // A qualification cut short by a restart starts over; its engine is of no further use.
     for (const auto& e : engines_->engines())
         if (e.role != driver::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
+}
+
+endpoint::Upstream upstream_of(const driver::RunningEngine& engine, const std::string& recipe_id) {
+    endpoint::Upstream next;
+    next.host = engine.handle.host;
+    next.port = engine.handle.port;
+    next.model = engine.handle.served_model_name;
+    next.engine_id = engine.handle.engine_id;
+    next.recipe_id = recipe_id;
+    next.api_key = engine.handle.api_key;
+    return next;
 }
 
 void Reconciler::shut_down(bool stop_engines) {

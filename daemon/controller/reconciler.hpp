@@ -62,8 +62,10 @@ public:
     Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics);
     ~Reconciler();
 
-    // Finds the engines an earlier anvild left running; call once before the first pass.
-    void start_up();
+    // Finds the engines an earlier anvild left running and points the endpoint at the default's, if
+    // it answers; then calls `serving_again` (anvild starts accepting on the endpoint there), then
+    // stops the engines of qualifications a restart cut short. Call once before the first pass.
+    void start_up(const std::function<void()>& serving_again = {});
     void pass();
     // On SIGTERM: waits for a running qualification's engine to stop; stops serving engines if asked.
     void shut_down(bool stop_engines);
@@ -236,6 +238,9 @@ private:
     bool ledger_low_space_ = false;
     std::map<state::Id, std::string> measured_health_;
 };
+
+// Where the endpoint forwards to serve `engine` as the default `recipe_id`.
+endpoint::Upstream upstream_of(const driver::RunningEngine& engine, const std::string& recipe_id);
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16
 // before 8-bit before fewer bits), so the first default is the natural control for the rest; a

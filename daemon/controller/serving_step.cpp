@@ -59,14 +59,7 @@ void Reconciler::serving_step() {
     }
     const auto upstream = endpoint_->current();
     if (!upstream || upstream->engine_id != engine->handle.engine_id) {
-        endpoint::Upstream next;
-        next.host = engine->handle.host;
-        next.port = engine->handle.port;
-        next.model = engine->handle.served_model_name;
-        next.engine_id = engine->handle.engine_id;
-        next.recipe_id = current->recipe_id;
-        next.api_key = engine->handle.api_key;
-        const auto result = endpoint_->switch_to(next);
+        const auto result = endpoint_->switch_to(upstream_of(*engine, current->recipe_id));
         store_.append_event("endpoint", current->recipe_id,
                             "the stable endpoint now forwards to engine " + engine->handle.engine_id + " (drained " +
                                 std::to_string(result.drained) + " requests, " + std::to_string(result.still_running) + " still running)");

@@ -353,8 +353,8 @@ http::GuardedServer& StableEndpoint::http() { return impl_->server; }
 
 StableEndpoint::~StableEndpoint() { stop(); }
 
-void StableEndpoint::start() {
-    if (impl_->thread.joinable()) throw std::runtime_error("the stable endpoint is already serving");
+void StableEndpoint::bind() {
+    if (impl_->port > 0) return;
     // A client or engine that closes its socket mid-response must not kill the daemon with SIGPIPE
     // (this httplib build sends without MSG_NOSIGNAL).
     std::signal(SIGPIPE, SIG_IGN);
@@ -368,16 +368,25 @@ void StableEndpoint::start() {
         throw std::runtime_error("the stable endpoint cannot bind " + o.host + ":" + std::to_string(o.port) +
                                  (o.port ? ": is another server using it?" : ""));
     impl_->port = port;
+}
+
+void StableEndpoint::start() {
+    if (impl_->thread.joinable()) throw std::runtime_error("the stable endpoint is already serving");
+    bind();
+    auto& server = impl_->server;
+    const auto& o = impl_->options;
     impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
     // httplib's stop() does nothing before the accept loop runs; wait for it so stop() always works.
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     while (!server.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (!server.is_running()) {
         impl_->thread.join();
-        throw std::runtime_error("the stable endpoint on " + o.host + ":" + std::to_string(port) + " did not start");
+        throw std::runtime_error("the stable endpoint on " + o.host + ":" + std::to_string(impl_->port) + " did not start");
     }
-    spdlog::info("endpoint: serving /v1 on http://{}:{} as '{}'", o.host, port, o.model_alias);
+    spdlog::info("endpoint: serving /v1 on http://{}:{} as '{}'", o.host, impl_->port, o.model_alias);
 }
+
+bool StableEndpoint::accepting() const { return impl_->thread.joinable(); }
 
 void StableEndpoint::stop() {
     if (!impl_ || !impl_->thread.joinable()) return;

@@ -71,8 +71,12 @@ public:
     StableEndpoint(const StableEndpoint&) = delete;
     StableEndpoint& operator=(const StableEndpoint&) = delete;
 
-    // Binds and serves on a background thread; throws std::runtime_error if it cannot bind.
+    // Binds the address: from then on clients' connections wait in the kernel's queue (no refusal,
+    // no 503) until start() accepts them. Throws std::runtime_error if it cannot bind.
+    void bind();
+    // Binds if not yet, and serves on a background thread.
     void start();
+    bool accepting() const;
     void stop();
     int port() const;
 

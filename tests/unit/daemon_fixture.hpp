@@ -82,13 +82,15 @@ struct Daemon {
     }
     ~Daemon() { stop(); }
 
-    void start() {
+    // `serve`: the stable endpoint's address (a free port by default; a test that restarts anvild
+    // under a client gives a fixed one).
+    void start(const std::string& serve = "127.0.0.1:0") {
         setenv("ANVIL_LOG", std::getenv("ANVIL_TEST_DAEMON_LOG") ? std::getenv("ANVIL_TEST_DAEMON_LOG") : "warn", 1);
         // Port 0: the daemon binds free ports and says which in addresses.json, so tests running
         // side by side never race for the same port.
         fs::remove(dir / "data" / "addresses.json");
         process = std::make_unique<anvil::test::ChildProcess>(
-            std::vector<std::string>{ANVILD, "--config", (dir / "anvild.json").string(), "--listen", "127.0.0.1:0", "--serve", "127.0.0.1:0"});
+            std::vector<std::string>{ANVILD, "--config", (dir / "anvild.json").string(), "--listen", "127.0.0.1:0", "--serve", serve});
         REQUIRE(eventually([&] {
             if (!fs::exists(dir / "data" / "addresses.json")) return false;
             const json a = json::parse(anvil::test::read_file(dir / "data" / "addresses.json"), nullptr, false);

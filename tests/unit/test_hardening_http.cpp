@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 
 #include "daemon_fixture.hpp"
@@ -303,6 +304,63 @@ TEST_CASE("a page on another site or a rebinding name gets 403 from the API and 
     REQUIRE(chat);
     CHECK(chat->status == 200);
     CHECK(alive(d));
+}
+
+TEST_CASE("a client through SIGKILL and restart of anvild while a qualification runs sees no 503: the endpoint waits for the adopted default", "[daemon][hardening][restart]") {
+    Daemon d;
+    EngineGate gate(d);
+    d.repo.write("recipes/tiny-f32.json", embedded_recipe("tiny-f32", "f32", d.digest));
+    d.repo.commit("a recipe");
+    // A fixed endpoint address, so that the client keeps the same one across the restart.
+    int serve_port = 0;
+    {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        socklen_t len = sizeof a;
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        serve_port = ntohs(a.sin_port);
+        ::close(fd);
+    }
+    const std::string serve = "127.0.0.1:" + std::to_string(serve_port);
+    d.start(serve);
+    REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
+    // A second recipe is being qualified (its engine held before it is ready) when anvild dies.
+    gate.hold();
+    d.repo.write("recipes/tiny-bf16.json", embedded_recipe("tiny-bf16", "bf16", d.digest));
+    d.repo.commit("a candidate");
+    REQUIRE(eventually([&] { return d.status_of("tiny-bf16") == "qualifying"; }, 60s));
+
+    std::atomic<bool> done{false};
+    std::atomic<int> ok{0}, unavailable{0}, other{0}, refused{0}, ok_after_restart{0};
+    std::atomic<bool> restarted{false};
+    std::thread client([&] {
+        while (!done) {
+            httplib::Client c("127.0.0.1", serve_port);
+            c.set_connection_timeout(2, 0);
+            c.set_read_timeout(20, 0);
+            auto r = c.Post("/v1/chat/completions", chat_request(), "application/json");
+            if (!r) ++refused;  // anvild is down: no server to answer
+            else if (r->status == 200) ok_after_restart += restarted ? 1 : 0, ++ok;
+            else if (r->status == 503) ++unavailable;
+            else ++other;
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+    std::this_thread::sleep_for(1s);
+    d.kill();
+    d.start(serve);
+    restarted = true;
+    REQUIRE(eventually([&] { return ok_after_restart >= 20; }, 60s));
+    done = true;
+    client.join();
+    gate.release();
+    INFO("ok " << ok << ", 503 " << unavailable << ", other " << other << ", no answer " << refused);
+    CHECK(unavailable == 0);
+    CHECK(other == 0);
+    CHECK(d.serving() == "tiny-f32");
 }
 
 TEST_CASE("each engine anvild starts has a key of its own: the engine refuses requests without it, the endpoint forwards with it", "[daemon][hardening]") {
