@@ -17,6 +17,10 @@
 //    PATCH, POST with a chunked body); bit 3: with the API's token (writes need it); bits 4-7: the
 //    start of the target, from `kTargets`.
 //
+// Both servers judge Host and Origin as anvild does (the host "anvil", which the seeds and built
+// requests use, and the origin http://app.local:3000 are configured), and each chunked request's
+// body is also scanned as the connection gate scans it, whole and in pieces, which must agree.
+//
 // Every answer must be well formed: each response starts "HTTP/1.1 " with a status from 100 to 599,
 // its framing holds (Content-Length or chunks), a JSON Content-Type has a body that parses as JSON
 // (strictly: valid UTF-8 too), no status is 500 (every bad request is the client's error, and
@@ -48,6 +52,7 @@
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/http/guarded_server.hpp"
+#include "engine/http/request_head.hpp"
 #include "engine/http/safe_text.hpp"
 #include "registry/document.hpp"
 #include "state/store.hpp"
@@ -116,12 +121,16 @@ struct Servers {
         config.listen = {"127.0.0.1", 0};
         config.serve = {"127.0.0.1", 0};
         config.max_request_body_bytes = kMaxBody;
+        // The seeds' and built requests' Host; other Hosts and any Origin reach the origin policy's refusals.
+        config.allowed_hosts = {"anvil"};
+        config.allowed_origins = {"http://app.local:3000"};
         store = std::make_unique<state::Store>(dir / "anvil.db");
         seed_recipe();
 
         endpoint::EndpointOptions options;
         options.model_alias = config.served_model_alias;
         options.max_body_bytes = kMaxBody;
+        options.origin_policy = http::OriginPolicy{config.allowed_hosts, config.allowed_origins};
         endpoint = std::make_unique<endpoint::StableEndpoint>(options);
         refused = std::make_unique<endpoint::StableEndpoint>(options);
         refused->switch_to(endpoint::Upstream{"127.0.0.1", 0, "fuzz-model", "fuzz-engine", "fuzz-recipe", "fuzz-engine-key"});
@@ -335,6 +344,23 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     return 0;
 }
 
+// The framing the connection gate reads before a worker does: a chunked body's end found in one
+// scan and in many small feeds must agree, and lie within the bytes given.
+void check_chunked_scan(const std::string& request) {
+    const http::RequestHead head = http::parse_request_head(request);
+    if (head.state != http::RequestHead::State::complete || head.framing != http::BodyFraming::chunked) return;
+    const std::string_view body = std::string_view(request).substr(head.length);
+    http::ChunkedBodyScan whole(256), pieces(256);
+    const auto state = whole.feed(body);
+    auto piecewise = http::ChunkedBodyScan::State::more;
+    for (std::size_t n = 0; piecewise == http::ChunkedBodyScan::State::more && n <= body.size(); n += 7)
+        piecewise = pieces.feed(body.substr(0, n));
+    if (piecewise == http::ChunkedBodyScan::State::more) piecewise = pieces.feed(body);
+    if (state != piecewise) violation("a chunked body's scan differs fed whole and in pieces");
+    if (state == http::ChunkedBodyScan::State::complete && (whole.end() != pieces.end() || whole.end() > body.size() || whole.data_bytes() > whole.end()))
+        violation("a chunked body's end is not where both scans put it, or past the bytes given");
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size == 0) return 0;
     Servers& s = servers();
@@ -343,6 +369,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                             : build_request(data[0], std::string_view(reinterpret_cast<const char*>(data) + 1, size - 1));
     // A target may hold CRLFs and with them more requests, pipelined: any of them may be a HEAD.
     const bool head_sent = built.request.find("HEAD") != std::string::npos;
+    check_chunked_scan(built.request);
     run("api", s.api->http(), built.request, head_sent);
     run("endpoint", s.endpoint->http(), built.request, head_sent);
     if (built.single && !asks_for_stream(built.body)) run("endpoint (refused upstream)", s.refused->http(), built.request, head_sent);
