@@ -649,6 +649,8 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
         if (req.method == "OPTIONS" && origin_policy_ && req.has_header("Origin") &&
             judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin")).cross_origin) {
             res.status = 204;
+            res.set_header("Access-Control-Allow-Origin", req.get_header_value("Origin"));
+            res.set_header("Vary", "Origin");
             res.set_header("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
             res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept");
             res.set_header("Access-Control-Max-Age", "600");
@@ -658,7 +660,7 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
     });
     // A configured cross origin may read what it asked for.
     set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!origin_policy_ || !req.has_header("Origin")) return;
+        if (!origin_policy_ || !req.has_header("Origin") || res.has_header("Access-Control-Allow-Origin")) return;
         const std::string origin = req.get_header_value("Origin");
         if (!judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), origin).cross_origin) return;
         res.set_header("Access-Control-Allow-Origin", origin);

@@ -335,6 +335,8 @@ TEST_CASE("a server with an origin policy refuses other Hosts and Origins before
     REQUIRE(preflight);
     CHECK(preflight->status == 204);
     CHECK_THAT(preflight->get_header_value("Access-Control-Allow-Headers"), Catch::Contains("Authorization"));
+    CHECK(preflight->get_header_value("Access-Control-Allow-Origin") == "http://app.local:3000");
+    CHECK(preflight->get_header_value_count("Access-Control-Allow-Origin") == 1);
     auto cross = client.Post("/echo", httplib::Headers{{"Origin", "http://app.local:3000"}}, "{}", "application/json");
     REQUIRE(cross);
     CHECK(cross->status == 200);
