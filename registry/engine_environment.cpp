@@ -47,11 +47,20 @@ constexpr auto kHostProcessRefused = std::to_array<std::string_view>({
     "TRITON_CACHE_DIR", "TRITON_LIBCUDA_PATH", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "HF_MODULES_CACHE",
     // anvil's own programs' libraries and helpers
     "ANVIL_ENGINE_CUDA_PLUGIN", "ANVIL_NVML_LIBRARY", "ANVIL_COLLECTIVE_PROBE", "ANVIL_JOB_GPU_DEVICES_AT",
+    // OpenSSL's configuration loads modules and engines (Python's ssl and hashlib read it)
+    "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES",
+    // the parents of the caches above, and the temporary directory Inductor compiles into
+    "HF_HOME", "TRITON_HOME", "XDG_CACHE_HOME", "TMPDIR",
+    // ROCm's tools library, libfabric's providers, UCX's modules: libraries loaded from a path
+    "HSA_TOOLS_LIB", "FI_PROVIDER_PATH", "UCX_MODULE_DIR",
+    // a program Python's webbrowser module runs
+    "BROWSER",
 });
 
-// Python's variables that change no code it loads.
-constexpr auto kPythonHarmless = std::to_array<std::string_view>({"PYTHONUNBUFFERED",  "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8",
-                                                            "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER", "PYTHONWARNINGS"});
+// Python's variables that change no code it loads (not PYTHONWARNINGS: a warning category names
+// a module, which Python imports).
+constexpr auto kPythonHarmless = std::to_array<std::string_view>({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8",
+                                                            "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER"});
 
 template <std::size_t N>
 bool listed(const std::array<std::string_view, N>& list, std::string_view name) {
@@ -77,6 +86,8 @@ std::optional<std::string> refused_on_host(std::string_view name) {
         return "makes Python load code or modules from a path the recipe chooses";
     if (name.starts_with("NCCL_") && name.find("PLUGIN") != std::string_view::npos)
         return "makes NCCL load a plugin library";
+    if (name.starts_with("LLAMA_ARG_"))
+        return "sets a flag of llama.cpp's server (its model, address and key among them), which the recipe's arguments say or anvil gives";
     if (listed(kHostProcessRefused, name)) return "makes the engine or a library it uses load code or plugins from a path the recipe chooses";
     return std::nullopt;
 }

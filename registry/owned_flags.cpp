@@ -17,10 +17,10 @@ constexpr auto kLlamaServerOwned = std::to_array<std::string_view>(
     {"-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "--host", "--port", "--api-key",
      "--api-key-file"});
 
-constexpr EngineFlags kAnvilEngine{"anvil-engine", "--model", "--host", "--port", "--served-model-name", kAnvilEngineOwned, ""};
-constexpr EngineFlags kVllm{"vLLM", "--model", "--host", "--port", "", kVllmOwned, "serve"};
-constexpr EngineFlags kSglang{"SGLang", "--model-path", "--host", "--port", "", kSglangOwned, ""};
-constexpr EngineFlags kLlamaServer{"llama.cpp's server", "--model", "--host", "--port", "", kLlamaServerOwned, ""};
+constexpr EngineFlags kAnvilEngine{"anvil-engine", "--model", "--host", "--port", "--served-model-name", kAnvilEngineOwned, "", false};
+constexpr EngineFlags kVllm{"vLLM", "--model", "--host", "--port", "", kVllmOwned, "serve", true};
+constexpr EngineFlags kSglang{"SGLang", "--model-path", "--host", "--port", "", kSglangOwned, "", true};
+constexpr EngineFlags kLlamaServer{"llama.cpp's server", "--model", "--host", "--port", "", kLlamaServerOwned, "", false};
 
 // What the recipe says instead of an owned flag.
 std::string_view instead(std::string_view flag) {
@@ -49,8 +49,14 @@ const EngineFlags* known_engine(std::string_view engine_name) {
 
 }  // namespace
 
-bool names_flag(std::string_view argument, std::string_view flag) {
-    return argument == flag || (argument.size() > flag.size() && argument.starts_with(flag) && argument[flag.size()] == '=');
+bool names_flag(std::string_view argument, std::string_view flag, bool argparse) {
+    if (argument == flag || (argument.size() > flag.size() && argument.starts_with(flag) && argument[flag.size()] == '=')) return true;
+    if (!argparse || !argument.starts_with("--")) return false;
+    std::string name(argument.substr(0, argument.find('=')));
+    std::replace(name.begin(), name.end(), '_', '-');
+    // argparse takes any unambiguous prefix of a long flag for it: four characters and more count
+    // here ("--mo" for "--model"), so that "--" and one-letter stubs stay out of it.
+    return name == flag || (name.size() >= 4 && flag.starts_with(name));
 }
 
 std::optional<EngineFlags> engine_flags(const Recipe& recipe) {
@@ -67,7 +73,7 @@ std::optional<std::string> owned_flag_refusal(const Recipe& recipe) {
     for (std::size_t i = 0; i < arguments.size(); ++i) {
         const std::string at = "/launch/arguments/" + std::to_string(i);
         for (std::string_view flag : flags->owned)
-            if (names_flag(arguments[i], flag))
+            if (names_flag(arguments[i], flag, flags->argparse))
                 return "launch.arguments at " + at + ": " + std::string(flag) + " is a flag anvil gives " + std::string(flags->engine) +
                        " itself; remove it: " + std::string(instead(flag));
         if (!flags->model_after.empty() && arguments[i] == flags->model_after && i + 1 < arguments.size() &&

@@ -30,16 +30,21 @@ struct EngineFlags {
     std::string_view port_flag;
     std::string_view served_name_flag;  // where the engine is named by anvil (anvil-engine), or empty
     std::span<const std::string_view> owned;
-    // A subcommand after which a bare word is the model (vLLM's "serve MODEL"), or empty.
+    // A subcommand after which a bare word is the model (vLLM's "serve MODEL"), or empty; anvil
+    // gives the model there, so that a second bare word is an error to the engine.
     std::string_view model_after;
+    // Python's argparse reads the flags: "--api_key" is "--api-key" to vLLM, and a prefix such as
+    // "--mod" is "--model" when no other flag starts so; both count as the owned flag.
+    bool argparse = false;
 };
 
 // The flags anvil owns for `recipe`'s launch, or nothing where it owns none (containers, engines
 // it does not know by name).
 std::optional<EngineFlags> engine_flags(const Recipe& recipe);
 
-// Whether `argument` names `flag`: "--x", or "--x=value".
-bool names_flag(std::string_view argument, std::string_view flag);
+// Whether `argument` names `flag`: "--x", or "--x=value"; for an argparse engine also "--x_y" for
+// "--x-y" and an unambiguous prefix ("--mod" for "--model").
+bool names_flag(std::string_view argument, std::string_view flag, bool argparse = false);
 
 // The first argument that names a flag anvil owns, as one line naming its JSON pointer
 // (/launch/arguments/N) and what to write instead; or nothing.

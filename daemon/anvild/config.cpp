@@ -626,19 +626,27 @@ unsigned others_bits(int fd) {
 }  // namespace
 
 std::string ensure_token(const fs::path& file) {
+    bool rotated = false;
     for (int attempt = 0; attempt < 3; ++attempt) {
         const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
             if (const unsigned others = others_bits(fd); others != 0) {
+                ::close(fd);
+                char mode[8];
+                std::snprintf(mode, sizeof mode, "%03o", others);
+                if (rotated)
+                    throw std::runtime_error(file.string() + ": the new API token file is still readable by others (mode bits " + mode +
+                                             "): its filesystem does not keep file modes; set token_file to a path on one that does");
                 // Whoever could read it may hold the token: it is replaced, so the old one is refused
                 // from now on, and the new file is private.
-                ::close(fd);
                 const fs::path temporary = write_temporary_token(file);
                 if (::rename(temporary.c_str(), file.c_str()) != 0) {
                     const int err = errno;
                     ::unlink(temporary.c_str());
-                    throw std::runtime_error(file.string() + ": cannot replace the API token file: " + errno_text(err));
+                    throw std::runtime_error(file.string() + ": the API token file is readable by others (mode bits " + mode +
+                                             ") and cannot be replaced: " + errno_text(err) + "; remove it, or make it private (chmod 600)");
                 }
+                rotated = true;
                 sync_directory_of(file);
                 spdlog::warn("{}: the API token file was readable by others (mode bits {:03o} for group and others): it may have leaked, "
                              "so it holds a new token now and the old one is refused; give clients the new file",

@@ -29,6 +29,7 @@
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/systemd_notify.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
+#include "engine/http/guarded_server.hpp"
 #include "registry/support/atomic_file.hpp"
 #include "state/store.hpp"
 
@@ -134,6 +135,8 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     daemon::DaemonMetrics metrics;
     // The endpoint is bound already: what the API reports (and a reload keeps) is the port it has.
     if (config.serve.port == 0) config.serve.port = endpoint.port();
+    // The endpoint outlives a reload: it takes the configuration's names and origins each time.
+    endpoint.http().set_origin_policy({config.allowed_hosts, config.allowed_origins});
     daemon::Reconciler reconciler(config, store, endpoint, metrics);
     reconciler.set_wake([&loop] { loop.wake(); });
     // Clients that connect meanwhile wait in the endpoint's queue: it accepts once it forwards to

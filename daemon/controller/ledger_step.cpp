@@ -54,6 +54,15 @@ void Reconciler::ledger_outcome(std::uint64_t failures_before) {
         return;
     }
     if (ledger_fault_) {
+        // A pass that happened to write nothing proves nothing: the ledger must take a write.
+        try {
+            store_.append_event("ledger", store_.path().string(), "the ledger takes writes again after " + std::to_string(ledger_failures_) +
+                                                                      " failed tries (" + ledger_fault_->reason + ")");
+        } catch (const state::StoreError& e) {
+            if (!state::lasting_write_failure(e.sqlite_code)) throw;
+            ledger_outcome(failures_before);  // counted: the fault stands, and the wait grows
+            return;
+        }
         spdlog::info("the ledger at {} takes writes again after {} failed tries; reconciling as usual", store_.path().string(), ledger_failures_);
         ledger_fault_.reset();
         ledger_failures_ = 0;

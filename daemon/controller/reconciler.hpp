@@ -99,7 +99,7 @@ public:
     // when anvild does not run that engine now.
     std::optional<std::string> engine_log(state::Id engine_row_id, std::size_t lines) const;
     // An engine's health as measured while the ledger cannot be written (its row then says what
-    // was last recorded): "answering" or "not answering"; nothing otherwise.
+    // was last recorded): "healthy" or "not answering"; nothing otherwise.
     std::optional<std::string> measured_health(state::Id engine_row_id) const;
 
     // What promotion sees now, gathered exactly as the promotion step gathers it: the default and

@@ -241,6 +241,8 @@ std::string slow_body_message(const ServerLimits& limits) {
 // When a body of `bytes` must have arrived, from `now`.
 Clock::time_point body_deadline(Clock::time_point now, std::uint64_t bytes, const ServerLimits& limits) {
     const auto rate = std::max<std::size_t>(limits.min_body_bytes_per_second, 1);
+    // A body over the limit is refused unread; counting it at the limit keeps the sum in range.
+    bytes = std::min<std::uint64_t>(bytes, limits.max_body_bytes);
     return now + limits.head_deadline + std::chrono::milliseconds(bytes * 1000 / rate);
 }
 
@@ -393,7 +395,11 @@ private:
         // Over the limit: the connections that have waited longest for a head make room, since a
         // new client is likelier to be a real one than a socket that has sent nothing useful.
         while (open_ > limits_.max_connections && !waiting_.empty()) {
-            auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) { return a.second.since < b.second.since; });
+            // A body under way is real work a client sends: heads and idle connections go first.
+            auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+                return std::pair(a.second.reading_body, a.second.since) < std::pair(b.second.reading_body, b.second.since);
+            });
+            release_body(oldest->second);
             close_connection(oldest->second);
             waiting_.erase(oldest);
         }
@@ -417,6 +423,7 @@ private:
             }
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
             if (n < 0 && errno == EINTR) continue;
+            release_body(c);
             close_connection(c);  // closed by the client, or an error
             waiting_.erase(it);
             return;
@@ -445,9 +452,18 @@ private:
                 hand_to_worker(c);
                 return true;
             }
+            std::size_t head_length = head.length;
+            if (head.expect_continue) {
+                // The client waits to be told: the gate tells it and reads the body itself, so that
+                // such clients hold no worker either. The field goes, so the worker sends no second 100.
+                static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+                [[maybe_unused]] auto sent = ::send(c.fd, kContinue.data(), kContinue.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+                c.buffer.erase(head.expect_at, head.expect_length);
+                head_length -= head.expect_length;
+            }
             c.reading_body = true;
-            c.head_length = head.length;
-            if (head.framing == BodyFraming::length) c.request_end = head.length + static_cast<std::size_t>(head.content_length);
+            c.head_length = head_length;
+            if (head.framing == BodyFraming::length) c.request_end = head_length + static_cast<std::size_t>(head.content_length);
             else c.chunks.emplace(limits_.max_head_bytes);
             c.deadline = c.body_deadline;
             return judge_body(c);
@@ -460,17 +476,16 @@ private:
     }
 
     // Whether the gate reads this request's body before a worker takes it: an admitted request with
-    // a body within the limit, whose client sends it without waiting for a 100 Continue. The rest
-    // (refused, over the limit, waiting for 100) go to a worker at once, which answers before any
-    // body byte is read.
+    // a body within the limit (told to go on, if it waits for a 100 Continue). The rest (refused,
+    // over the limit) go to a worker at once, which answers before any body byte is read.
     bool gate_reads_body(const RequestHead& head) const {
-        if (head.framing == BodyFraming::none || head.expect_continue) return false;
+        if (head.framing == BodyFraming::none) return false;
         if (head.framing == BodyFraming::length && (head.content_length == 0 || head.content_length > limits_.max_body_bytes)) return false;
         return admitted(head);
     }
 
     bool admitted(const RequestHead& head) const {
-        if (!server_.admit_ && !server_.origin_policy_) return true;
+        if (!server_.admit_ && !server_.origin_policy()) return true;
         httplib::Request req;
         req.method = head.method;
         req.target = head.target;
@@ -511,8 +526,12 @@ private:
         c.request_end = 0;
     }
 
+    // Queues a request for the workers; the bytes of its body stay counted until one takes it, so
+    // whole bodies waiting behind busy workers are bounded by the same budget.
     void hand_to_worker(Connection& c) {
-        release_body(c);
+        c.reading_body = false;
+        c.chunks.reset();
+        c.request_end = 0;
         if (c.fd >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
         {
             std::lock_guard lock(mutex_);
@@ -552,6 +571,8 @@ private:
                 c = std::move(ready_.front());
                 ready_.pop_front();
             }
+            body_bytes_ -= c.counted;
+            c.counted = 0;
             serve(std::move(c));
         }
     }
@@ -591,7 +612,9 @@ private:
     int epoll_ = -1, wake_ = -1;
     std::atomic<bool> stopping_{false};
     std::atomic<std::size_t> open_{0};
-    std::size_t body_bytes_ = 0;  // bodies the gate holds while they arrive (the gate thread's own)
+    // Body bytes held in memory for requests not yet taken by a worker: while they arrive (the gate
+    // counts them) and while they wait in ready_ (the worker that takes one uncounts it).
+    std::atomic<std::size_t> body_bytes_{0};
     std::mutex mutex_;
     std::condition_variable ready_cv_;
     std::vector<Connection> incoming_;  // new or handed back: the gate registers them
@@ -646,13 +669,16 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
     Server::set_pre_routing_handler([this, check](const httplib::Request& req, httplib::Response& res) {
         if (check(req, res)) return HandlerResponse::Handled;
         // A configured cross origin's preflight: what it may send, answered here for every route.
-        if (req.method == "OPTIONS" && origin_policy_ && req.has_header("Origin") &&
-            judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin")).cross_origin) {
+        const auto policy = origin_policy();
+        if (req.method == "OPTIONS" && policy && req.has_header("Origin") &&
+            judge_origin(*policy, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin")).cross_origin) {
             res.status = 204;
             res.set_header("Access-Control-Allow-Origin", req.get_header_value("Origin"));
             res.set_header("Vary", "Origin");
             res.set_header("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
-            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept");
+            // What the page says it will send (an SDK's own headers among them), or the usual ones.
+            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, Accept" : asked);
             res.set_header("Access-Control-Max-Age", "600");
             return HandlerResponse::Handled;
         }
@@ -660,9 +686,10 @@ GuardedServer::GuardedServer(ServerLimits limits, ErrorBody error_body) : limits
     });
     // A configured cross origin may read what it asked for.
     set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!origin_policy_ || !req.has_header("Origin") || res.has_header("Access-Control-Allow-Origin")) return;
+        const auto policy = origin_policy();
+        if (!policy || !req.has_header("Origin") || res.has_header("Access-Control-Allow-Origin")) return;
         const std::string origin = req.get_header_value("Origin");
-        if (!judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), origin).cross_origin) return;
+        if (!judge_origin(*policy, machine_names_, req.get_header_value("Host"), origin).cross_origin) return;
         res.set_header("Access-Control-Allow-Origin", origin);
         res.set_header("Vary", "Origin");
     });
@@ -701,13 +728,20 @@ int GuardedServer::bind_to_any_port(const std::string& host, int socket_flags) {
 void GuardedServer::set_admission(Admission admit) { admit_ = std::move(admit); }
 
 void GuardedServer::set_origin_policy(OriginPolicy policy) {
-    machine_names_ = machine_names();
-    origin_policy_ = std::move(policy);
+    auto next = std::make_shared<const OriginPolicy>(std::move(policy));
+    std::lock_guard lock(policy_mutex_);
+    if (!origin_policy_) machine_names_ = machine_names();  // before any request reads it
+    origin_policy_ = std::move(next);
+}
+
+std::shared_ptr<const OriginPolicy> GuardedServer::origin_policy() const {
+    std::lock_guard lock(policy_mutex_);
+    return origin_policy_;
 }
 
 std::optional<Refusal> GuardedServer::refusal_for(const httplib::Request& req) const {
-    if (origin_policy_) {
-        const auto verdict = judge_origin(*origin_policy_, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin"));
+    if (const auto policy = origin_policy()) {
+        const auto verdict = judge_origin(*policy, machine_names_, req.get_header_value("Host"), req.get_header_value("Origin"));
         if (!verdict.allowed) return Refusal{403, verdict.refusal};
         // A browser's preflight carries no credentials: it is answered (pre-routing) without them.
         if (verdict.cross_origin && req.method == "OPTIONS") return std::nullopt;

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,7 +77,8 @@ public:
 
     void set_admission(Admission admit);
     // Answer only the Host names and Origins `policy` allows (engine/http/origin_policy.hpp): a 403
-    // before admission and before any body byte; a configured cross origin gets CORS headers.
+    // before admission and before any body byte; a configured cross origin gets CORS headers. May
+    // be called while serving (a reload): each request reads the policy in force when it arrives.
     void set_origin_policy(OriginPolicy policy);
     // httplib's error handler, guarded: if it throws, the client gets a plain JSON error instead of
     // the process ending. Call this, not httplib::Server::set_error_handler.
@@ -105,8 +107,11 @@ private:
     ServerLimits limits_;
     ErrorBody error_body_;
     Admission admit_;
-    std::optional<OriginPolicy> origin_policy_;
-    std::vector<std::string> machine_names_;
+    // The policy in force (none: every Host and Origin), swapped whole under policy_mutex_.
+    std::shared_ptr<const OriginPolicy> origin_policy() const;
+    mutable std::mutex policy_mutex_;
+    std::shared_ptr<const OriginPolicy> origin_policy_;
+    std::vector<std::string> machine_names_;  // set once, with the first policy
     HandlerWithResponse error_handler_;
     Gate* gate_ = nullptr;  // owned by the task queue httplib holds while it listens
 };

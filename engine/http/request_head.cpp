@@ -62,6 +62,8 @@ RequestHead parse_request_head(std::string_view bytes) {
             head.content_length = n;
         } else if (equals_ignoring_case(name, "Expect")) {
             head.expect_continue = equals_ignoring_case(value, "100-continue");
+            head.expect_at = static_cast<std::size_t>(line.data() - bytes.data());
+            head.expect_length = line.size() + 2;
         } else if (equals_ignoring_case(name, "Transfer-Encoding")) {
             if (has_encoding || !equals_ignoring_case(value, "chunked"))
                 return invalid("the only Transfer-Encoding this server reads is a single 'chunked'");

@@ -20,6 +20,7 @@ struct RequestHead {
     BodyFraming framing = BodyFraming::none;
     std::uint64_t content_length = 0;  // with BodyFraming::length
     bool expect_continue = false;      // 'Expect: 100-continue': the client sends the body once told to
+    std::size_t expect_at = 0, expect_length = 0;  // where that field's line is in the head, its CRLF included
     std::string method, target;        // of the request line, as sent
     std::vector<std::pair<std::string, std::string>> fields;  // the header fields, names as sent, values trimmed
     std::string error;                 // with State::invalid: one line for the client

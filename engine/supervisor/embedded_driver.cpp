@@ -46,9 +46,10 @@ std::vector<std::string> embedded_argv(const std::filesystem::path& engine_binar
     if (!launch.served_model_name.empty()) argv.insert(argv.end(), {"--served-model-name", launch.served_model_name});
     const auto draft = draft_flags(launch);
     argv.insert(argv.end(), draft.begin(), draft.end());
-    // A recipe that runs on GPUs, given some, runs the engine on the first: the process driver makes
-    // the given GPUs the only ones visible (CUDA_VISIBLE_DEVICES by UUID), so that one is cuda:0.
-    if (launch.gpu_count > 0 && !launch.gpu_uuids.empty()) argv.insert(argv.end(), {"--device", "cuda:0"});
+    // A recipe that runs on GPUs runs the engine on the first it can see: the one given (the process
+    // driver makes the given GPUs the only ones visible, CUDA_VISIBLE_DEVICES by UUID), a Slurm
+    // job's first, or else the machine's first. The recipe cannot choose (--device is anvil's).
+    if (launch.gpu_count > 0) argv.insert(argv.end(), {"--device", "cuda:0"});
     for (const std::string& s : {std::string("--host"), launch.host, std::string("--port"), std::to_string(launch.port)})
         argv.push_back(s);
     argv.insert(argv.end(), launch.arguments.begin(), launch.arguments.end());

@@ -144,7 +144,13 @@ void append_owned_flags(const registry::Recipe& recipe, ResolvedLaunch& out) {
     if (recipe.launch.kind != "native") return;  // embedded_argv gives anvil-engine its own
     const auto flags = registry::engine_flags(recipe);
     if (!flags) return;
-    if (out.model_path && !flags->model_flag.empty()) out.arguments.insert(out.arguments.end(), {std::string(flags->model_flag), out.model_path->string()});
+    if (out.model_path && !flags->model_flag.empty()) {
+        // vLLM's model is the word after `serve` (it wins over --model): it goes there.
+        const auto subcommand = flags->model_after.empty() ? out.arguments.end()
+                                                           : std::find(out.arguments.begin(), out.arguments.end(), flags->model_after);
+        if (subcommand != out.arguments.end()) out.arguments.insert(subcommand + 1, out.model_path->string());
+        else out.arguments.insert(out.arguments.end(), {std::string(flags->model_flag), out.model_path->string()});
+    }
     if (!flags->served_name_flag.empty() && !out.served_model_name.empty())
         out.arguments.insert(out.arguments.end(), {std::string(flags->served_name_flag), out.served_model_name});
     out.arguments.insert(out.arguments.end(), {std::string(flags->host_flag), out.host, std::string(flags->port_flag), std::to_string(out.port)});

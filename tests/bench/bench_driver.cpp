@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     }
     anvil::registry::Recipe r;
     r.id = "bench-tiny";
+    r.hardware_id = "cpu";
     r.launch.kind = "embedded";
     r.launch.model = anvil::registry::ModelRef{"${MODEL_ROOT}/tiny", {}, {}, {}, "f32", {}};
     r.launch.arguments = {"--max-context", "64", "--max-seqs", "1", "--threads", "1"};

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < count; ++i) {
             anvil::registry::Recipe r;
             r.id = "sup-" + std::to_string(i);
+            r.hardware_id = "cpu";
             if (running.count(r.id)) continue;
             r.launch.kind = "embedded";
             r.launch.model = anvil::registry::ModelRef{"${MODEL_ROOT}/" + model_path.filename().string(), {}, {}, {}, "f32", {}};

@@ -21,6 +21,7 @@ namespace {
 anvil::registry::Recipe tiny_recipe(const std::string& model_dir_name) {
     anvil::registry::Recipe r;
     r.id = "tiny-embedded";
+    r.hardware_id = "cpu";  // a GPU recipe's engine is started on cuda:0
     r.launch.kind = "embedded";
     r.launch.model = anvil::registry::ModelRef{"${MODEL_ROOT}/" + model_dir_name, {}, {}, {}, "f32", {}};
     r.launch.arguments = {"--weights", "f32", "--max-context", "64", "--max-seqs", "1", "--threads", "1"};

@@ -21,7 +21,7 @@ anvil::registry::Recipe native_recipe() {
     r.id = "native-demo";
     r.launch.kind = "native";
     r.launch.arguments = {"/usr/bin/llama-server", "-m", "${MODEL_ROOT}/m.gguf", "--port", "${PORT}", "--alias", "a b $HOME"};
-    r.launch.environment = {{"HF_HOME", "${CACHE_ROOT}/hf"}, {"LITERAL", "$NOT_A_PLACEHOLDER"}};
+    r.launch.environment = {{"ENGINE_SCRATCH", "${CACHE_ROOT}/hf"}, {"LITERAL", "$NOT_A_PLACEHOLDER"}};
     return r;
 }
 
@@ -49,7 +49,7 @@ TEST_CASE("a resolved launch keeps the argv as written, with placeholders and th
     REQUIRE(launch.port <= 23199);
     CHECK(launch.arguments == std::vector<std::string>{"/usr/bin/llama-server", "-m", (dir / "models").string() + "/m.gguf", "--port",
                                                        std::to_string(launch.port), "--alias", "a b $HOME"});
-    CHECK(launch.environment == std::map<std::string, std::string>{{"HF_HOME", "/cache/hf"}, {"LITERAL", "$NOT_A_PLACEHOLDER"}});
+    CHECK(launch.environment == std::map<std::string, std::string>{{"ENGINE_SCRATCH", "/cache/hf"}, {"LITERAL", "$NOT_A_PLACEHOLDER"}});
 
     auto r = native_recipe();
     r.launch.arguments.push_back("${GPU_MEMORY}");
@@ -115,9 +115,11 @@ TEST_CASE("the embedded argv runs anvil-engine serve with the recipe's model, na
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
                                    "--host", "127.0.0.1", "--port", "23456", "--weights", "q8"});
-    // On GPUs, given some: the first visible one (the process driver sets CUDA_VISIBLE_DEVICES to them).
+    // On GPUs: the first visible one (the process driver sets CUDA_VISIBLE_DEVICES to those given).
     l.gpu_count = 1;
-    CHECK(embedded_argv("/bin/anvil-engine", l).size() == 12);  // none given: no --device
+    CHECK(embedded_argv("/bin/anvil-engine", l) ==
+          std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",
+                                   "--device", "cuda:0", "--host", "127.0.0.1", "--port", "23456", "--weights", "q8"});
     l.gpu_uuids = {"GPU-1f2e"};
     CHECK(embedded_argv("/bin/anvil-engine", l) ==
           std::vector<std::string>{"/bin/anvil-engine", "serve", "--model", "/models/tiny", "--served-model-name", "tiny-chat",

@@ -284,11 +284,17 @@ TEST_CASE("an engine's environment: an allowlist for anvil-engine, code-loading 
         {"OMP_WAIT_POLICY", false, false, false},
         {"GOMP_SPINCOUNT", false, false, false},
         // ordinary variables other engines read
-        {"HF_HOME", true, false, false},
+        {"HF_HOME", true, true, false},
         {"NCCL_P2P_LEVEL", true, false, false},
         {"PYTHONUNBUFFERED", true, false, false},
         {"VLLM_ATTENTION_BACKEND", true, false, false},
-        {"TMPDIR", true, false, false},
+        {"TMPDIR", true, true, false},
+        {"OPENSSL_CONF", true, true, false},
+        {"XDG_CACHE_HOME", true, true, false},
+        {"PYTHONWARNINGS", true, true, false},
+        {"BROWSER", true, true, false},
+        {"LLAMA_ARG_MODEL", true, true, false},
+        {"LLAMA_ARG_CTX_SIZE", true, true, false},
         {"PLD_X", true, false, false},
     };
     for (const auto& row : table) {
@@ -397,6 +403,11 @@ TEST_CASE("a recipe's arguments may not name a flag the driver owns, in any spel
     CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "/elsewhere", "--dtype", "auto"})),
                Catch::Contains("/launch/arguments/2: '/elsewhere' after 'serve' names the model"));
     CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "--model=/elsewhere"})), Catch::Contains("/launch/arguments/2: --model is a flag anvil gives vLLM"));
+    // argparse's spellings: underscores for dashes, and unambiguous prefixes.
+    CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "--api_key=known"})), Catch::Contains("/launch/arguments/2: --api-key is"));
+    CHECK_THAT(refusal_of(native_recipe("vllm", {"vllm", "serve", "--mod", "/elsewhere"})), Catch::Contains("/launch/arguments/2: --model is"));
+    CHECK_THAT(refusal_of(native_recipe("sglang", {"python3", "-m", "sglang.launch_server", "--model_path=/m"})), Catch::Contains("--model-path is"));
+    CHECK(refusal_of(native_recipe("vllm", {"vllm", "serve", "--max-model-len", "4096", "--dtype", "auto"})).empty());
     CHECK_THAT(refusal_of(native_recipe("sglang", {"python3", "-m", "sglang.launch_server", "--model-path", "/m"})),
                Catch::Contains("/launch/arguments/3: --model-path"));
     CHECK_THAT(refusal_of(native_recipe("llama.cpp", {"llama-server", "-m", "/m.gguf"})), Catch::Contains("/launch/arguments/1: -m is"));
@@ -423,9 +434,15 @@ TEST_CASE("a native launch of a known engine gets anvil's model, host and port a
     config.port_last = 23439;
     const auto doc = parse(native_recipe("vllm", {"vllm", "serve", "--dtype", "auto"}).dump());
     REQUIRE(doc.valid());
+    // vLLM's model is the word after `serve` (it wins over --model there): anvil puts it there.
     const auto launch = anvil::driver::resolve_launch(*doc.recipe(), config);
-    CHECK(launch.arguments == std::vector<std::string>{"vllm", "serve", "--dtype", "auto", "--model", fs::canonical(dir / "models/tiny").string(),
+    CHECK(launch.arguments == std::vector<std::string>{"vllm", "serve", fs::canonical(dir / "models/tiny").string(), "--dtype", "auto",
                                                        "--host", "127.0.0.1", "--port", std::to_string(launch.port)});
+    const auto sglang = parse(native_recipe("sglang", {"python3", "-m", "sglang.launch_server"}).dump());
+    const auto sglang_launch = anvil::driver::resolve_launch(*sglang.recipe(), config);
+    CHECK(sglang_launch.arguments == std::vector<std::string>{"python3", "-m", "sglang.launch_server", "--model-path",
+                                                              fs::canonical(dir / "models/tiny").string(), "--host", "127.0.0.1", "--port",
+                                                              std::to_string(sglang_launch.port)});
     // The owned flag in the recipe stops the launch as it stops the paper judgement.
     const auto owned = parse(native_recipe("vllm", {"vllm", "serve", "--port", "1"}).dump());
     CHECK_THROWS_WITH(anvil::driver::resolve_launch(*owned.recipe(), config), Catch::Contains("/launch/arguments/2: --port"));

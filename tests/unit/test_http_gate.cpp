@@ -238,6 +238,74 @@ TEST_CASE("a body must arrive within its deadline: a slow one gets 408 and holds
     }
 }
 
+TEST_CASE("clients waiting for 100 Continue are told by the gate, which reads their bodies, so they hold no worker either", "[http]") {
+    auto limits = TestServer::small_limits();
+    limits.head_deadline = 500ms;
+    limits.min_body_bytes_per_second = 100;  // 100 bytes: 1.5 s in all
+    TestServer t(limits);
+    const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n";
+    std::vector<std::unique_ptr<Raw>> waiting;
+    for (int i = 0; i < 20; ++i) {
+        waiting.push_back(std::make_unique<Raw>(t.port));
+        waiting.back()->send(head);
+    }
+    std::vector<std::string> answers;
+    for (auto& c : waiting) {
+        answers.push_back(c->read_all(50ms));
+        CHECK_THAT(answers.back(), Catch::StartsWith("HTTP/1.1 100 Continue\r\n\r\n"));
+    }
+    const auto started = std::chrono::steady_clock::now();
+    httplib::Client client("127.0.0.1", t.port);
+    auto ping = client.Get("/ping");
+    REQUIRE(ping);
+    CHECK(ping->status == 200);
+    CHECK(std::chrono::steady_clock::now() - started < 1000ms);
+    int timed_out = 0;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+        answers[i] += waiting[i]->read_all(3000ms);
+        timed_out += answers[i].find("\r\n\r\nHTTP/1.1 408 ") != std::string::npos;
+    }
+    CHECK(timed_out == 20);
+    // One that sends its body once told gets one 100 and its answer.
+    Raw c(t.port);
+    c.send(head);
+    CHECK(c.read_all(300ms) == "HTTP/1.1 100 Continue\r\n\r\n");
+    c.send(std::string(100, 'b'));
+    const std::string r = c.read_all(1000ms);
+    CHECK(status_of(r) == 200);
+    CHECK(body_of(r)["bytes"] == 100);
+    CHECK(r.find("100 Continue") == std::string::npos);
+}
+
+TEST_CASE("bodies abandoned midway leave the gate's budget as they found it", "[http]") {
+    auto limits = TestServer::small_limits();
+    limits.head_deadline = 500ms;
+    limits.min_body_bytes_per_second = 10;      // 100 bytes: 10.5 s, long enough to hold a worker
+    limits.max_gate_body_bytes = 1000;
+    TestServer t(limits);
+    // Three clients send most of a body, then go: 1,800 bytes that must not stay counted.
+    for (int i = 0; i < 3; ++i) {
+        Raw gone(t.port);
+        gone.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + std::string(600, 'g'));
+        std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(200ms);
+    // Were the budget spent, these slow bodies would go to the two workers and hold them.
+    std::vector<std::unique_ptr<Raw>> slow;
+    for (int i = 0; i < 4; ++i) {
+        slow.push_back(std::make_unique<Raw>(t.port));
+        slow.back()->send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc");
+    }
+    std::this_thread::sleep_for(100ms);
+    const auto started = std::chrono::steady_clock::now();
+    httplib::Client client("127.0.0.1", t.port);
+    client.set_read_timeout(15, 0);
+    auto ping = client.Get("/ping");
+    REQUIRE(ping);
+    CHECK(ping->status == 200);
+    CHECK(std::chrono::steady_clock::now() - started < 1000ms);
+}
+
 TEST_CASE("past the gate's body budget a body is read by a worker, under the same deadline", "[http]") {
     auto limits = TestServer::small_limits();
     limits.head_deadline = 500ms;
