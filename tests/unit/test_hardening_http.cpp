@@ -63,6 +63,50 @@ std::string chat_request() {
     return json{{"model", "anvil-default"}, {"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 4}, {"temperature", 0}}.dump();
 }
 
+// A raw loopback connection to `port` that has sent `first_bytes`; the caller closes it.
+int open_raw(int port, const std::string& first_bytes) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    if (!first_bytes.empty()) ::send(fd, first_bytes.data(), first_bytes.size(), MSG_NOSIGNAL);
+    return fd;
+}
+
+// The API's `api_path` and, through the endpoint, its `endpoint_path` and a completion, each
+// answered 200 within a second.
+void answered_within_a_second(const Daemon& d, const std::string& api_path, const std::string& endpoint_path) {
+    auto started = std::chrono::steady_clock::now();
+    CHECK(d.get(api_path).first == 200);
+    CHECK(std::chrono::steady_clock::now() - started < 1s);
+    httplib::Client endpoint("127.0.0.1", d.serve_port);
+    endpoint.set_read_timeout(5, 0);
+    started = std::chrono::steady_clock::now();
+    auto read = endpoint.Get(endpoint_path);
+    REQUIRE(read);
+    CHECK(read->status == 200);
+    auto chat = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
+    REQUIRE(chat);
+    CHECK(chat->status == 200);
+    CHECK(std::chrono::steady_clock::now() - started < 1s);
+}
+
+// How many of `fds` have been answered 408 (or, with `or_closed`, closed without an answer).
+int answered_408(const std::vector<int>& fds, bool or_closed) {
+    int n = 0;
+    for (int fd : fds) {
+        pollfd p{fd, POLLIN, 0};
+        char buf[512];
+        if (::poll(&p, 1, 200) > 0) {
+            const ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+            if ((or_closed && got == 0) || (got > 12 && std::string(buf, 12) == "HTTP/1.1 408")) ++n;
+        }
+    }
+    return n;
+}
+
 }  // namespace
 
 TEST_CASE("no request ends anvild: invalid UTF-8 in paths, ids, parameters and bodies gets a JSON error on both ports", "[daemon][hardening]") {
@@ -149,52 +193,19 @@ TEST_CASE("200 idle and 40 trickling connections on each port: /healthz and the 
     d.start();
     REQUIRE(eventually([&] { return d.serving() == "tiny-f32"; }, 120s));
 
-    std::vector<int> held;
-    auto open = [&](int port, const std::string& first_bytes) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<std::uint16_t>(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        if (!first_bytes.empty()) ::send(fd, first_bytes.data(), first_bytes.size(), MSG_NOSIGNAL);
-        held.push_back(fd);
-        return fd;
-    };
-    std::vector<int> trickling;
+    std::vector<int> held, trickling;
     for (int port : {d.api_port, d.serve_port}) {
-        for (int i = 0; i < 200; ++i) open(port, "");
-        for (int i = 0; i < 40; ++i) trickling.push_back(open(port, "GET /healthz HTTP/1.1\r\n"));
+        for (int i = 0; i < 200; ++i) held.push_back(open_raw(port, ""));
+        for (int i = 0; i < 40; ++i) trickling.push_back(held.emplace_back(open_raw(port, "GET /healthz HTTP/1.1\r\n")));
     }
     for (int round = 0; round < 4; ++round) {
         for (int fd : trickling) ::send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL);
-        auto started = std::chrono::steady_clock::now();
-        CHECK(d.get("/healthz").first == 200);
-        CHECK(std::chrono::steady_clock::now() - started < 1s);
-        httplib::Client endpoint("127.0.0.1", d.serve_port);
-        endpoint.set_read_timeout(5, 0);
-        started = std::chrono::steady_clock::now();
-        auto health = endpoint.Get("/healthz");
-        REQUIRE(health);
-        CHECK(health->status == 200);
-        auto chat = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
-        REQUIRE(chat);
-        CHECK(chat->status == 200);
-        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        answered_within_a_second(d, "/healthz", "/healthz");
         std::this_thread::sleep_for(2s);
     }
     // By now (8 s) the tricklers are still within the 10 s head deadline; after it they are cut off.
     std::this_thread::sleep_for(4s);
-    int cut = 0;
-    for (int fd : trickling) {
-        pollfd p{fd, POLLIN, 0};
-        char buf[512];
-        if (::poll(&p, 1, 100) > 0) {
-            const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-            if (n == 0 || (n > 12 && std::string(buf, 12) == "HTTP/1.1 408")) ++cut;
-        }
-    }
-    CHECK(cut == static_cast<int>(trickling.size()));
+    CHECK(answered_408(trickling, true) == static_cast<int>(trickling.size()));
     for (int fd : held) ::close(fd);
     CHECK(alive(d));
 }
@@ -209,51 +220,20 @@ TEST_CASE("40 slow bodies on each port: /v1/models, the API and a completion sti
     // Each promises 2,000 bytes and sends 10, then a byte now and then: one byte every 25 s once
     // kept every worker of the endpoint busy (/v1/models timed out for 60 s).
     std::vector<int> slow;
-    auto open_slow = [&](int port, const std::string& head) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<std::uint16_t>(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        const std::string start = head + "{\"model\": ";
-        ::send(fd, start.data(), start.size(), MSG_NOSIGNAL);
-        slow.push_back(fd);
-    };
     for (int i = 0; i < 40; ++i) {
-        open_slow(d.serve_port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n");
-        open_slow(d.api_port, "GET /api/v1/recipes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n\r\n");
+        slow.push_back(open_raw(d.serve_port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                              "Content-Length: 2000\r\n\r\n{\"model\": "));
+        slow.push_back(open_raw(d.api_port, "GET /api/v1/recipes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n\r\n{\"model\": "));
     }
     for (int round = 0; round < 4; ++round) {
         for (int fd : slow) ::send(fd, " ", 1, MSG_NOSIGNAL);
-        auto started = std::chrono::steady_clock::now();
-        CHECK(d.get("/api/v1/recipes").first == 200);
-        CHECK(std::chrono::steady_clock::now() - started < 1s);
-        httplib::Client endpoint("127.0.0.1", d.serve_port);
-        endpoint.set_read_timeout(5, 0);
-        started = std::chrono::steady_clock::now();
-        auto models = endpoint.Get("/v1/models");
-        REQUIRE(models);
-        CHECK(models->status == 200);
-        auto chat = endpoint.Post("/v1/chat/completions", chat_request(), "application/json");
-        REQUIRE(chat);
-        CHECK(chat->status == 200);
-        CHECK(std::chrono::steady_clock::now() - started < 1s);
+        answered_within_a_second(d, "/api/v1/recipes", "/v1/models");
         std::this_thread::sleep_for(2s);
     }
     // Their deadline is 10 s plus 2,000 bytes at 256 KiB a second: by 14 s each has its 408.
     std::this_thread::sleep_for(6s);
-    int timed_out = 0;
-    for (int fd : slow) {
-        pollfd p{fd, POLLIN, 0};
-        char buf[512];
-        if (::poll(&p, 1, 200) > 0) {
-            const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-            if (n > 12 && std::string(buf, 12) == "HTTP/1.1 408") ++timed_out;
-        }
-        ::close(fd);
-    }
-    CHECK(timed_out == static_cast<int>(slow.size()));
+    CHECK(answered_408(slow, false) == static_cast<int>(slow.size()));
+    for (int fd : slow) ::close(fd);
     CHECK(alive(d));
 }
 

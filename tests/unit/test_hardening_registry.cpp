@@ -59,6 +59,16 @@ Document parse(std::string_view text, const std::string& path = "recipes/doc.jso
     return parse_document(text, Provenance{"test", "", path, "", ""}, limits);
 }
 
+// Launches placed under dir/models (${MODEL_ROOT}), on 100 ports from `first`.
+anvil::driver::LaunchConfig models_config(const anvil::test::TempDir& dir, int first) {
+    anvil::driver::LaunchConfig config;
+    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
+    config.allowed_roots = {dir / "models"};
+    config.port_first = first;
+    config.port_last = first + 99;
+    return config;
+}
+
 std::string repeat(const std::string& token, std::size_t times) {
     std::string out;
     for (std::size_t i = 0; i < times; ++i) out += token;
@@ -321,11 +331,7 @@ TEST_CASE("an embedded recipe that sets ANVIL_ENGINE_CUDA_PLUGIN is refused on p
     CHECK_THAT(doc.warnings[0], Catch::StartsWith("anvild refuses this recipe: launch.environment at /launch/environment/ANVIL_ENGINE_CUDA_PLUGIN") &&
                                     Catch::Contains("is not one that anvil-engine takes from a recipe"));
     anvil::test::TempDir dir;
-    anvil::driver::LaunchConfig config;
-    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
-    config.allowed_roots = {dir / "models"};
-    config.port_first = 23400;
-    config.port_last = 23499;
+    const auto config = models_config(dir, 23400);
     CHECK_THAT(*anvil::driver::paper_refusal(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
     CHECK_THROWS_WITH(anvil::driver::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
 }
@@ -339,11 +345,7 @@ TEST_CASE("a recipe that sets LD_PRELOAD is refused on paper and at launch, and 
     CHECK_THAT(doc.warnings[0], Catch::StartsWith("anvild refuses this recipe: launch.environment at /launch/environment/LD_PRELOAD"));
 
     anvil::test::TempDir dir;
-    anvil::driver::LaunchConfig config;
-    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
-    config.allowed_roots = {dir / "models"};
-    config.port_first = 23400;
-    config.port_last = 23499;
+    const auto config = models_config(dir, 23400);
     const auto refusal = anvil::driver::paper_refusal(*doc.recipe(), config);
     REQUIRE(refusal);
     CHECK_THAT(*refusal, Catch::Contains("recipe preload") && Catch::Contains("/launch/environment/LD_PRELOAD") &&
@@ -427,11 +429,7 @@ TEST_CASE("a recipe's arguments may not name a flag the driver owns, in any spel
 TEST_CASE("a native launch of a known engine gets anvil's model, host and port after its own arguments", "[hardening][registry][flags][driver]") {
     anvil::test::TempDir dir;
     fs::create_directories(dir / "models/tiny");
-    anvil::driver::LaunchConfig config;
-    config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
-    config.allowed_roots = {dir / "models"};
-    config.port_first = 23420;
-    config.port_last = 23439;
+    const auto config = models_config(dir, 23420);
     const auto doc = parse(native_recipe("vllm", {"vllm", "serve", "--dtype", "auto"}).dump());
     REQUIRE(doc.valid());
     // vLLM's model is the word after `serve` (it wins over --model there): anvil puts it there.
