@@ -322,8 +322,15 @@ std::string clock_in(int minutes) {
 TEST_CASE("two engines that cannot run together: qualification waits for the window, pauses the default inside it, restores it", "[daemon][e2e]") {
     Daemon d;
     // One GPU declared, recipes that each want one: the candidate and the default cannot run side
-    // by side (the embedded engine computes on the CPU whatever the recipe's hardware says).
+    // by side. The declared GPU is no device, so the engine named in the configuration drops the
+    // --device anvil gives a GPU recipe's engine and computes on the CPU.
+    const fs::path engine = d.dir / "engine-on-the-cpu.sh";
+    anvil::test::write_file(engine, "#!/bin/sh\nskip=0\nfor a do\n  shift\n  if [ $skip = 1 ]; then skip=0; continue; fi\n"
+                                    "  if [ \"$a\" = --device ]; then skip=1; continue; fi\n  set -- \"$@\" \"$a\"\ndone\nexec '" +
+                                        std::string(ANVIL_ENGINE) + "' \"$@\"\n");
+    fs::permissions(engine, fs::perms::owner_all);
     json config = json::parse(anvil::test::read_file(d.dir / "anvild.json"));
+    config["engine_binary"] = engine.string();
     config["inventory"] = {{"gpus", {{{"uuid", "GPU-00000000-0000-0000-0000-000000000001"}, {"name", "test GPU"}, {"memory_mib", 81920}, {"idle_used_mib", 0}}}}};
     const std::string later = clock_in(120) + "-" + clock_in(180);  // not now
     config["promotion"]["exclusive_window"] = later;

@@ -118,7 +118,7 @@ TEST_CASE("no request ends anvild: invalid UTF-8 in paths, ids, parameters and b
                                                 "/api/v1/recipes?q=%ff&engine=%fe&hardware=%c0", "/api/v1/events?after=%ff", "/%c3%28"};
     for (const auto& path : api_paths) {
         INFO(path);
-        const std::string r = raw_exchange(d.api_port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        const std::string r = raw_exchange(d.api_port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         CHECK(status_of(r) >= 200);
         CHECK(status_of(r) < 500);
         CHECK(body_of(r).is_object());
@@ -126,14 +126,14 @@ TEST_CASE("no request ends anvild: invalid UTF-8 in paths, ids, parameters and b
     }
     for (const auto& path : {std::string("/x%ff"), std::string("/v1/x%ff"), std::string("/healthz%ff")}) {
         INFO(path);
-        const std::string r = raw_exchange(d.serve_port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        const std::string r = raw_exchange(d.serve_port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         CHECK(status_of(r) == 404);
         CHECK(body_of(r).is_object());
     }
     // A body with invalid UTF-8 and a request line that is not HTTP, on both ports.
     const std::string bad_body = "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}";
     for (int port : {d.api_port, d.serve_port}) {
-        const std::string r = raw_exchange(port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(bad_body.size()) +
+        const std::string r = raw_exchange(port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + std::to_string(bad_body.size()) +
                                                      "\r\nConnection: close\r\n\r\n" + bad_body);
         CHECK(status_of(r) >= 400);
         CHECK(body_of(r).is_object());
@@ -150,7 +150,7 @@ TEST_CASE("writes: a bodiless POST works, an unauthenticated or oversized body i
     d.repo.commit("an empty registry");
     d.start();
     // What `curl -X POST -H 'Authorization: Bearer …' …/sync` sends: no Content-Length, no body.
-    const std::string sync = raw_exchange(d.api_port, "POST /api/v1/registry/sync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token() +
+    const std::string sync = raw_exchange(d.api_port, "POST /api/v1/registry/sync HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + d.token() +
                                                           "\r\nConnection: close\r\n\r\n");
     CHECK(status_of(sync) == 202);
     CHECK(d.cli({"sync"}).exit_code == 0);
@@ -159,14 +159,14 @@ TEST_CASE("writes: a bodiless POST works, an unauthenticated or oversized body i
     const long before = peak_rss_kb(d.process->pid());
     const auto started = std::chrono::steady_clock::now();
     const std::string unauthenticated =
-        raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nContent-Length: 400000000\r\n\r\n", 3000ms);
+        raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400000000\r\n\r\n", 3000ms);
     CHECK(status_of(unauthenticated) == 401);
     CHECK(body_of(unauthenticated)["error"]["code"] == "unauthorized");
     CHECK(std::chrono::steady_clock::now() - started < 2s);
-    const std::string wrong = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    const std::string wrong = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
                                                            std::string(d.token().size(), 'x') + "\r\nContent-Length: 2\r\n\r\n{}");
     CHECK(status_of(wrong) == 401);
-    const std::string oversized = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token() +
+    const std::string oversized = raw_exchange(d.api_port, "POST /api/v1/promotion/freeze HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + d.token() +
                                                                "\r\nContent-Length: 400000000\r\n\r\n",
                                                3000ms);
     CHECK(status_of(oversized) == 413);
@@ -414,7 +414,7 @@ TEST_CASE("anvil-engine: oversized bodies get 413 unread, bad text and deep bodi
 
     // 60 MB to /tokenize: refused from its Content-Length, before it is read.
     const auto started = std::chrono::steady_clock::now();
-    const std::string big = raw_exchange(port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer engine-key\r\nContent-Length: 60000000\r\n\r\n", 3000ms);
+    const std::string big = raw_exchange(port, "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer engine-key\r\nContent-Length: 60000000\r\n\r\n", 3000ms);
     CHECK(status_of(big) == 413);
     CHECK(body_of(big)["error"]["message"].get<std::string>().find("at most") != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - started < 2s);

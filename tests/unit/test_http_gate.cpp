@@ -326,7 +326,7 @@ TEST_CASE("past the gate's body budget a body is read by a worker, under the sam
     CHECK(echo->status == 200);
 }
 
-TEST_CASE("Host and Origin: IP addresses, localhost and known names; same-origin pages and configured origins", "[http][origin]") {
+TEST_CASE("Host and Origin: IP addresses, localhost and known names, same-origin pages and configured origins", "[http][origin]") {
     using anvil::http::judge_origin;
     const anvil::http::OriginPolicy none;
     const anvil::http::OriginPolicy configured{{"gpu-box.lan"}, {"http://app.local:3000"}};
