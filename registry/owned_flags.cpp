@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 
 namespace anvil::registry {
 
@@ -32,18 +31,13 @@ std::string_view instead(std::string_view flag) {
     return "give the model in /launch/model (pinned, inside an allowed root)";
 }
 
-std::string lower(std::string_view text) {
-    std::string out(text);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-const EngineFlags* known_engine(std::string_view engine_name) {
-    const std::string name = lower(engine_name);
+// The engine a recipe's name says (a document whose arguments run another is invalid already).
+const EngineFlags* known_engine(const std::string& engine_name) {
+    const std::string name = normalize_engine(engine_name);
     if (name == "anvil-engine") return &kAnvilEngine;
     if (name == "vllm") return &kVllm;
     if (name == "sglang") return &kSglang;
-    if (name == "llama.cpp" || name == "llama-cpp" || name == "llamacpp" || name == "llama-server") return &kLlamaServer;
+    if (name == "llama.cpp") return &kLlamaServer;
     return nullptr;
 }
 

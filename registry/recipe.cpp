@@ -57,11 +57,6 @@ std::optional<std::int64_t> tp_suffix(std::string_view id) {
     return to_int(std::string(id.substr(at + 3)));
 }
 
-std::string normalize_engine(std::string name) {
-    if (name == "llama-cpp" || name == "llamacpp") return "llama.cpp";
-    return name;
-}
-
 // Which serving engine the launch arguments start, if they name one.
 std::optional<std::string> engine_in_arguments(const std::vector<std::string>& tokens) {
     for (const auto& t : tokens) {
@@ -294,6 +289,11 @@ void assess_pins(const Recipe& r, RecipeCheck& check) {
 }
 
 }  // namespace
+
+std::string normalize_engine(std::string name) {
+    if (name == "llama-cpp" || name == "llamacpp") return "llama.cpp";
+    return name;
+}
 
 std::int64_t Recipe::effective_tensor_parallel() const {
     if (serving.tensor_parallel) return *serving.tensor_parallel;

@@ -135,6 +135,9 @@ struct RecipeCheck {
     PinStatus pins;
 };
 
+// An engine's name as the registry's recipes spell it ("llama-cpp" and "llamacpp" are "llama.cpp").
+std::string normalize_engine(std::string name);
+
 // Reads the record at `root` (already unwrapped from a {"data", "meta"} envelope). Structural and
 // consistency problems go to `reader`; pinning and warnings go to `check`.
 std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeCheck& check);

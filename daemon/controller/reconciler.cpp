@@ -190,13 +190,16 @@ void Reconciler::pass() {
         (this->*run)();
         steps[name] = ms_since(t);
     };
-    if (!ledger_may_be_written()) {
+    auto finish = [&] {
         const double seconds = ms_since(started) / 1000.0;
         metrics_.record_pass(seconds);
         std::lock_guard lock(mutex_);
         first_pass_done_ = true;
-        last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", {{"ledger", "cannot be written: waiting"}}}};
-        return;
+        last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", steps}};
+    };
+    if (!ledger_may_be_written()) {
+        steps["ledger"] = "cannot be written: waiting";
+        return finish();
     }
     const std::uint64_t failures_before = store_.write_failures().count;
     try {
@@ -214,11 +217,7 @@ void Reconciler::pass() {
     }
     ledger_outcome(failures_before);
     steps.update(step_detail_);
-    const double seconds = ms_since(started) / 1000.0;
-    metrics_.record_pass(seconds);
-    std::lock_guard lock(mutex_);
-    first_pass_done_ = true;
-    last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", steps}};
+    finish();
 }
 
 // ---------------------------------------------------------------- shared by the steps
