@@ -79,7 +79,8 @@ void ModelRunner::forward(const Batch& batch, int exit_after) {
 // adds a block's output to its own copy and norms it for the next product itself, the same values
 // in the same order on every thread, so no barrier separates a product from the norm before the
 // next (the thread that normed a lone token alone kept the others waiting). Outside a team the one
-// thread does them in turn. A lone token meets six times a layer (docs/PERFORMANCE.md, session 33).
+// thread does them in turn. A lone token meets six times a layer
+// (docs/PERFORMANCE.md, "Threads and barriers").
 void ModelRunner::run_layers(const Batch& batch, int layers) {
     const ModelConfig& c = config_;
     const int n = batch.size();

@@ -13,7 +13,7 @@ enum class KvType { F32, BF16 };
 //   engine's KvCache). Attention reads one kv head at a time, so here it reads runs of block_size
 //   x head_dim elements rather than head_dim at a stride of kv_heads x head_dim: decode attention of
 //   the bench model at 2000 positions, two threads, cache read cold, went from 16 to 27-31 GB/s
-//   (f32) and from 11 to 25 GB/s (bf16) (docs/PERFORMANCE.md, session 25).
+//   (f32) and from 11 to 25 GB/s (bf16) (docs/PERFORMANCE.md, "KV cache layout").
 enum class KvLayout { SlotMajor, HeadMajor };
 
 // One layer of the cache: keys and values each [blocks][...] of `type`, each block laid out as

@@ -73,8 +73,8 @@ static inline void walk_positions_ahead(const PagedKv& kv, const KvStrides& s, c
 // values' too, so that the values' pass read them from L2, but on Intel a request holds one of the
 // core's few line-fill buffers until its line arrives, and twice the requests left the keys' pass
 // stalled on them (a third of its samples); asked for by the pass that reads them, the same cache
-// read 1.14-1.24x as fast (docs/PERFORMANCE.md, session 39). The AVX2 keys' pass still asks for
-// both (kernels/attention.cpp says why).
+// read 1.14-1.24x as fast (docs/PERFORMANCE.md, "Attention passes"). The AVX2 keys' pass still
+// asks for both (kernels/attention.cpp says why).
 inline constexpr int kAttentionPrefetch = 16;
 
 template <typename Element>

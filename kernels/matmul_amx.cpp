@@ -15,7 +15,7 @@
 // token's result still does not depend on the batch (kernels/matmul.hpp). What bounds these loops
 // is a tile store and 16 x 16 lanes of float work for every group; the two hardly overlap, and
 // neither reordering nor sharing a weights tile among runs of tokens helped (docs/PERFORMANCE.md,
-// sessions 31-32).
+// "AMX prefill").
 #include <immintrin.h>
 
 #include <algorithm>
@@ -104,8 +104,8 @@ inline void scale_group(const GroupSums& sums, __m512 w_scale, const float* x_sc
 // 16 rows' scales f16 at `w_scales` + 16 g; `values` the int8 activations [tokens][cols] with
 // their scales. Each group is multiplied, stored and scaled in turn: storing a step's sums one
 // step after its products, and scaling them one step later still, was 3-7% slower (measured with
-// tests/bench/kernel_ab.sh --level amx, session 32): what bounds the loop is the tile stores'
-// cost, not their latency (docs/PERFORMANCE.md, session 32).
+// tests/bench/kernel_ab.sh --level amx): what bounds the loop is the tile stores' cost, not their
+// latency (docs/PERFORMANCE.md, "AMX prefill").
 template <typename OffsetOf>
 void amx_rows16(const uint8_t* weights, const uint16_t* w_scales, int cols, const int8_t* values, const float* x_scales, OffsetOf offset_of,
                 int t0, int t1, int r0, int rows, float* y) {

@@ -103,7 +103,7 @@ void q4_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                         hi_sum[b][t] = _mm256_add_epi16(hi_sum[b][t], _mm256_maddubs_epi16(hi, xb[t]));
                         // Each sum one chain in one register: GCC otherwise regroups the int16 adds
                         // into trees whose partial sums spill (16 registers); 1.04-1.08x decode and
-                        // 1.06x for 64 tokens, one thread in L2 (docs/PERFORMANCE.md, session 30).
+                        // 1.06x for 64 tokens, one thread in L2 (docs/PERFORMANCE.md, "Decode tiles").
                         asm("" : "+x"(lo_sum[b][t]), "+x"(hi_sum[b][t]));
                     }
                 }
@@ -188,8 +188,9 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                 _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchAheadDeep + 64, _MM_HINT_T0);
                 // And into L2 further ahead where a tile's few tokens leave it waiting on memory:
                 // from L3 1.14-1.20x at 1 and 2 threads, 2 tokens 1.12x, on the Intel VM without
-                // BF16 (kernel_ab, session 37), where this tile read 8-9 GB/s a thread against
-                // Q4_K's 10. AVX2's Q4_K and the VNNI level's one-token tiles gained nothing from it.
+                // BF16 (kernel_ab; docs/PERFORMANCE.md, "Prefetch distances"), where this tile read
+                // 8-9 GB/s a thread against Q4_K's 10. AVX2's Q4_K and the VNNI level's one-token
+                // tiles gained nothing from it.
                 if constexpr (TT < 4) {
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep, _MM_HINT_T1);
                     _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchFarDeep + 64, _MM_HINT_T1);
@@ -214,7 +215,8 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                     // One chain in one register, as in the Q4_K tile: GCC otherwise gathers a
                     // super-block's 16 products on the stack and adds them as a tree. With the
                     // L2 prefetch above only for fewer than 4 tokens, 64 tokens from L3 1.14x against
-                    // session 36's tile (the prefetch alone cost multi-token tiles 2-3%).
+                    // the tile with neither (the prefetch alone cost multi-token tiles 2-3%;
+                    // docs/PERFORMANCE.md, "Tiles of several tokens").
                     asm("" : "+x"(sum[t]));
                 }
             }
@@ -272,7 +274,7 @@ void q4_0_packed8_tile(const WeightMatrix& w, int b0, const QuantizedInput* x, i
         for (int s = 0; s < 4; ++s) {
             __m256i v = load256(tile + 16 + 32 * s);
             // One load a step: GCC otherwise loads it again as the low nibbles' vpand operand
-            // (docs/PERFORMANCE.md, session 38).
+            // (docs/PERFORMANCE.md, "Decode tiles").
             asm("" : "+x"(v));
             const __m256i lo = _mm256_and_si256(v, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -320,7 +322,7 @@ void matmul_avx2_blocks(const WeightMatrix* ws, float* const* ys, int count, con
     run_items(ws, ys, count, n_tokens, packed8_items, [q256, &paired_input](const WeightMatrix& w, int item, int c0, int c1, float* y) {
         if (w.type == WeightType::Q6_KPacked8Avx2)
             // Four tokens a tile despite the spills (16 registers): 512-token products 1.13-1.14x
-            // (docs/PERFORMANCE.md, session 36).
+            // (docs/PERFORMANCE.md, "Tiles of several tokens").
             packed8_item_four_two<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<2>, q6_k_packed8_tile<1>,
                                   each_of_pair<SuperBlockInput, q6_k_packed8_tile<1>>>(w, item, &paired_input, c0, c1, y);
         else packed8_item<SuperBlockInput, 2, q4_k_packed8_tile<1, 2>, q4_k_packed8_tile<1, 1>>(w, item, q256, c0, c1, y);

@@ -46,17 +46,18 @@ constexpr int kPrefetchAhead = 2048;  // into L1; kPrefetchFar (matmul_tiling.hp
 // 1024-14336 columns, VNNI Q4_K 0.95-1.15x (median 1.07), where 2 KB was; and in bench_engine
 // (old and new binaries alternated) Q6_K decode 1.20x at the VNNI level. Q4_0 lost 5-14% with it
 // at long rows and AVX2's Q4_K gained nothing, so they keep kPrefetchAhead (but the VNNI level's
-// one-token Q4_0 tile, which reads two blocks side by side since session 30, gained 2-3% with it
-// on the Intel VM and takes it);
+// one-token Q4_0 tile, which reads two blocks side by side (docs/PERFORMANCE.md, "Decode tiles"),
+// gained 2-3% with it on the Intel VM and takes it);
 // the packed q8 tiles keep kPrefetchNear (matmul_tiling.hpp; 4 and 8 KB gained in the
 // paired harness, 0.69-1.00x in bench_engine). It is kPrefetchFar's distance, so the tiles that
-// take it make only this request for a line: the L2 request for the same line as well (session 28,
-// where on the Zen 5 VM the VNNI Q6_K tiles with it gained 1.14-1.34x and 0.99-1.25x without)
-// cost the Sapphire Rapids VM 3-8% a product from L3 (kernel_ab, session 33). docs/PERFORMANCE.md.
+// take it make only this request for a line: the L2 request for the same line as well (kept on
+// the Zen 5 VM, where the VNNI Q6_K tiles with it gained 1.14-1.34x and 0.99-1.25x without)
+// cost the Sapphire Rapids VM 3-8% a product from L3 (kernel_ab).
+// docs/PERFORMANCE.md, "Prefetch distances".
 constexpr int kPrefetchAheadDeep = 8192;
 // Twice as far again, into L2, for a tile that takes kPrefetchAheadDeep into L1 and still waits on
 // L3 (so far only AVX2's Q6_K): a request for a line that is still far ahead, so the L1 request
-// finds it in L2. Not the same line at the same distance (what session 33 measured to cost): the
+// finds it in L2. Not the same line at the same distance (which cost, "Prefetch distances"): the
 // AVX2 Q6_K tile of 1 and 2 tokens from L3 on the Intel VM without BF16 gained 1.12-1.20x with it
 // (kernel_ab, 1 and 2 threads; from memory 1.18x); tiles of 4 tokens, which wait less on memory,
 // lost 2-3% and do without.
@@ -101,8 +102,8 @@ void each_of_pair(const WeightMatrix& w, int b0, const Input* x, int t, float* y
 }
 
 // An item four tokens a tile wherever four are left, where a kernel's four-token tile spills but
-// still gains (Q6_K: docs/PERFORMANCE.md, session 36); two or three left over take the two-token
-// tile, a lone token TileOne or TilePair, as packed8_item_paired does.
+// still gains (Q6_K: docs/PERFORMANCE.md, "Tiles of several tokens"); two or three left over take
+// the two-token tile, a lone token TileOne or TilePair, as packed8_item_paired does.
 template <typename Input, void (*TileFour)(const WeightMatrix&, int, const Input*, int, float*),
           void (*TileTwo)(const WeightMatrix&, int, const Input*, int, float*),
           void (*TileOne)(const WeightMatrix&, int, const Input*, int, float*),

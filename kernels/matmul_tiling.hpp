@@ -26,12 +26,12 @@ constexpr double kParallelWork = 1 << 17;  // multiply-adds below which one thre
 
 // How far ahead of its reads a decode tile asks for weight bytes: near into L1 and far into L2. On
 // the Intel VM (480 MB L3) the hardware prefetchers alone kept too few lines in flight
-// (docs/PERFORMANCE.md, session 20). The GGUF block kernels ask nearer into L1 at 2 KB
+// (docs/PERFORMANCE.md, "Prefetch distances"). The GGUF block kernels ask nearer into L1 at 2 KB
 // (matmul_blocks_common.hpp), measured apart.
 constexpr int kPrefetchNear = 1024;
 constexpr int kPrefetchFar = 8192;
 // The largest decode tile whose successor a tile asks for into L1 as it goes (AVX2 bf16): with
-// both in a 32-48 KB L1 (docs/PERFORMANCE.md, session 27).
+// both in a 32-48 KB L1 (docs/PERFORMANCE.md, "Prefetch distances").
 constexpr size_t kNextTileBytes = 16384;
 // The longest row for which the 16-bit float tiles ask for the next tile's line into L2: the
 // hardware prefetcher does not get ahead of shorter rows, and keeps up with longer ones, where the

@@ -380,7 +380,8 @@ void q6_k_packed8_tile(const WeightMatrix& w, int b0, const SuperBlockInput* x, 
                         // One chain in one register: GCC otherwise keeps the products on the stack
                         // and adds them as a tree (220 stack references in the 4-token tile, 72
                         // with this). Prefill of 64 tokens 1.12-1.18x, 2 and 5 tokens 1.05x, outputs
-                        // identical (kernel_ab, session 37). The Q4_K tile's sums gained nothing.
+                        // identical (kernel_ab; docs/PERFORMANCE.md, "Tiles of several tokens").
+                        // The Q4_K tile's sums gained nothing.
                         asm("" : "+v"(sum[t]));
                     }
                 }
@@ -814,7 +815,7 @@ void matmul_vnni_blocks(const WeightMatrix* ws, float* const* ys, int count, con
             c0 = q6_k_pair512_runs(w, item, q256, c0, c1, y);
             // Four tokens a tile though its partial sums spill: each step's unpacking (about 14
             // vector operations, against 8 a token) serves twice the tokens; 512-token products
-            // 1.10-1.17x without AMX (docs/PERFORMANCE.md, session 36).
+            // 1.10-1.17x without AMX (docs/PERFORMANCE.md, "Tiles of several tokens").
             packed8_item_four_two<SuperBlockInput, q6_k_packed8_tile<4>, q6_k_packed8_tile<2>, q6_k_packed8_token512<1>,
                                   q6_k_packed8_token512<2>>(w, item, q256, c0, c1, y);
         } else {

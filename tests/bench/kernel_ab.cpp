@@ -30,7 +30,7 @@
 using namespace anvil::kernels;
 
 namespace anvil::kernels::detail {
-// Revisions from session 31 on take whether to use the AMX tiles for batches (kernel_ab.sh says
+// Revisions with the AMX level take whether to use the AMX tiles for batches (kernel_ab.sh says
 // which this baseline is), and hold packed q8's scales in f16 as the working tree does.
 #ifdef ANVIL_AB_BASELINE_TAKES_AMX
 void matmul_vnni_blocks_baseline(const WeightMatrix* ws, float* const* ys, int count, const QuantizedInput* q32,
@@ -108,8 +108,9 @@ bool run(const Case& c, Level level, int passes) {
                             : q4_0 ? WeightType::Q4_0Packed8
                             : q4_k ? WeightType::Q4_KPacked8
                                    : WeightType::Q6_KPacked8;
-    // Each side's layout: at the AVX2 level Q6_K is laid out for those products from session 33 on,
-    // the same values in another order (so the outputs are still compared bit for bit).
+    // Each side's layout: at the AVX2 level Q6_K is laid out for those products (Q6_KPacked8Avx2)
+    // where the revision has that layout, the same values in another order (so the outputs are
+    // still compared bit for bit).
     const WeightType current_type = level == Level::Avx2 && type == WeightType::Q6_KPacked8 ? WeightType::Q6_KPacked8Avx2 : type;
 #ifdef ANVIL_AB_BASELINE_Q6_K_AVX2
     const WeightType types[2] = {current_type, current_type};
@@ -152,7 +153,7 @@ bool run(const Case& c, Level level, int passes) {
     std::vector<int16_t> sums(n / 16), sums32(n / 32);
     std::vector<int32_t> less_8_sums(n / 32);
     detail::QuantizedInput q32{};
-    // Before session 34 the Q4_0 products took each group's sum as int16 (QuantizedInput's third
+    // Before less_8_sums the Q4_0 products took each group's sum as int16 (QuantizedInput's third
     // member then); kernel_ab.sh says which this baseline is.
     struct Int16Sums {
         const int8_t* values;
@@ -238,7 +239,7 @@ int main(int argc, char** argv) {
         if (!parse_case(argv[i], level, c)) {
             std::fprintf(stderr,
                          "kernel_ab: %s: expected FORMAT:ROWSxCOLS:COPIES:TOKENS with FORMAT Q4_0, Q4_K, Q6_K (or Q8 at vnni and amx, "
-                         "against a baseline from session 31 on) and whole blocks\n",
+                         "against a baseline with the AMX level) and whole blocks\n",
                          argv[i]);
             return 2;
         }

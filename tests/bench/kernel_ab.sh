@@ -41,7 +41,7 @@ ab_baseline kernel_ab.sh "$build" "$rev" "$root"
 flags=("${ab_flags[@]}")
 avx512=(-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni)
 # The baseline's AMX entry points renamed wherever its files name them, so that its VNNI files
-# call its own tiles (a baseline from before session 31 has none).
+# call its own tiles (a baseline from before the AMX level has none).
 renames=(-Dmatmul_vnni_blocks=matmul_vnni_blocks_baseline -Dmatmul_avx512vnni=matmul_avx512vnni_baseline)
 for entry in amx_packed_block amx_q4_0_item amx_q4_k_item amx_q6_k_item; do renames+=(-D$entry=${entry}_baseline); done
 objects=("$work/vnni.o" "$work/avx2.o" "$work/q8.o")
@@ -50,11 +50,11 @@ g++ "${flags[@]}" "${avx512[@]}" "${renames[@]}" -I"$work/baseline" -c "$work/ba
 g++ "${flags[@]}" -I"$work/baseline" -Dmatmul_avx2_blocks=matmul_avx2_blocks_baseline \
     -c "$work/baseline/kernels/matmul_avx2_blocks.cpp" -o "$work/avx2.o"
 takes_amx=()
-# From session 33 the AVX2 level multiplies Q6_K in a layout of its own: a baseline that has it
-# gets that layout too, an older one Q6_K's VNNI layout.
+# Where the AVX2 level multiplies Q6_K in a layout of its own (Q6_KPacked8Avx2), a baseline that
+# has it gets that layout too, an older one Q6_K's VNNI layout.
 baseline_defines=()
 if grep -q Q6_KPacked8Avx2 "$work/baseline/kernels/weight_matrix.hpp"; then baseline_defines=(-DANVIL_AB_BASELINE_Q6_K_AVX2); fi
-# Before session 34 the Q4_0 products took the activations' group sums as int16.
+# Before QuantizedInput::less_8_sums the Q4_0 products took the activations' group sums as int16.
 if ! grep -q less_8_sums "$work/baseline/kernels/matmul.hpp"; then baseline_defines+=(-DANVIL_AB_BASELINE_INT16_SUMS); fi
 if grep -q "int n_tokens, bool amx" "$work/baseline/kernels/matmul.hpp"; then
     takes_amx=(-DANVIL_AB_BASELINE_TAKES_AMX)
