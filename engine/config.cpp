@@ -66,7 +66,7 @@ const char* architecture_name(Architecture arch) {
 }
 
 ModelConfig load_config(const std::filesystem::path& model_dir) {
-    if (is_model_file(model_dir)) return GgufModel(model_dir).config();
+    if (formats::is_model_file(model_dir)) return GgufModel(model_dir).config();
     const auto file = model_dir / "config.json";
     const json doc = read_json_file(file);
     if (!doc.is_object()) throw std::runtime_error(file.string() + ": expected a JSON object");

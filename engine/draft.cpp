@@ -55,7 +55,7 @@ json DraftOptions::describe() const {
 namespace {
 
 json read_tokenizer(const std::filesystem::path& dir) {
-    if (is_model_file(dir)) return GgufModel(dir).tokenizer_documents().first;
+    if (formats::is_model_file(dir)) return GgufModel(dir).tokenizer_documents().first;
     const auto path = dir / "tokenizer.json";
     std::ifstream in(path);
     if (!in) throw std::runtime_error(path.string() + ": cannot be read");

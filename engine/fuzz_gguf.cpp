@@ -6,21 +6,21 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "engine/gguf.hpp"
+#include "formats/gguf.hpp"
 #include "engine/gguf_model.hpp"
 #include "engine/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace anvil::engine;
-    GgufImage image;
+    formats::GgufImage image;
     try {
-        image = parse_gguf(data, size, "fuzz.gguf");
+        image = formats::parse_gguf(data, size, "fuzz.gguf");
     } catch (const std::runtime_error&) {
         return 0;
     }
     for (const auto& t : image.tensors) {
         if (t.data < data || t.data + t.bytes > data + size) __builtin_trap();
-        const GgmlTypeInfo* info = ggml_type_info(t.type);
+        const formats::GgmlTypeInfo* info = formats::ggml_type_info(t.type);
         if (!info || std::size_t(t.elements()) / std::size_t(info->block) * std::size_t(info->block_bytes) != t.bytes)
             __builtin_trap();
     }

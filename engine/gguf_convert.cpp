@@ -48,34 +48,34 @@ bool more_bits(int layer, int layers) {
     return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
-int block_values(GgmlType type) {
+int block_values(formats::GgmlType type) {
     switch (type) {
-        case GgmlType::Q8_0:
-        case GgmlType::Q5_0:
-        case GgmlType::Q4_0: return 32;
-        case GgmlType::Q4_K:
-        case GgmlType::Q6_K: return 256;
+        case formats::GgmlType::Q8_0:
+        case formats::GgmlType::Q5_0:
+        case formats::GgmlType::Q4_0: return 32;
+        case formats::GgmlType::Q4_K:
+        case formats::GgmlType::Q6_K: return 256;
         default: return 1;
     }
 }
 
-GgmlType matrix_type(GgufFileType file, Role role, int layer, int layers, int cols) {
-    GgmlType type = GgmlType::F32;
+formats::GgmlType matrix_type(GgufFileType file, Role role, int layer, int layers, int cols) {
+    formats::GgmlType type = formats::GgmlType::F32;
     switch (file) {
-        case GgufFileType::F32: return GgmlType::F32;
-        case GgufFileType::F16: return GgmlType::F16;
-        case GgufFileType::BF16: return GgmlType::BF16;
-        case GgufFileType::Q8_0: type = GgmlType::Q8_0; break;
-        case GgufFileType::Q6_K: type = GgmlType::Q6_K; break;
-        case GgufFileType::Q4_0: type = role == Role::Output ? GgmlType::Q6_K : GgmlType::Q4_0; break;
+        case GgufFileType::F32: return formats::GgmlType::F32;
+        case GgufFileType::F16: return formats::GgmlType::F16;
+        case GgufFileType::BF16: return formats::GgmlType::BF16;
+        case GgufFileType::Q8_0: type = formats::GgmlType::Q8_0; break;
+        case GgufFileType::Q6_K: type = formats::GgmlType::Q6_K; break;
+        case GgufFileType::Q4_0: type = role == Role::Output ? formats::GgmlType::Q6_K : formats::GgmlType::Q4_0; break;
         case GgufFileType::Q4_K_M:
             type = role == Role::Output || ((role == Role::AttnV || role == Role::FfnDown) && more_bits(layer, layers))
-                       ? GgmlType::Q6_K
-                       : GgmlType::Q4_K;
+                       ? formats::GgmlType::Q6_K
+                       : formats::GgmlType::Q4_K;
             break;
     }
-    if (cols % block_values(type) != 0) type = type == GgmlType::Q6_K ? GgmlType::Q8_0 : type == GgmlType::Q4_K ? GgmlType::Q5_0 : type;
-    if (cols % block_values(type) != 0) type = GgmlType::F16;
+    if (cols % block_values(type) != 0) type = type == formats::GgmlType::Q6_K ? formats::GgmlType::Q8_0 : type == formats::GgmlType::Q4_K ? formats::GgmlType::Q5_0 : type;
+    if (cols % block_values(type) != 0) type = formats::GgmlType::F16;
     return type;
 }
 
@@ -101,8 +101,8 @@ std::vector<int> permuted_rows(int rows, int heads) {
     return from;
 }
 
-std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlType type, const std::vector<int>& order) {
-    const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
+std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, formats::GgmlType type, const std::vector<int>& order) {
+    const formats::GgmlTypeInfo* info = formats::ggml_type_info(uint32_t(type));
     const size_t row_size = size_t(cols) / info->block * info->block_bytes;
     std::vector<uint8_t> out(size_t(rows) * row_size);
     // Rows apart: the K-quants' scale searches are most of a Q4_K_M conversion's time.
@@ -113,24 +113,24 @@ std::vector<uint8_t> encode_rows(const TensorInfo& t, int rows, int cols, GgmlTy
         stored_row_to_f32(t, order.empty() ? r : order[size_t(r)], cols, row.data());
         uint8_t* dst = out.data() + size_t(r) * row_size;
         switch (type) {
-            case GgmlType::F32: std::memcpy(dst, row.data(), row_size); break;
-            case GgmlType::F16:
+            case formats::GgmlType::F32: std::memcpy(dst, row.data(), row_size); break;
+            case formats::GgmlType::F16:
                 for (int k = 0; k < cols; ++k) {
                     const uint16_t h = kernels::f32_to_f16(row[size_t(k)]);
                     std::memcpy(dst + 2 * k, &h, 2);
                 }
                 break;
-            case GgmlType::BF16:
+            case formats::GgmlType::BF16:
                 for (int k = 0; k < cols; ++k) {
                     const uint16_t b = kernels::f32_to_bf16(row[size_t(k)]);
                     std::memcpy(dst + 2 * k, &b, 2);
                 }
                 break;
-            case GgmlType::Q8_0: quantize_q8_0(row.data(), size_t(cols), dst); break;
-            case GgmlType::Q4_0: kernels::quantize_q4_0(row.data(), size_t(cols), dst); break;
-            case GgmlType::Q5_0: kernels::quantize_q5_0(row.data(), size_t(cols), dst); break;
-            case GgmlType::Q4_K: kernels::quantize_q4_k(row.data(), size_t(cols), dst); break;
-            case GgmlType::Q6_K: kernels::quantize_q6_k(row.data(), size_t(cols), dst); break;
+            case formats::GgmlType::Q8_0: quantize_q8_0(row.data(), size_t(cols), dst); break;
+            case formats::GgmlType::Q4_0: kernels::quantize_q4_0(row.data(), size_t(cols), dst); break;
+            case formats::GgmlType::Q5_0: kernels::quantize_q5_0(row.data(), size_t(cols), dst); break;
+            case formats::GgmlType::Q4_K: kernels::quantize_q4_k(row.data(), size_t(cols), dst); break;
+            case formats::GgmlType::Q6_K: kernels::quantize_q6_k(row.data(), size_t(cols), dst); break;
             default: break;  // matrix_type chooses none other
         }
     }
@@ -175,14 +175,14 @@ namespace {
 
 // Conversion reads a Hugging Face directory; a file given instead is refused by what it is.
 void refuse_a_file(const std::filesystem::path& model) {
-    if (is_gguf_file(model)) throw std::runtime_error(model.string() + ": already a GGUF file");
-    if (is_model_file(model))
+    if (formats::is_gguf_file(model)) throw std::runtime_error(model.string() + ": already a GGUF file");
+    if (formats::is_model_file(model))
         throw std::runtime_error(model.string() + ": a file; convert reads a Hugging Face model directory (config.json, tokenizer.json, *.safetensors)");
 }
 
 // The tokenizer as GGUF metadata: the `gpt2` vocabulary for a byte-level one, `llama` for a
 // SentencePiece-style one, as convert_hf_to_gguf.py writes them.
-void write_vocabulary(GgufWriter& w, const std::filesystem::path& model_dir, const Tokenizer& tokenizer, int vocab_size,
+void write_vocabulary(formats::GgufWriter& w, const std::filesystem::path& model_dir, const Tokenizer& tokenizer, int vocab_size,
                       int bos_id, const std::vector<int>& eos_ids) {
     const json doc = read_json_file(model_dir / "tokenizer.json");
     if (tokenizer.form() == VocabForm::SentencePiece) {
@@ -242,7 +242,7 @@ size_t convert_vocabulary_to_gguf(const std::filesystem::path& model_dir, const 
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     std::vector<int> eos_ids;
     if (auto eos = tokenizer.token_id(tokenizer.eos_token()); eos && !tokenizer.eos_token().empty()) eos_ids.push_back(*eos);
-    GgufWriter w;
+    formats::GgufWriter w;
     w.set_string("general.architecture", "llama");
     w.set_string("general.name", std::filesystem::absolute(model_dir).lexically_normal().filename().string());
     w.set_u32("llama.vocab_size", uint32_t(tokenizer.vocab_size()));
@@ -258,7 +258,7 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
     const std::string arch = gguf_architecture(c.arch);
     const std::string a = arch + ".";
 
-    GgufWriter w;
+    formats::GgufWriter w;
     w.set_string("general.architecture", arch);
     w.set_string("general.name", std::filesystem::absolute(model_dir).lexically_normal().filename().string());
     w.set_u32("general.file_type", file_type(type));
@@ -294,11 +294,11 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
         stored_row_to_f32(t, 0, n, values.data());
         std::vector<uint8_t> bytes(size_t(n) * 4);
         for (int i = 0; i < n; ++i) std::memcpy(bytes.data() + 4 * i, &values[size_t(order.empty() ? i : order[size_t(i)])], 4);
-        w.add_tensor(*gguf_tensor_name(name), GgmlType::F32, {n}, std::move(bytes));
+        w.add_tensor(*gguf_tensor_name(name), formats::GgmlType::F32, {n}, std::move(bytes));
     };
     auto matrix = [&](const std::string& name, int rows, int cols, Role role, int layer = 0, const std::vector<int>& order = {}) {
         const TensorInfo& t = store.get(name, {rows, cols});
-        const GgmlType as = matrix_type(type, role, layer, c.n_layers, cols);
+        const formats::GgmlType as = matrix_type(type, role, layer, c.n_layers, cols);
         w.add_tensor(*gguf_tensor_name(name), as, {cols, rows}, encode_rows(t, rows, cols, as, order));
     };
 
@@ -313,7 +313,7 @@ size_t convert_to_gguf(const std::filesystem::path& model_dir, const std::filesy
             const float factor = float(unscaled[i] / scaled[i]);
             bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&factor), reinterpret_cast<const uint8_t*>(&factor) + 4);
         }
-        w.add_tensor("rope_freqs.weight", GgmlType::F32, {c.head_dim / 2}, std::move(bytes));
+        w.add_tensor("rope_freqs.weight", formats::GgmlType::F32, {c.head_dim / 2}, std::move(bytes));
     }
     const bool permute = c.arch == Architecture::Llama || c.arch == Architecture::Mistral;
     const std::vector<int> q_order = permute ? permuted_rows(c.q_dim(), c.n_heads) : std::vector<int>{};

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/gguf.hpp"
+#include "formats/gguf.hpp"
 
 namespace anvil::engine {
 

@@ -129,13 +129,13 @@ const char* gguf_pre_tokenizer_name(SplitPattern pattern) {
 }
 
 GgufModel::GgufModel(const std::filesystem::path& file)
-    : file_(file), label_(file.string()), image_(parse_gguf(file_.data(), file_.size(), label_)) {}
+    : file_(file), label_(file.string()), image_(formats::parse_gguf(file_.data(), file_.size(), label_)) {}
 
-const GgufTensor* GgufModel::tensor(std::string_view name) const { return find_tensor(image_, name); }
+const formats::GgufTensor* GgufModel::tensor(std::string_view name) const { return find_tensor(image_, name); }
 ModelConfig GgufModel::config() const { return gguf_config(image_, label_); }
 std::pair<json, json> GgufModel::tokenizer_documents() const { return gguf_tokenizer_documents(image_, label_); }
 
-const GgufTensor* find_tensor(const GgufImage& image, std::string_view name) {
+const formats::GgufTensor* find_tensor(const formats::GgufImage& image, std::string_view name) {
     for (const auto& t : image.tensors)
         if (t.name == name) return &t;
     return nullptr;
@@ -147,7 +147,7 @@ namespace {
 // block_count of 10^8 would have the loader allocate a layer table of gigabytes. Each block's
 // tensors must be there (the last block's first one is looked up), and the first block's
 // attention and MLP matrices must have the rows the head counts and widths say.
-void check_counts_against_tensors(const ModelConfig& c, const Meta& meta, const GgufImage& image, const std::string& a) {
+void check_counts_against_tensors(const ModelConfig& c, const Meta& meta, const formats::GgufImage& image, const std::string& a) {
     // A block holds at least its norms and seven matrices.
     if (uint64_t(c.n_layers) * 9 > image.tensors.size())
         meta.fail(a + "block_count", "is " + std::to_string(c.n_layers) + " but the file holds " + std::to_string(image.tensors.size()) +
@@ -155,7 +155,7 @@ void check_counts_against_tensors(const ModelConfig& c, const Meta& meta, const 
     const std::string last = "blk." + std::to_string(c.n_layers - 1) + ".attn_norm.weight";
     if (!find_tensor(image, last)) meta.fail(a + "block_count", "is " + std::to_string(c.n_layers) + " but the file has no tensor " + last);
     auto rows = [&](const char* name, int64_t want, const std::string& key, const char* says) {
-        const GgufTensor* t = find_tensor(image, name);
+        const formats::GgufTensor* t = find_tensor(image, name);
         if (!t) throw std::runtime_error(meta.label + ": tensor " + name + " is missing");
         if (t->ne.size() != 2 || t->ne[1] != want)
             meta.fail(key, std::string(says) + " " + std::to_string(want) + " rows of " + name + ", which has " +
@@ -168,7 +168,7 @@ void check_counts_against_tensors(const ModelConfig& c, const Meta& meta, const 
 
 }  // namespace
 
-ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
+ModelConfig gguf_config(const formats::GgufImage& image, const std::string& label) {
     const Meta meta{image.metadata, label};
     auto tensor = [&](std::string_view name) { return find_tensor(image, name); };
     ModelConfig c;
@@ -217,8 +217,8 @@ ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
     } else if (scaling != "none") {
         meta.fail(a + "rope.scaling.type", "is \"" + scaling + "\"; anvil-engine supports linear scaling and rope_freqs.weight");
     }
-    if (const GgufTensor* f = tensor("rope_freqs.weight")) {
-        if (f->type != uint32_t(GgmlType::F32) || f->ne.size() != 1 || f->ne[0] != c.head_dim / 2)
+    if (const formats::GgufTensor* f = tensor("rope_freqs.weight")) {
+        if (f->type != uint32_t(formats::GgmlType::F32) || f->ne.size() != 1 || f->ne[0] != c.head_dim / 2)
             throw std::runtime_error(label + ": tensor rope_freqs.weight must be F32 [" + std::to_string(c.head_dim / 2) + "]");
         for (int i = 0; i < c.head_dim / 2; ++i) {
             float v;
@@ -228,7 +228,7 @@ ModelConfig gguf_config(const GgufImage& image, const std::string& label) {
         }
     }
 
-    const GgufTensor* embedding = tensor("token_embd.weight");
+    const formats::GgufTensor* embedding = tensor("token_embd.weight");
     if (!embedding || embedding->ne.size() != 2)
         throw std::runtime_error(label + ": tensor token_embd.weight is missing or not a matrix");
     if (embedding->ne[1] > (int64_t(1) << 30)) throw std::runtime_error(label + ": token_embd.weight is implausibly large");
@@ -287,7 +287,7 @@ json sentencepiece_document(const Meta& meta, const json& tokens, const json& ty
 
 }  // namespace
 
-std::pair<json, json> gguf_tokenizer_documents(const GgufImage& image, const std::string& label) {
+std::pair<json, json> gguf_tokenizer_documents(const formats::GgufImage& image, const std::string& label) {
     const Meta meta{image.metadata, label};
     const std::string model = meta.text_or("tokenizer.ggml.model", "");
     if (model.empty()) meta.fail("tokenizer.ggml.model", "is missing: the file carries no tokenizer");

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config.hpp"
-#include "engine/gguf.hpp"
+#include "formats/gguf.hpp"
 #include "engine/pretokenizer.hpp"
 #include "engine/safetensors.hpp"
 
@@ -25,9 +25,9 @@ class GgufModel {
 public:
     explicit GgufModel(const std::filesystem::path& file);  // maps and validates the whole header
 
-    const GgufImage& image() const { return image_; }
+    const formats::GgufImage& image() const { return image_; }
     const std::string& label() const { return label_; }
-    const GgufTensor* tensor(std::string_view name) const;
+    const formats::GgufTensor* tensor(std::string_view name) const;
 
     // Throws std::runtime_error naming the file and the metadata key for anything missing or
     // unsupported.
@@ -39,13 +39,13 @@ public:
 private:
     MappedFile file_;
     std::string label_;
-    GgufImage image_;
+    formats::GgufImage image_;
 };
 
 // What GgufModel's members do, on a parsed image (the fuzz target calls these).
-const GgufTensor* find_tensor(const GgufImage& image, std::string_view name);
-ModelConfig gguf_config(const GgufImage& image, const std::string& label);
-std::pair<nlohmann::json, nlohmann::json> gguf_tokenizer_documents(const GgufImage& image, const std::string& label);
+const formats::GgufTensor* find_tensor(const formats::GgufImage& image, std::string_view name);
+ModelConfig gguf_config(const formats::GgufImage& image, const std::string& label);
+std::pair<nlohmann::json, nlohmann::json> gguf_tokenizer_documents(const formats::GgufImage& image, const std::string& label);
 
 // The Hugging Face name of a GGUF tensor ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"),
 // or nothing for a tensor the engine has no use for.

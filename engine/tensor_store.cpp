@@ -13,7 +13,7 @@ namespace anvil::engine {
 
 TensorStore::TensorStore(const std::filesystem::path& model_dir) : dir_(model_dir) {
     namespace fs = std::filesystem;
-    if (is_model_file(model_dir)) {
+    if (formats::is_model_file(model_dir)) {
         add_gguf(model_dir);
         return;
     }
@@ -73,23 +73,23 @@ void TensorStore::add_gguf(const std::filesystem::path& file) {
     gguf_ = true;
     files_.push_back(std::make_unique<MappedFile>(file));
     const MappedFile& mapped = *files_.back();
-    for (const auto& g : parse_gguf(mapped.data(), mapped.size(), file.string()).tensors) {
+    for (const auto& g : formats::parse_gguf(mapped.data(), mapped.size(), file.string()).tensors) {
         const auto name = hf_tensor_name(g.name);
         if (!name) continue;  // rope_freqs.weight is read as configuration; anything else is not the engine's
         TensorInfo t;
         t.name = *name;
         t.stored_name = g.name;
         t.file = file.string();
-        t.dtype_text = ggml_type_name(g.type);
-        switch (GgmlType(g.type)) {
-            case GgmlType::F32: t.dtype = Dtype::F32; break;
-            case GgmlType::F16: t.dtype = Dtype::F16; break;
-            case GgmlType::BF16: t.dtype = Dtype::BF16; break;
-            case GgmlType::Q8_0: t.dtype = Dtype::Q8_0; break;
-            case GgmlType::Q4_0: t.dtype = Dtype::Q4_0; break;
-            case GgmlType::Q5_0: t.dtype = Dtype::Q5_0; break;
-            case GgmlType::Q4_K: t.dtype = Dtype::Q4_K; break;
-            case GgmlType::Q6_K: t.dtype = Dtype::Q6_K; break;
+        t.dtype_text = formats::ggml_type_name(g.type);
+        switch (formats::GgmlType(g.type)) {
+            case formats::GgmlType::F32: t.dtype = Dtype::F32; break;
+            case formats::GgmlType::F16: t.dtype = Dtype::F16; break;
+            case formats::GgmlType::BF16: t.dtype = Dtype::BF16; break;
+            case formats::GgmlType::Q8_0: t.dtype = Dtype::Q8_0; break;
+            case formats::GgmlType::Q4_0: t.dtype = Dtype::Q4_0; break;
+            case formats::GgmlType::Q5_0: t.dtype = Dtype::Q5_0; break;
+            case formats::GgmlType::Q4_K: t.dtype = Dtype::Q4_K; break;
+            case formats::GgmlType::Q6_K: t.dtype = Dtype::Q6_K; break;
             default: t.dtype = Dtype::Other; break;
         }
         t.shape.assign(g.ne.rbegin(), g.ne.rend());  // GGUF lists the innermost dimension first

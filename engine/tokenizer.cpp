@@ -63,7 +63,7 @@ uint32_t byte_to_unicode(uint8_t byte) { return byte_map().to_unicode[byte]; }
 int unicode_to_byte(uint32_t cp) { return cp < 512 ? byte_map().to_byte[cp] : -1; }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
-    if (is_model_file(model_dir)) {
+    if (formats::is_model_file(model_dir)) {
         const GgufModel model(model_dir);
         const auto [doc, config] = model.tokenizer_documents();
         return Tokenizer(doc, config, model_dir.string() + " (its tokenizer.ggml metadata)");

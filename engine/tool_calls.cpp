@@ -1,6 +1,6 @@
 #include "engine/tool_calls.hpp"
+#include "support/random.hpp"
 
-#include <random>
 
 #include "engine/chat_template.hpp"
 
@@ -102,11 +102,7 @@ const char* marker(ChatFamily family) {
 }  // namespace
 
 std::string new_call_id() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    std::string id = "call_";
-    for (int i = 0; i < 24; ++i) id += alphabet[rng() % 62];
-    return id;
+    return "call_" + support::random_hex(12);
 }
 
 std::string tools_prompt(ChatFamily family, const std::vector<ToolSpec>& tools) {

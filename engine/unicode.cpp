@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::engine {
 namespace {
@@ -103,6 +103,6 @@ size_t complete_utf8_prefix(std::string_view bytes) {
     return n;
 }
 
-std::string sanitize_utf8(std::string_view bytes) { return registry::to_valid_utf8(bytes); }
+std::string sanitize_utf8(std::string_view bytes) { return support::to_valid_utf8(bytes); }
 
 }  // namespace anvil::engine

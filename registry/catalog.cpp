@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::registry {
 
@@ -52,7 +52,7 @@ void Catalog::put_all(std::vector<Document> docs, const std::map<std::string, st
 }
 
 void Catalog::erase(const std::string& raw_path) {
-    const std::string path = to_valid_utf8(raw_path);  // as parse_document keys it
+    const std::string path = support::to_valid_utf8(raw_path);  // as parse_document keys it
     auto it = documents_.find(path);
     if (it == documents_.end()) return;
     if (!it->second.id.empty()) {
@@ -107,63 +107,90 @@ std::string Catalog::full_read_reason(const GitSource& source, const std::string
     return "";
 }
 
+namespace {
+
+// One document of `commit` as the catalog holds it.
+Document read_document(const GitSource& source, const std::string& commit, const std::string& path, const std::string& blob_id,
+                       const DocumentLimits& limits) {
+    Provenance provenance{source.url(), commit, path, blob_id, ""};
+    // The size from the blob's header first: an oversized blob is invalid without being inflated
+    // (a 1 GiB file of one byte repeated is a few MB in the repository).
+    if (const auto size = source.blob_size(blob_id); over_document_limit(size, limits))
+        return oversized_document(size, std::move(provenance), limits);
+    return parse_document(source.read_blob(blob_id), std::move(provenance), limits);
+}
+
+}  // namespace
+
+CatalogChanges Catalog::read_changes(const GitSource& source, const std::string& commit) const {
+    CatalogChanges out;
+    out.source_url = source.url();
+    out.commit = commit;
+    out.report.previous_commit = commit_;
+    out.report.commit = commit;
+    out.report.mode = SyncReport::Mode::incremental;
+    SyncReport& report = out.report;
+    for (const auto& change : source.diff(commit_, commit)) {
+        CatalogChanges::Step step;
+        switch (change.kind) {
+            case PathChange::Kind::added: ++report.added; break;
+            case PathChange::Kind::modified: ++report.modified; break;
+            case PathChange::Kind::deleted: ++report.deleted; break;
+            case PathChange::Kind::renamed:
+                ++report.renamed;
+                step.erase = change.old_path;
+                report.changed_paths.push_back(support::to_valid_utf8(change.old_path));
+                break;
+        }
+        report.changed_paths.push_back(support::to_valid_utf8(change.path));
+        if (change.kind == PathChange::Kind::deleted) step.erase = change.path;
+        else step.put = read_document(source, commit, change.path, change.blob_id, limits_);
+        out.steps.push_back(std::move(step));
+    }
+    return out;
+}
+
+SyncReport Catalog::apply_changes(CatalogChanges changes) {
+    for (auto& step : changes.steps) {
+        if (!step.erase.empty()) erase(step.erase);
+        if (step.put) put(std::move(*step.put));
+    }
+    source_url_ = std::move(changes.source_url);
+    commit_ = std::move(changes.commit);
+    return std::move(changes.report);
+}
+
 SyncReport Catalog::apply(const GitSource& source, const std::string& commit) {
     SyncReport report;
     report.previous_commit = commit_;
     report.commit = commit;
     if (commit == commit_ && source.url() == source_url_) return report;
-
-    auto read = [&](const std::string& path, const std::string& blob_id) {
-        Provenance provenance{source.url(), commit, path, blob_id, ""};
-        // The size from the blob's header first: an oversized blob is invalid without being inflated
-        // (a 1 GiB file of one byte repeated is a few MB in the repository).
-        if (const auto size = source.blob_size(blob_id); over_document_limit(size, limits_))
-            return oversized_document(size, std::move(provenance), limits_);
-        return parse_document(source.read_blob(blob_id), std::move(provenance), limits_);
-    };
+    auto read = [&](const std::string& path, const std::string& blob_id) { return read_document(source, commit, path, blob_id, limits_); };
 
     report.full_reason = full_read_reason(source, commit);
+    if (report.full_reason.empty()) return apply_changes(read_changes(source, commit));
 
-    if (!report.full_reason.empty()) {
-        if (!commit_.empty()) spdlog::warn("registry {}: {}; reading every document again", source.url(), report.full_reason);
-        report.mode = SyncReport::Mode::full;
-        // Ownership survives the re-read: this catalog's owners, else those remembered from outside.
-        std::map<std::string, std::string> owners = this->owners();
-        owners.insert(remembered_owners_.begin(), remembered_owners_.end());
-        std::map<std::string, Document> previous;
-        previous.swap(documents_);
-        claims_.clear();
-        std::vector<Document> docs;
-        for (const auto& entry : source.list_documents(commit)) {
-            auto old = previous.find(to_valid_utf8(entry.path));
-            if (old == previous.end()) ++report.added;
-            else if (old->second.provenance.blob_id != entry.blob_id) ++report.modified;
-            if (old == previous.end() || old->second.provenance.blob_id != entry.blob_id) report.changed_paths.push_back(to_valid_utf8(entry.path));
-            if (old != previous.end()) previous.erase(old);
-            docs.push_back(read(entry.path, entry.blob_id));
-        }
-        put_all(std::move(docs), owners);
-        for (const auto& [path, _] : previous) {
-            ++report.deleted;
-            report.changed_paths.push_back(path);
-        }
-    } else {
-        report.mode = SyncReport::Mode::incremental;
-        for (const auto& change : source.diff(commit_, commit)) {
-            switch (change.kind) {
-                case PathChange::Kind::added: ++report.added; break;
-                case PathChange::Kind::modified: ++report.modified; break;
-                case PathChange::Kind::deleted: ++report.deleted; break;
-                case PathChange::Kind::renamed:
-                    ++report.renamed;
-                    erase(change.old_path);
-                    report.changed_paths.push_back(to_valid_utf8(change.old_path));
-                    break;
-            }
-            report.changed_paths.push_back(to_valid_utf8(change.path));
-            if (change.kind == PathChange::Kind::deleted) erase(change.path);
-            else put(read(change.path, change.blob_id));
-        }
+    if (!commit_.empty()) spdlog::warn("registry {}: {}; reading every document again", source.url(), report.full_reason);
+    report.mode = SyncReport::Mode::full;
+    // Ownership survives the re-read: this catalog's owners, else those remembered from outside.
+    std::map<std::string, std::string> owners = this->owners();
+    owners.insert(remembered_owners_.begin(), remembered_owners_.end());
+    std::map<std::string, Document> previous;
+    previous.swap(documents_);
+    claims_.clear();
+    std::vector<Document> docs;
+    for (const auto& entry : source.list_documents(commit)) {
+        auto old = previous.find(support::to_valid_utf8(entry.path));
+        if (old == previous.end()) ++report.added;
+        else if (old->second.provenance.blob_id != entry.blob_id) ++report.modified;
+        if (old == previous.end() || old->second.provenance.blob_id != entry.blob_id) report.changed_paths.push_back(support::to_valid_utf8(entry.path));
+        if (old != previous.end()) previous.erase(old);
+        docs.push_back(read(entry.path, entry.blob_id));
+    }
+    put_all(std::move(docs), owners);
+    for (const auto& [path, _] : previous) {
+        ++report.deleted;
+        report.changed_paths.push_back(path);
     }
     source_url_ = source.url();
     commit_ = commit;

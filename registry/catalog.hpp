@@ -25,6 +25,21 @@ struct SyncReport {
 };
 std::string_view to_string(SyncReport::Mode mode);
 
+// An incremental step from one commit to the next, read but not yet applied: what the diff
+// names, each document parsed. Read without touching the catalog (Catalog::read_changes), so a
+// caller that publishes the catalog to other threads does the reading outside its lock and holds
+// the lock only to apply.
+struct CatalogChanges {
+    std::string source_url;
+    std::string commit;
+    SyncReport report;  // mode incremental, counts and changed paths
+    struct Step {
+        std::string erase;              // a path that goes away (deleted, or a rename's old path), or empty
+        std::optional<Document> put;    // the document at a path that appeared, changed or was renamed to
+    };
+    std::vector<Step> steps;  // in the diff's order: ownership of ids follows arrival
+};
+
 class Catalog {
 public:
     explicit Catalog(DocumentLimits limits = {}) : limits_(limits) {}
@@ -37,6 +52,10 @@ public:
     // commit gone), or empty when it reads only what the diff names. Lets a caller that publishes
     // the catalog to other threads apply a full read to a copy instead of in place.
     std::string full_read_reason(const GitSource& source, const std::string& commit) const;
+    // The incremental step to `commit` (full_read_reason must be empty), read and parsed, and its
+    // application: apply(source, commit) is the two in one.
+    CatalogChanges read_changes(const GitSource& source, const std::string& commit) const;
+    SyncReport apply_changes(CatalogChanges changes);
     // Reads a plain directory (every document path below it) or one file of any name, outside git.
     // `owners` keeps ids with the paths that had them (see owners()).
     static Catalog from_filesystem(const std::filesystem::path& root, const std::map<std::string, std::string>& owners = {},

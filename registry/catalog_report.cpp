@@ -1,6 +1,6 @@
 #include "registry/catalog_report.hpp"
 
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::registry {
 
@@ -10,7 +10,7 @@ namespace {
 
 // Text that did not come from a parsed document (a file name, a configured location, a parser's
 // message) may hold bytes that are not UTF-8; dump() would throw on them.
-std::string text(std::string_view s) { return to_valid_utf8(s); }
+std::string text(std::string_view s) { return support::to_valid_utf8(s); }
 json texts(const std::vector<std::string>& lines) {
     json out = json::array();
     for (const auto& line : lines) out.push_back(text(line));

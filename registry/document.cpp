@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "registry/json_text_check.hpp"
-#include "registry/support/digest.hpp"
-#include "registry/utf8.hpp"
+#include "support/digest.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::registry {
 
@@ -178,8 +178,8 @@ FieldError size_error(std::uint64_t size, const DocumentLimits& limits) {
 // What must hold before the bytes are parsed at all: a file name that can be reported, a bounded
 // size, bounded nesting and UTF-8 throughout. False after recording the first that does not.
 bool readable_as_json(Document& doc, std::string_view bytes, const DocumentLimits& limits) {
-    if (!is_valid_utf8(doc.provenance.path)) {
-        doc.provenance.path = to_valid_utf8(doc.provenance.path);
+    if (!support::is_valid_utf8(doc.provenance.path)) {
+        doc.provenance.path = support::to_valid_utf8(doc.provenance.path);
         doc.errors.push_back({"", "a file name of valid UTF-8 (rename the file)", "\"" + doc.provenance.path + "\""});
         return false;
     }
@@ -214,7 +214,7 @@ bool over_document_limit(std::uint64_t size, const DocumentLimits& limits) { ret
 Document oversized_document(std::uint64_t size, Provenance provenance, const DocumentLimits& limits) {
     Document doc;
     doc.provenance = std::move(provenance);
-    if (!is_valid_utf8(doc.provenance.path)) doc.provenance.path = to_valid_utf8(doc.provenance.path);
+    if (!support::is_valid_utf8(doc.provenance.path)) doc.provenance.path = support::to_valid_utf8(doc.provenance.path);
     doc.errors.push_back(size_error(size, limits));
     return doc;
 }
@@ -228,7 +228,7 @@ Document parse_document(std::string_view bytes, Provenance provenance, const Doc
         doc.raw = json::parse(bytes.begin(), bytes.end());
     } catch (const json::parse_error& e) {
         // The message quotes the last bytes read, which may end inside a multi-byte character.
-        std::string what = to_valid_utf8(e.what());
+        std::string what = support::to_valid_utf8(e.what());
         if (auto colon = what.rfind(": "); colon != std::string::npos) what = what.substr(colon + 2);
         doc.errors.push_back({"", "a JSON document", "invalid JSON at " + position_of(bytes, e.byte) + " (" + what + ")"});
         return doc;

@@ -9,7 +9,7 @@
 #include <git2.h>
 
 #include "registry/document.hpp"
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 
 namespace anvil::registry {
 

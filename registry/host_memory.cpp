@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::registry {
 

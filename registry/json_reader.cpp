@@ -1,6 +1,6 @@
 #include "registry/json_reader.hpp"
 
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::registry {
 
@@ -9,11 +9,11 @@ namespace anvil::registry {
 std::string FieldError::describe() const {
     std::string out = "at " + (pointer.empty() ? std::string("/") : pointer) + ": expected " + expected;
     out += found.empty() ? ", found nothing" : ", found " + found;
-    return to_valid_utf8(out);
+    return support::to_valid_utf8(out);
 }
 
 std::string format_error(const std::string& file, const FieldError& error) {
-    return to_valid_utf8(file) + ": " + error.describe();
+    return support::to_valid_utf8(file) + ": " + error.describe();
 }
 
 std::string escape_pointer_token(std::string_view token) {

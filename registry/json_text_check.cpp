@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/json_reader.hpp"
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::registry {
 
@@ -92,7 +92,7 @@ private:
     }
 
     std::size_t checked_sequence_end(std::size_t i) {
-        const std::size_t length = utf8_sequence_length(bytes_, i);
+        const std::size_t length = support::utf8_sequence_length(bytes_, i);
         if (length > 0) return i + length;
         problem_ = FieldError{pointer(), "valid UTF-8",
                               "the byte " + byte_text(static_cast<unsigned char>(bytes_[i])) + " at " + position_of(bytes_, i)};

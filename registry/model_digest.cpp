@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 
 namespace anvil::registry {
 

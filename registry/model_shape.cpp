@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/gguf.hpp"
+#include "formats/gguf.hpp"
 
 namespace anvil::registry {
 
@@ -107,7 +107,7 @@ ModelShapeReading read_gguf_shape(const std::filesystem::path& path) {
     if (p == MAP_FAILED) return {std::nullopt, file + ": cannot be mapped: " + std::strerror(errno)};
     ModelShapeReading out;
     try {
-        const engine::GgufImage image = engine::parse_gguf(static_cast<const uint8_t*>(p), size, file);
+        const formats::GgufImage image = formats::parse_gguf(static_cast<const uint8_t*>(p), size, file);
         const json& m = image.metadata;
         const std::string arch = m.value("general.architecture", std::string());
         if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
@@ -162,7 +162,7 @@ ModelShapeReading read_gguf_shape(const std::filesystem::path& path) {
 }  // namespace
 
 ModelShapeReading read_model_shape(const std::filesystem::path& model_dir) {
-    if (engine::is_model_file(model_dir)) return read_gguf_shape(model_dir);
+    if (formats::is_model_file(model_dir)) return read_gguf_shape(model_dir);
     const auto file = model_dir / "config.json";
     std::ifstream in(file);
     if (!in) return {std::nullopt, file.string() + ": cannot be read"};

@@ -1,4 +1,5 @@
 #include "registry/recipe_gates.hpp"
+#include "support/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +9,6 @@
 namespace anvil::registry {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
 
 std::string gpus(std::int64_t n) { return std::to_string(n) + (n == 1 ? " GPU" : " GPUs"); }
 
@@ -226,7 +221,7 @@ Gate collectives(const Recipe& r, const GateContext& ctx) {
 }  // namespace
 
 void LicenceBook::add(std::string_view repository, std::string licence, std::string source) {
-    by_repository_[lower(repository)] = Entry{std::move(licence), std::move(source)};
+    by_repository_[support::ascii_lower(repository)] = Entry{std::move(licence), std::move(source)};
 }
 
 void LicenceBook::add(const ExternalPriors& priors, const std::string& source) {
@@ -235,12 +230,12 @@ void LicenceBook::add(const ExternalPriors& priors, const std::string& source) {
 }
 
 const LicenceBook::Entry* LicenceBook::find(std::string_view repository) const {
-    auto it = by_repository_.find(lower(repository));
+    auto it = by_repository_.find(support::ascii_lower(repository));
     return it == by_repository_.end() ? nullptr : &it->second;
 }
 
 bool is_non_commercial(std::string_view licence) {
-    const std::string l = lower(licence);
+    const std::string l = support::ascii_lower(licence);
     return l.starts_with("cc-by-nc") || l.find("-nc-") != std::string::npos || l.find("noncommercial") != std::string::npos ||
            l.find("non-commercial") != std::string::npos;
 }
@@ -283,7 +278,7 @@ std::vector<ModelUse> models_of(const Document& doc) {
     const Recipe* r = doc.recipe();
     if (r && r->huggingface_repository) {
         const std::string& repo = *r->huggingface_repository;
-        const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return lower(m.repository) == lower(repo); });
+        const bool listed = std::any_of(out.begin(), out.end(), [&](const ModelUse& m) { return support::ascii_lower(m.repository) == support::ascii_lower(repo); });
         if (!listed) out.insert(out.begin(), ModelUse{repo, "served model", std::nullopt});
     }
     return out;

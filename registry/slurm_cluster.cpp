@@ -1,4 +1,5 @@
 #include "registry/slurm_cluster.hpp"
+#include "support/text.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -9,12 +10,6 @@ namespace anvil::registry {
 namespace {
 
 constexpr std::int64_t kMiB = 1024 * 1024;
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
 
 bool is_nothing(std::string_view s) { return s.empty() || s == "(null)" || s == "N/A" || s == "n/a"; }
 
@@ -114,10 +109,10 @@ std::int64_t SlurmNode::free_gpus() const {
 }
 
 bool SlurmNode::usable() const {
-    const std::string s = lower(state);
+    const std::string s = support::ascii_lower(state);
     if (s == "down" || s == "fail" || s == "future" || s == "unknown" || s == "error") return false;
     for (const auto& f : state_flags) {
-        const std::string flag = lower(f);
+        const std::string flag = support::ascii_lower(f);
         if (flag == "drain" || flag == "drained" || flag == "draining" || flag == "fail" || flag == "not_responding" ||
             flag == "maintenance" || flag == "future" || flag == "invalid_reg" || flag == "invalid")
             return false;

@@ -1,7 +1,7 @@
 // A Slurm cluster as the feasibility gates see it: its nodes (CPUs, memory, GPUs declared as GRES,
 // what is allocated), read from slurmrestd's node list, and the node a recipe is judged against —
 // the largest usable one in the partition, because a job never spans nodes for one engine. Pure:
-// the HTTP call lives with the supervisor (engine/supervisor/slurm_rest).
+// the HTTP call lives with the supervisor (daemon/drivers/slurm_rest).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #include "state/records.hpp"
 
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::state {
 

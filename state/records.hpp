@@ -245,7 +245,7 @@ struct SupersededRevision {
 };
 
 // UTC, ISO 8601 with milliseconds: "2026-11-30T06:14:00.123Z". Forwards to support::utc_now
-// (registry/support/clock.hpp), the one clock format; kept so the ledger's many callers read as before.
+// (support/clock.hpp), the one clock format; kept so the ledger's many callers read as before.
 std::string now_iso8601();
 
 }  // namespace anvil::state

@@ -1,6 +1,7 @@
 // The store's opening: the writer connection (WAL, pragmas, migrations), the read-only fallback with its
 // reason, and the pieces the store_*.cpp files share.
 #include "state/store_impl.hpp"
+#include "support/text.hpp"
 
 #include <sqlite3.h>
 #include <sys/statvfs.h>
@@ -43,11 +44,6 @@ std::optional<registry::Number> to_number(const SqlValue& v) {
     if (std::holds_alternative<std::int64_t>(v)) return registry::Number{std::get<std::int64_t>(v)};
     if (std::holds_alternative<double>(v)) return registry::Number{std::get<double>(v)};
     return std::nullopt;
-}
-
-std::string lower(std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return s;
 }
 
 Status status_from(const std::string& text) {

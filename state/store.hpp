@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,6 @@ public:
 
     // ---- writes: each is one transaction ----
     Id upsert_source(const std::string& url, const std::string& ref);
-    Id record_sync(Id source_id, const registry::SyncReport& report);
 
     struct Ingested {
         Id revision_id = 0;
@@ -69,7 +69,7 @@ public:
     Ingested ingest_revision(Id source_id, const RevisionInput& revision, const std::string& actor = "reconciler");
     // Every revision of one registry commit in one transaction (a span, so that a braced list of
     // document pointers still means the overload below): the commit lands whole or not at all,
-    // with the sync that read it (`sync`, as record_sync) when given.
+    // with the sync that read it (`sync`: the commit, its mode and counts) when given.
     std::vector<Ingested> ingest_revisions(Id source_id, std::span<const RevisionInput> revisions,
                                            const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
     // The same from the registry's documents (each made a RevisionInput by revision_input()); only
@@ -108,7 +108,6 @@ public:
     // An operator's setting (promotion pin, freeze): written with its actor, and as an event.
     // Prefer the typed accessors below; these stay while callers move to them.
     void set_setting(const std::string& key, const nlohmann::json& value, const std::string& actor);
-    void clear_setting(const std::string& key, const std::string& actor);
 
     // The promotion settings, typed (state/settings.hpp). A set is written by its actor (the pin's
     // and the freeze's own); a clear says whether there was one, and writes an event only then.
@@ -131,6 +130,8 @@ public:
     std::vector<Id> candidates_without_feasibility(int limit = 1000) const;
     // The newest revision of every recipe, without documents.
     std::vector<RevisionHead> latest_revision_heads() const;
+    // The same for the named recipes only (those without a revision are left out), in recipe order.
+    std::vector<RevisionHead> latest_revision_heads(const std::set<std::string>& recipe_ids) const;
     // Older revisions still open while their recipe has a newer one; the pass retires them.
     std::vector<SupersededRevision> superseded_open_revisions(int limit = 1000) const;
     // Every recipe id with at least one revision, and its newest revision's id and status.

@@ -23,7 +23,6 @@ std::vector<Id> parse_ids(const std::string& text);
 std::vector<std::string> parse_strings(const std::string& text);
 SqlValue to_sql(const std::optional<registry::Number>& n);
 std::optional<registry::Number> to_number(const SqlValue& v);
-std::string lower(std::string s);
 // Throws on a status this anvil does not know: the file was written by something else.
 Status status_from(const std::string& text);
 // Columns: id, revision_id, from_status, to_status, reason, evidence_ids, verdict_ids, commit_id,

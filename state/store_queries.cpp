@@ -1,6 +1,7 @@
 // The store's read queries: recipe listings and detail, revisions by status, the default, statuses
 // and the same statuses rebuilt from the ledger. Each borrows a pooled reader connection.
 #include "state/store_impl.hpp"
+#include "support/text.hpp"
 
 #include <algorithm>
 
@@ -58,7 +59,7 @@ RecipePage Store::list_recipes(const RecipeFilter& f) const {
         // GLOB rather than LIKE … ESCAPE: the trigram index serves GLOB, and LIKE only without
         // ESCAPE. Metacharacters in the term are bracketed so the text is matched literally.
         std::string term;
-        for (char c : lower(*f.text)) {
+        for (char c : support::ascii_lower(*f.text)) {
             if (c == '*' || c == '?' || c == '[') term += std::string("[") + c + "]";
             else term += c;
         }
@@ -255,6 +256,20 @@ std::vector<RevisionHead> Store::latest_revision_heads() const {
     std::vector<RevisionHead> out;
     while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))});
     s.reset();
+    return out;
+}
+
+std::vector<RevisionHead> Store::latest_revision_heads(const std::set<std::string>& recipe_ids) const {
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT r.id, r.recipe_id, r.sha256, src.url, r.path, s.status FROM recipes rc "
+                        "JOIN recipe_revisions r ON r.id = rc.latest_revision_id JOIN revision_status s ON s.revision_id = r.id "
+                        "LEFT JOIN sources src ON src.id = r.source_id WHERE rc.id = ?");
+    std::vector<RevisionHead> out;
+    for (const auto& id : recipe_ids) {
+        s.bind(1, id);
+        while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))});
+        s.reset();
+    }
     return out;
 }
 

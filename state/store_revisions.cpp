@@ -1,6 +1,7 @@
 // The store's sources, syncs and revisions: what the registry hands over, recorded once per content,
 // and which revision is each recipe's newest.
 #include "state/store_impl.hpp"
+#include "support/text.hpp"
 
 namespace anvil::state {
 
@@ -13,7 +14,7 @@ namespace {
 // stored once (in the document), not again as search text and again in the trigram index.
 constexpr std::size_t kSearchTextBytes = 4096;
 std::string search_text_of(const RevisionInput& revision) {
-    std::string text = lower(revision.recipe_id + "\n" + revision.description);
+    std::string text = support::ascii_lower(revision.recipe_id + "\n" + revision.description);
     if (text.size() <= kSearchTextBytes) return text;
     std::size_t cut = kSearchTextBytes;
     while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // never split a UTF-8 sequence
@@ -38,10 +39,6 @@ Id Store::upsert_source(const std::string& url, const std::string& ref) {
         insert.run();
         return impl_->writer->conn.last_insert_id();
     });
-}
-
-Id Store::record_sync(Id source_id, const registry::SyncReport& report) {
-    return write("a sync", [&] { return impl_->insert_sync(source_id, report); });
 }
 
 Id Store::Impl::insert_sync(Id source_id, const registry::SyncReport& report) {

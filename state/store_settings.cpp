@@ -25,15 +25,6 @@ void Store::set_setting(const std::string& key, const json& value, const std::st
     });
 }
 
-void Store::clear_setting(const std::string& key, const std::string& actor) {
-    write("a setting", [&] {
-        auto& erase = impl_->w("DELETE FROM settings WHERE key = ?");
-        erase.bind(1, key);
-        erase.run();
-        impl_->setting_event(key, actor + " cleared " + key, nullptr, actor, now_iso8601());
-    });
-}
-
 // Checks and clears in one transaction: two operators clearing at once see one of them succeed.
 bool Store::clear_setting_if_set(const std::string& key, const std::string& actor) {
     return write("a setting", [&] {

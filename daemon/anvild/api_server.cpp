@@ -2,11 +2,11 @@
 
 #include "daemon/anvild/api_views.hpp"
 #include "daemon/anvild/console_assets.hpp"
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/safe_text.hpp"
-#include "kernels/hardware/inventory_report.hpp"
+#include "daemon/host/inventory_report.hpp"
 
 
 #include <charconv>
@@ -232,7 +232,7 @@ void ApiServer::routes() {
     // What NVML reads now, and what feasibility judges with (declared, measured at start, or none);
     // with a Slurm placement also the cluster's nodes as slurmrestd lists them now.
     h.Get("/api/v1/inventory", wrap("/api/v1/inventory", false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-              json data{{"measured_now", hardware::inventory_to_json(hardware::read_inventory())}, {"judging_with", inventory_view(reconciler_)}};
+              json data{{"measured_now", host::inventory_to_json(hardware::read_inventory())}, {"judging_with", inventory_view(reconciler_)}};
               if (config_.slurm) data["cluster"] = cluster_view(*config_.slurm);
               send(res, 200, {{"data", std::move(data)}});
           }));

@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "daemon/anvild/config.hpp"
-#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/response_cache.hpp"
 #include "state/store.hpp"

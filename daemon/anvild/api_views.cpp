@@ -4,7 +4,7 @@
 #include <set>
 #include <sstream>
 
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 
 
 namespace anvil::daemon {
@@ -58,14 +58,14 @@ json registry_view(const Reconciler& reconciler) {
     return out;
 }
 
-json cluster_view(const driver::SlurmPlacement& placement) {
-    const driver::SlurmRest rest(placement.rest);
+json cluster_view(const drivers::SlurmPlacement& placement) {
+    const drivers::SlurmRest rest(placement.rest);
     json out{{"placement", {{"kind", "slurm"}, {"rest", placement.rest.address}, {"user", placement.rest.user},
                             {"partition", placement.partition}, {"account", placement.account},
                             {"time_limit_minutes", placement.time_limit.count()}, {"gpu_memory_mib", placement.gpu_memory_mib}}}};
     try {
         out.update(rest.nodes().to_json());
-    } catch (const driver::SlurmError& e) {
+    } catch (const drivers::SlurmError& e) {
         out["error"] = e.what();
     }
     return out;

@@ -18,7 +18,7 @@ nlohmann::json registry_view(const Reconciler& reconciler);
 nlohmann::json inventory_view(const Reconciler& reconciler);
 // A Slurm placement's cluster as slurmrestd lists it now: {"placement", "nodes", ...}, or
 // {"placement", "error"} when it cannot be read (the error says which call and why).
-nlohmann::json cluster_view(const driver::SlurmPlacement& placement);
+nlohmann::json cluster_view(const drivers::SlurmPlacement& placement);
 // GET /api/v1/decisions: the thresholds, the control, and each validated revision's numbers against
 // it with its decision (docs/API.md).
 nlohmann::json decisions_view(const Reconciler::PromotionPicture& picture, const state::Store& store);

@@ -24,13 +24,13 @@
 
 #include "daemon/anvild/api_server.hpp"
 #include "daemon/anvild/api_views.hpp"
-#include "daemon/anvild/config.hpp"
-#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/anvild/systemd_notify.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/http/guarded_server.hpp"
-#include "registry/support/atomic_file.hpp"
+#include "support/atomic_file.hpp"
 #include "state/store.hpp"
 
 namespace {
@@ -154,8 +154,17 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
                                    {"api", config.listen.host + ":" + std::to_string(api.port())},
                                    {"serve", config.serve.host + ":" + std::to_string(endpoint.port())}};
     support::write_file_atomically(config.data_dir / "addresses.json", addresses.dump(), 0600);
-    // The first pass reads every source once; READY=1 follows it.
-    reconciler.pass();
+    // The first pass reads every source once; READY=1 follows it. It is guarded as every pass is:
+    // whatever it meets, anvild goes on to serve and the next pass starts from the ledger.
+    auto run_pass = [&reconciler] {
+        try {
+            reconciler.pass();
+        } catch (const std::exception& e) {
+            // A pass that fails leaves state as the ledger says; the next one starts from there.
+            spdlog::error("reconcile pass failed: {}", e.what());
+        }
+    };
+    run_pass();
     loop.beat();
     spdlog::info("anvild ready: API on {}:{}, stable endpoint on {}:{}", config.listen.host, api.port(), config.serve.host, endpoint.port());
     daemon::notify_ready();
@@ -170,12 +179,7 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
             loop.woken = false;
         }
         if (loop.terminate || loop.reload) break;
-        try {
-            reconciler.pass();
-        } catch (const std::exception& e) {
-            // A pass that fails leaves state as the ledger says; the next one starts from there.
-            spdlog::error("reconcile pass failed: {}", e.what());
-        }
+        run_pass();
         loop.beat();
         daemon::notify_status(status_line(daemon::status_view(reconciler, store)));
     }

@@ -24,7 +24,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/anvild/host_port.hpp"
+#include "daemon/config/host_port.hpp"
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
 

@@ -26,7 +26,7 @@
 
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
-#include "kernels/hardware/nvml_inventory.hpp"
+#include "daemon/host/host_inventory.hpp"
 #include "registry/document.hpp"
 #include "registry/feasibility.hpp"
 #include "registry/feasibility_json.hpp"
@@ -110,7 +110,7 @@ private:
 reg::Inventory measure_inventory() {
     auto reading = anvil::hardware::read_inventory();
     if (!reading.ok) throw std::runtime_error(reading.error + " (for this command: --inventory FILE)");
-    return reading.inventory;
+    return anvil::host::measured_inventory(reading);
 }
 
 reg::Inventory load_inventory(const std::string& path) {

@@ -10,7 +10,7 @@
 
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
-#include "kernels/hardware/inventory_report.hpp"
+#include "daemon/host/inventory_report.hpp"
 #include "kernels/hardware/nvml_inventory.hpp"
 
 namespace anvil::cli {
@@ -25,8 +25,8 @@ int gpus_command(const std::vector<std::string>& args) {
     Arguments a(args, {}, {"--json"});
     if (!a.positional().empty()) throw UsageError("gpus takes no arguments, only --json");
     const hardware::InventoryReading reading = hardware::read_inventory();
-    if (a.has("--json")) std::cout << hardware::inventory_to_json(reading).dump(2) << "\n";
-    else if (reading.ok) std::cout << hardware::inventory_table(reading);
+    if (a.has("--json")) std::cout << host::inventory_to_json(reading).dump(2) << "\n";
+    else if (reading.ok) std::cout << host::inventory_table(reading);
     else std::cerr << "anvil gpus: " << reading.error << "\n";
     return reading.ok ? 0 : 2;
 }

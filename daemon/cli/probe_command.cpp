@@ -15,7 +15,7 @@
 #include "daemon/cli/arguments.hpp"
 #include "daemon/cli/commands.hpp"
 #include "kernels/hardware/collective_probe.hpp"
-#include "kernels/hardware/inventory_report.hpp"
+#include "daemon/host/inventory_report.hpp"
 #include "kernels/hardware/nvml_inventory.hpp"
 
 namespace anvil::cli {
@@ -104,11 +104,11 @@ int probe_command(const std::vector<std::string>& args) {
     const hardware::InventoryReading inventory = hardware::read_inventory();
     if (!inventory.ok) return cannot_run(json, "cannot probe collectives: " + inventory.error);
     std::set<std::string> present;
-    for (const auto& g : inventory.inventory.gpus) present.insert(g.uuid);
+    for (const auto& g : inventory.gpus) present.insert(g.uuid);
     if (auto list = a.value("--gpus")) {
         request.gpus = split_list(*list);
     } else {
-        for (const auto& g : inventory.inventory.gpus) request.gpus.push_back(g.uuid);
+        for (const auto& g : inventory.gpus) request.gpus.push_back(g.uuid);
     }
     if (request.gpus.empty()) return cannot_run(json, "cannot probe collectives: NVML lists no GPU on this host");
     std::set<std::string> seen;
@@ -125,7 +125,7 @@ int probe_command(const std::vector<std::string>& args) {
     request.probe = *probe;
 
     const hardware::ProbeOutcome outcome = hardware::run_collective_probe(request);
-    const nlohmann::json receipt_json = hardware::probe_receipt(request, outcome, hardware::inventory_to_json(inventory));
+    const nlohmann::json receipt_json = hardware::probe_receipt(request, outcome, host::inventory_to_json(inventory));
     const std::filesystem::path dir = a.value("--receipts")
                                           ? std::filesystem::path(*a.value("--receipts"))
                                           : std::filesystem::path(a.value_or("--data-dir", default_data_dir())) / "receipts" / "collectives";

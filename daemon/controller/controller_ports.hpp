@@ -1,4 +1,4 @@
-// The controller's view of the world it acts on, as interfaces: engines (driver::EngineFleet), the
+// The controller's view of the world it acts on, as interfaces: engines (drivers::EngineFleet), the
 // stable endpoint (endpoint::UpstreamSwitch), qualification runs and the clock. Production wires
 // the real ones (ControllerPorts::real); the controller's tests wire fakes that start nothing and
 // a clock they move by hand, so backoff, probation, rollback and the exclusive window are checked
@@ -10,9 +10,9 @@
 #include <optional>
 #include <string>
 
-#include "daemon/anvild/qualification_runner.hpp"
+#include "daemon/controller/qualification_runner.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
-#include "engine/supervisor/engine_fleet.hpp"
+#include "daemon/drivers/engine_fleet.hpp"
 
 namespace anvil::daemon {
 
@@ -49,7 +49,7 @@ public:
 // The real runner behind the interface.
 class RunnerQualifications final : public Qualifications {
 public:
-    RunnerQualifications(const DaemonConfig& config, state::Store& store, driver::EngineSupervisor& engines, RegistryCheck in_registry)
+    RunnerQualifications(const DaemonConfig& config, state::Store& store, drivers::EngineSupervisor& engines, RegistryCheck in_registry)
         : runner_(config, store, engines, std::move(in_registry)) {}
     bool busy() const override { return runner_.busy(); }
     std::optional<state::Id> current() const override { return runner_.current(); }
@@ -65,7 +65,7 @@ private:
 };
 
 struct ControllerPorts {
-    driver::EngineFleet& engines;
+    drivers::EngineFleet& engines;
     endpoint::UpstreamSwitch& endpoint;
     Qualifications& qualifications;
     const Clock& clock;

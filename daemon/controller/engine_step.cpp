@@ -10,11 +10,11 @@ void Reconciler::engine_step() {
     // cluster whose slurmrestd was down), found now: handled as start_up handles them.
     for (const auto& e : engines_->adopt_pending()) {
         store_.append_event("engine", e.handle.recipe.recipe_id,
-                            std::string(driver::to_string(e.role)) + " engine " + e.handle.engine_id + " of an earlier run adopted");
-        if (e.role != driver::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
+                            std::string(drivers::to_string(e.role)) + " engine " + e.handle.engine_id + " of an earlier run adopted");
+        if (e.role != drivers::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
     }
     for (const auto& e : engines_->check()) {
-        if (e.role == driver::EngineRole::serving) {
+        if (e.role == drivers::EngineRole::serving) {
             metrics_.record_engine_restart();
             store_.append_event("engine", e.handle.recipe.recipe_id, "serving engine " + e.handle.engine_id + " exited; restarting it");
         }

@@ -81,7 +81,7 @@ void Reconciler::measure_engines_without_ledger() {
     for (const auto& e : engines_->engines()) {
         const bool answers = engines_->answers(e);
         health[e.row_id] = answers ? "healthy" : "not answering";
-        if (e.role == driver::EngineRole::serving && !answers)
+        if (e.role == drivers::EngineRole::serving && !answers)
             serving_problem = "engine " + e.handle.engine_id + " of " + e.handle.recipe.recipe_id +
                               " does not answer, and no engine can be started while the ledger cannot be written";
     }

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 #include "daemon/controller/revision_document.hpp"
 #include "state/gate_table.hpp"
 

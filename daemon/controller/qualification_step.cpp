@@ -126,7 +126,7 @@ void Reconciler::qualification_step() {
             exclusive_qualification_ = true;
             // The drain (up to the endpoint's drain timeout) and the stop run without mutex_.
             for (const auto& e : engines_->engines())
-                if (e.role == driver::EngineRole::serving) {
+                if (e.role == drivers::EngineRole::serving) {
                     endpoint_->switch_to(std::nullopt);
                     engines_->stop(e);
                 }

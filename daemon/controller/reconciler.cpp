@@ -3,10 +3,11 @@
 // themselves live in *_step.cpp beside this file.
 #include "daemon/controller/reconciler.hpp"
 
+#include <set>
+
 #include <spdlog/spdlog.h>
 
-#include "kernels/hardware/collective_probe.hpp"
-#include "kernels/hardware/nvml_inventory.hpp"
+#include "daemon/host/host_inventory.hpp"
 
 namespace anvil::daemon {
 
@@ -18,24 +19,24 @@ using json = nlohmann::json;
 // measured inventory whose source says why: GPU recipes are then rejected on paper, and the rest
 // of the daemon runs. (nvidia-smi is no fallback: it is itself a client of libnvidia-ml.)
 registry::Inventory measure_inventory(std::string& note) {
-    hardware::InventoryReading reading = hardware::read_inventory();
+    const hardware::InventoryReading reading = hardware::read_inventory();
     if (!reading.ok) {
         note = reading.error + ": judging with no GPU";
         spdlog::warn("GPU inventory: {}", note);
-        return reading.inventory;
+        return host::measured_inventory(reading);
     }
-    note = "measured by NVML: " + std::to_string(reading.inventory.gpus.size()) + " GPUs, driver " +
-           reading.inventory.driver_version + ", CUDA " + reading.inventory.cuda_driver_version;
+    note = "measured by NVML: " + std::to_string(reading.gpus.size()) + " GPUs, driver " + reading.driver_version +
+           ", CUDA " + reading.cuda_driver_version;
     spdlog::info("GPU inventory: {}", note);
-    return reading.inventory;
+    return host::measured_inventory(reading);
 }
 
 // The cluster's largest usable node, as the gates judge recipes against it: a job runs an engine on
 // one node. Read once, as NVML is; a reload reads it again. Unreachable: no inventory, and the note
 // says why, so GPU gates stay unknown rather than failing every recipe.
-std::optional<registry::Inventory> cluster_inventory(const driver::SlurmPlacement& placement, std::string& note) {
+std::optional<registry::Inventory> cluster_inventory(const drivers::SlurmPlacement& placement, std::string& note) {
     try {
-        const registry::SlurmCluster cluster = driver::SlurmRest(placement.rest).nodes();
+        const registry::SlurmCluster cluster = drivers::SlurmRest(placement.rest).nodes();
         std::string why;
         auto inventory = registry::best_node_inventory(cluster, placement.partition, placement.gpu_memory_mib, why);
         if (!inventory) {
@@ -46,7 +47,7 @@ std::optional<registry::Inventory> cluster_inventory(const driver::SlurmPlacemen
         note = "Slurm: " + inventory->scope + ", " + std::to_string(inventory->gpus.size()) + " GPUs, from " + cluster.source;
         spdlog::info("GPU inventory: {}", note);
         return inventory;
-    } catch (const driver::SlurmError& e) {
+    } catch (const drivers::SlurmError& e) {
         note = std::string(e.what()) + ": GPU gates stay unknown until slurmrestd answers (asked again every 15 s)";
         spdlog::warn("GPU inventory: {}", note);
         return std::nullopt;
@@ -95,7 +96,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
     // for the tensor-parallel gate; its newest receipt counts only over exactly these GPUs.
     if (!config.slurm && inventory && !inventory->gpus.empty()) {
         if (auto receipt = hardware::latest_probe_receipt(config.data_dir / "receipts" / "collectives")) {
-            hardware::apply_probe_receipt(*inventory, *receipt);
+            host::apply_probe_receipt(*inventory, *receipt);
             inventory_note_ += "; collectives from probe receipt " + receipt->path.filename().string();
         }
     }
@@ -118,7 +119,7 @@ void Reconciler::inventory_step() {
 
 Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics)
     : Reconciler(config, store, metrics) {
-    own_engines_ = std::make_unique<driver::EngineSupervisor>(supervisor_settings(config), store);
+    own_engines_ = std::make_unique<drivers::EngineSupervisor>(supervisor_settings(config), store);
     own_qualifications_ = std::make_unique<RunnerQualifications>(config, store, *own_engines_, [this](state::Id id) -> std::optional<std::string> {
         const auto revision = store_.revision(id);
         if (!revision) return "revision " + std::to_string(id) + " is not in the ledger";
@@ -152,10 +153,10 @@ void Reconciler::start_up(const std::function<void()>& serving_again) {
     if (serving_again) serving_again();
     // A qualification cut short by a restart starts over; its engine is of no further use.
     for (const auto& e : engines_->engines())
-        if (e.role != driver::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
+        if (e.role != drivers::EngineRole::serving) engines_->stop(e, std::chrono::seconds(5));
 }
 
-endpoint::Upstream upstream_of(const driver::RunningEngine& engine, const std::string& recipe_id) {
+endpoint::Upstream upstream_of(const drivers::RunningEngine& engine, const std::string& recipe_id) {
     endpoint::Upstream next;
     next.host = engine.handle.host;
     next.port = engine.handle.port;
@@ -185,11 +186,6 @@ void Reconciler::pass() {
     const auto started = std::chrono::steady_clock::now();
     json steps = json::object();
     step_detail_ = json::object();
-    auto step = [&](const char* name, void (Reconciler::*run)()) {
-        const auto t = std::chrono::steady_clock::now();
-        (this->*run)();
-        steps[name] = ms_since(t);
-    };
     auto finish = [&] {
         const double seconds = ms_since(started) / 1000.0;
         metrics_.record_pass(seconds);
@@ -202,18 +198,56 @@ void Reconciler::pass() {
         return finish();
     }
     const std::uint64_t failures_before = store_.write_failures().count;
-    try {
-        step("inventory_ms", &Reconciler::inventory_step);
-        step("registry_ms", &Reconciler::registry_step);
-        step("retire_ms", &Reconciler::retire_step);
-        step("judge_ms", &Reconciler::judge_stragglers);
-        step("engines_ms", &Reconciler::engine_step);
-        step("promotion_ms", &Reconciler::promotion_step);
-        step("serving_ms", &Reconciler::serving_step);
-        step("qualification_ms", &Reconciler::qualification_step);
-    } catch (const state::StoreError& e) {
-        // A write that failed for a lasting cause ends the pass: the ledger step says so and backs off.
-        if (!state::lasting_write_failure(e.sqlite_code) || store_.write_failures().count == failures_before) throw;
+    // The steps in order, each with the one whose work it builds on: a step that throws is named in
+    // the Reconciling condition, the steps that need it wait for the next pass, and the rest run.
+    struct Step {
+        const char* name;
+        void (Reconciler::*run)();
+        const char* needs;
+    };
+    static constexpr Step kSteps[] = {
+        {"inventory", &Reconciler::inventory_step, nullptr},
+        // Retiring against a catalog whose new revisions the ledger did not take would retire
+        // the heads they replace.
+        {"registry", &Reconciler::registry_step, nullptr},
+        {"retire", &Reconciler::retire_step, "registry"},
+        {"judge", &Reconciler::judge_stragglers, nullptr},
+        {"engines", &Reconciler::engine_step, nullptr},
+        {"promotion", &Reconciler::promotion_step, nullptr},
+        {"serving", &Reconciler::serving_step, nullptr},
+        // The serving step pauses and resumes the default around an exclusive qualification.
+        {"qualification", &Reconciler::qualification_step, "serving"},
+    };
+    std::set<std::string> failed;
+    std::string failures;
+    for (const Step& s : kSteps) {
+        const std::string key = std::string(s.name) + "_ms";
+        if (s.needs && failed.count(s.needs)) {
+            failed.insert(s.name);
+            steps[key] = std::string("skipped: the ") + s.needs + " step failed";
+            continue;
+        }
+        const auto t = std::chrono::steady_clock::now();
+        try {
+            (this->*s.run)();
+            steps[key] = ms_since(t);
+        } catch (const state::StoreError& e) {
+            // A write that failed for a lasting cause ends the pass: the ledger step says so and backs off.
+            if (state::lasting_write_failure(e.sqlite_code) && store_.write_failures().count != failures_before) break;
+            failed.insert(s.name);
+            failures += std::string(failures.empty() ? "" : "; ") + s.name + " step: " + e.what();
+            steps[key] = std::string("failed: ") + e.what();
+        } catch (const std::exception& e) {
+            failed.insert(s.name);
+            failures += std::string(failures.empty() ? "" : "; ") + s.name + " step: " + e.what();
+            steps[key] = std::string("failed: ") + e.what();
+        }
+    }
+    if (failures.empty()) {
+        set_condition("Reconciling", true, "EveryStepRan", "every step of the last pass ran");
+    } else {
+        spdlog::error("reconcile pass: {}; the next pass tries again", failures);
+        set_condition("Reconciling", false, "StepFailed", failures + "; the next pass tries again");
     }
     ledger_outcome(failures_before);
     steps.update(step_detail_);

@@ -22,18 +22,19 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/anvild/config.hpp"
-#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/controller_ports.hpp"
 #include "daemon/controller/ledger_fault.hpp"
 #include "daemon/controller/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
-#include "engine/supervisor/engine_supervisor.hpp"
+#include "daemon/drivers/engine_supervisor.hpp"
 #include "daemon/qualify/promotion_policy.hpp"
 #include "registry/recipe_gates.hpp"
 #include "state/store.hpp"
@@ -91,7 +92,7 @@ public:
     std::vector<SourceView> sources() const;
     // Feasibility of the recipe as the registry holds it now, on this machine's inputs.
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;
-    std::vector<driver::RunningEngine> engines() const { return engines_->engines(); }
+    std::vector<drivers::RunningEngine> engines() const { return engines_->engines(); }
     std::optional<state::Id> qualifying() const { return qualifications_->current(); }
     std::optional<endpoint::Upstream> upstream() const { return endpoint_->current(); }
     const DaemonConfig& config() const { return config_; }
@@ -194,10 +195,10 @@ private:
     state::Store& store_;
     DaemonMetrics& metrics_;
     // Production's own parts (empty when a test gives its own), then the ports the code uses.
-    std::unique_ptr<driver::EngineSupervisor> own_engines_;
+    std::unique_ptr<drivers::EngineSupervisor> own_engines_;
     std::unique_ptr<Qualifications> own_qualifications_;
     SystemClock own_clock_;
-    driver::EngineFleet* engines_ = nullptr;
+    drivers::EngineFleet* engines_ = nullptr;
     endpoint::UpstreamSwitch* endpoint_ = nullptr;
     Qualifications* qualifications_ = nullptr;
     const Clock* clock_ = nullptr;
@@ -227,7 +228,13 @@ private:
     std::map<state::Id, Backoff> retry_backoff_;
     std::map<std::string, std::string> last_notes_;  // de-duplicates repeated hold reasons
     std::map<state::Id, int> fidelity_ranks_;        // revision → fidelity_rank, computed once
-    std::string retire_checked_key_;  // catalogs and ledger as the retire step last saw them
+    // What the retire step has still to look at: every recipe at the first pass and after a full
+    // read of a source (a first clone, a force-push), otherwise the recipes commits touched since
+    // it last ran, so that a one-file commit costs a one-recipe check (bench_daemon).
+    struct RetireScope {
+        bool all = true;
+        std::set<std::string> recipes;
+    } retire_scope_;
     std::map<std::string, WatchResult> pending_ingest_;  // source name → a change the ledger did not take yet
     // While the ledger cannot be written: why, how many attempts failed, when to try again, and
     // when engines were last measured (their health, for the API, is under mutex_).
@@ -240,7 +247,7 @@ private:
 };
 
 // Where the endpoint forwards to serve `engine` as the default `recipe_id`.
-endpoint::Upstream upstream_of(const driver::RunningEngine& engine, const std::string& recipe_id);
+endpoint::Upstream upstream_of(const drivers::RunningEngine& engine, const std::string& recipe_id);
 
 // Orders candidates for qualification: the most faithful weights first (f32 before bf16/f16
 // before 8-bit before fewer bits), so the first default is the natural control for the rest; a

@@ -72,6 +72,10 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
     for (std::size_t i = 0; i < ingested.size(); ++i)
         if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
     timed("ingest_judge_ms", [&] { judge(created); });
+    // What the retire step looks at again: what this read touched, or everything after a full read.
+    if (result.report.mode == registry::SyncReport::Mode::full) retire_scope_.all = true;
+    retire_scope_.recipes.insert(result.touched_recipe_ids.begin(), result.touched_recipe_ids.end());
+    retire_scope_.recipes.insert(result.removed_recipe_ids.begin(), result.removed_recipe_ids.end());
     // Recipes gone from the registry are retired by the retire step, which runs next. (Only this
     // thread swaps catalogs, so reading the watch's here needs no lock.)
     const std::string& commit = watch.catalog().commit();
@@ -85,28 +89,36 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
 }
 
 void Reconciler::retire_step() {
-    // Only this thread swaps catalogs: reading them here needs no lock.
-    std::string key = std::to_string(store_.write_generation());
-    for (const auto& watch : watches_) {
-        // Until every source has been read, absence proves nothing: retire nothing.
+    // Until every source has been read, absence proves nothing: retire nothing.
+    for (const auto& watch : watches_)
         if (!watch->read_once()) return;
-        key += ";" + watch->catalog().commit() + ":" + std::to_string(watch->catalog().size());
-    }
-    if (key == retire_checked_key_) return;
+    if (!retire_scope_.all && retire_scope_.recipes.empty()) return;
     const auto running = qualifications_->current();
     std::vector<state::TransitionRequest> retire;
+    // Recipes to look at again at the next pass: one whose revision is being withdrawn.
+    RetireScope next{false, {}};
     // A revision under qualification is withdrawn first (its engine stops); it is retired at the
     // pass after the runner lets it go, so the runner and the pass never record it both.
-    auto withdraw_or_retire = [&](state::Id id, Status status, const std::string& reason, std::optional<std::string> commit) {
+    auto withdraw_or_retire = [&](state::Id id, const std::string& recipe_id, Status status, const std::string& reason,
+                                  std::optional<std::string> commit) {
         if (status == Status::qualifying && running == id) {
             qualifications_->withdraw(id, reason);
+            next.recipes.insert(recipe_id);
             return;
         }
         retire.push_back({id, Status::retired, reason, "reconciler", {}, {}, std::move(commit)});
     };
-    for (const auto& r : store_.superseded_open_revisions())
-        withdraw_or_retire(r.revision_id, r.status, "superseded by revision " + std::to_string(r.newest_revision_id), std::nullopt);
-    for (const auto& head : store_.latest_revision_heads()) {
+    // Superseded revisions appear only where a new revision came in, which a commit touched: the
+    // query is indexed and returns few rows, so it runs whole. A full page leaves more for later.
+    constexpr int kSupersededPage = 1000;
+    const auto superseded = store_.superseded_open_revisions(kSupersededPage);
+    if (superseded.size() >= static_cast<std::size_t>(kSupersededPage)) next.all = true;
+    for (const auto& r : superseded)
+        withdraw_or_retire(r.revision_id, r.recipe_id, r.status, "superseded by revision " + std::to_string(r.newest_revision_id),
+                           std::nullopt);
+    const auto heads = retire_scope_.all ? store_.latest_revision_heads() : store_.latest_revision_heads(retire_scope_.recipes);
+    step_detail_["retire_heads"] = heads.size();
+    for (const auto& head : heads) {
         if (head.status == Status::retired || head.status == Status::rejected) continue;
         const auto why = not_in_registry(head.source_url, head.recipe_id, head.sha256);
         if (!why) continue;
@@ -117,15 +129,11 @@ void Reconciler::retire_step() {
         std::optional<std::string> commit;
         for (const auto& watch : watches_)
             if (watch->config().url == head.source_url && !watch->catalog().commit().empty()) commit = watch->catalog().commit();
-        withdraw_or_retire(head.revision_id, head.status, *why, commit);
-    }
-    if (retire.empty()) {
-        retire_checked_key_ = key;
-        return;
+        withdraw_or_retire(head.revision_id, head.recipe_id, head.status, *why, commit);
     }
     for (const auto& r : retire) spdlog::info("retiring revision {}: {}", r.revision_id, r.reason);
-    record_transitions(retire);
-    // The transitions moved the write generation: the next pass looks again, and finds nothing.
+    record_transitions(retire);  // throws while the ledger refuses: the scope stays for the next pass
+    retire_scope_ = std::move(next);
 }
 
 }  // namespace anvil::daemon

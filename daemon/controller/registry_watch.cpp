@@ -32,10 +32,14 @@ WatchResult RegistryWatch::poll(std::mutex& publish) {
                 out.report = next.apply(*git_, commit);
                 std::lock_guard lock(publish);
                 catalog_ = std::move(next);
-            } else {
-                // Only the paths the diff names: a few blobs, read in place.
+            } else if (commit != catalog_.commit()) {
+                // Only the paths the diff names: read and parsed outside `publish` (only this thread
+                // changes catalog_), then applied under it, a few map updates.
+                registry::CatalogChanges changes = catalog_.read_changes(*git_, commit);
                 std::lock_guard lock(publish);
-                out.report = catalog_.apply(*git_, commit);
+                out.report = catalog_.apply_changes(std::move(changes));
+            } else {
+                out.report.previous_commit = out.report.commit = commit;  // unchanged
             }
             out.changed = out.report.mode != registry::SyncReport::Mode::unchanged;
             changed_paths.insert(out.report.changed_paths.begin(), out.report.changed_paths.end());
@@ -87,12 +91,14 @@ WatchResult RegistryWatch::poll(std::mutex& publish) {
     changed_paths.insert(heirs.begin(), heirs.end());
     for (const auto& path : changed_paths) {
         if (auto old = recipe_at_path_.find(path); old != recipe_at_path_.end()) {
+            out.touched_recipe_ids.insert(old->second);
             if (!catalog_.find(registry::DocumentKind::recipe, old->second)) out.removed_recipe_ids.insert(old->second);
             recipe_at_path_.erase(old);
         }
         auto it = catalog_.documents().find(path);
         if (it == catalog_.documents().end()) continue;
         const registry::Document& doc = it->second;
+        if (doc.kind == registry::DocumentKind::recipe && !doc.id.empty()) out.touched_recipe_ids.insert(doc.id);
         if (doc.kind != registry::DocumentKind::recipe || !catalog_.usable(doc)) continue;
         recipe_at_path_[path] = doc.id;
         out.changed_recipes.push_back(&doc);

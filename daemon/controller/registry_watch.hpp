@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "registry/catalog.hpp"
 #include "registry/git_source.hpp"
 
@@ -28,6 +28,9 @@ struct WatchResult {
     registry::SyncReport report;
     std::vector<const registry::Document*> changed_recipes;  // usable recipes at changed paths
     std::set<std::string> removed_recipe_ids;                 // recipes no longer in the catalog
+    // Every recipe id a changed path held before or holds now, usable or not: what the retire step
+    // looks at again after an incremental read (a full read has it look at everything).
+    std::set<std::string> touched_recipe_ids;
 };
 
 class RegistryWatch {

@@ -5,7 +5,7 @@
 // Nothing here holds mutex_: a drain or an engine stop takes as long as it takes.
 #include "daemon/controller/reconciler.hpp"
 
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 #include "daemon/controller/revision_document.hpp"
 
 namespace anvil::daemon {
@@ -25,7 +25,7 @@ void Reconciler::serving_step() {
         // admitting, then stop what served it.
         if (endpoint_->current()) endpoint_->switch_to(std::nullopt);
         for (const auto& e : engines_->engines())
-            if (e.role == driver::EngineRole::serving) engines_->stop(e);
+            if (e.role == drivers::EngineRole::serving) engines_->stop(e);
         set_condition("DefaultServing", false, "NoDefault", "no recipe is promoted: the stable endpoint answers 503");
         return;
     }
@@ -33,7 +33,7 @@ void Reconciler::serving_step() {
     if (!engine) {
         // The serving engine of an earlier run may still be running where the fleet cannot see it
         // yet: a second one would hold the GPUs twice, and the first would be found orphaned.
-        if (const auto why = engines_->awaiting_adoption(driver::EngineRole::serving)) {
+        if (const auto why = engines_->awaiting_adoption(drivers::EngineRole::serving)) {
             set_condition("DefaultServing", false, "AwaitingAdoption", *why);
             return;
         }
@@ -42,7 +42,7 @@ void Reconciler::serving_step() {
         auto doc = document_of(*current);
         if (!doc) return;
         try {
-            engine = engines_->start(current->id, *doc->recipe(), driver::EngineRole::serving);
+            engine = engines_->start(current->id, *doc->recipe(), drivers::EngineRole::serving);
             b = {};
         } catch (const std::exception& e) {
             ++b.failures;
@@ -72,7 +72,7 @@ void Reconciler::serving_step() {
     set_condition("DefaultServing", true, "Serving", current->recipe_id + " on engine " + engine->handle.engine_id);
     // Serving engines of anything else go, now that nothing is admitted to them.
     for (const auto& e : engines_->engines())
-        if (e.role == driver::EngineRole::serving && e.revision_id != current->id) engines_->stop(e);
+        if (e.role == drivers::EngineRole::serving && e.revision_id != current->id) engines_->stop(e);
 }
 
 }  // namespace anvil::daemon

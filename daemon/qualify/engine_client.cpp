@@ -4,7 +4,7 @@
 
 #include <httplib.h>
 
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 
 namespace anvil::qualify::detail {
 

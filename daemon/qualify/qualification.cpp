@@ -14,8 +14,8 @@
 #include "daemon/qualify/metrics_exposition.hpp"
 #include "daemon/qualify/quality.hpp"
 #include "daemon/qualify/receipt.hpp"
-#include "registry/support/clock.hpp"
-#include "registry/support/digest.hpp"
+#include "support/clock.hpp"
+#include "support/digest.hpp"
 #include "state/gate_table.hpp"
 
 namespace anvil::qualify {
@@ -99,8 +99,6 @@ json to_json(const QualityComparison& q) {
 }
 
 }  // namespace
-
-std::size_t filler_sentence_count() { return std::size(kFiller); }
 
 std::string filler(std::size_t sentences, std::size_t offset) {
     std::string out;

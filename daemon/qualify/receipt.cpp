@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
-#include "registry/support/atomic_file.hpp"
-#include "registry/support/clock.hpp"
-#include "registry/support/digest.hpp"
+#include "support/atomic_file.hpp"
+#include "support/clock.hpp"
+#include "support/digest.hpp"
 
 namespace anvil::qualify::detail {
 

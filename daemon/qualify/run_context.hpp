@@ -38,6 +38,5 @@ inline nlohmann::json completion_body(const RunContext& run, const std::string& 
 
 // Filler prose for long prompts: varied sentences, so a prompt is not one repeated token pattern.
 std::string filler(std::size_t sentences, std::size_t offset = 0);
-std::size_t filler_sentence_count();
 
 }  // namespace anvil::qualify::detail

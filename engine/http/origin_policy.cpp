@@ -1,4 +1,5 @@
 #include "engine/http/origin_policy.hpp"
+#include "support/text.hpp"
 
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -9,12 +10,6 @@
 namespace anvil::http {
 
 namespace {
-
-std::string lower(std::string_view text) {
-    std::string out(text);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
 
 bool is_ip_literal(const std::string& host) {
     unsigned char buffer[16];
@@ -29,7 +24,7 @@ std::string origin_authority(std::string_view origin) {
     if (scheme == std::string_view::npos) return "";
     std::string_view authority = origin.substr(scheme + 3);
     authority = authority.substr(0, authority.find('/'));
-    return lower(authority);
+    return support::ascii_lower(authority);
 }
 
 // The authority with the scheme's default port left out, so "h:80" and "h" compare equal.
@@ -44,9 +39,9 @@ std::string without_default_port(const std::string& authority, std::string_view 
 std::string host_without_port(std::string_view authority) {
     if (!authority.empty() && authority.front() == '[') {
         const auto close = authority.find(']');
-        return lower(authority.substr(0, close == std::string_view::npos ? authority.size() : close + 1));
+        return support::ascii_lower(authority.substr(0, close == std::string_view::npos ? authority.size() : close + 1));
     }
-    return lower(authority.substr(0, authority.find(':')));
+    return support::ascii_lower(authority.substr(0, authority.find(':')));
 }
 
 OriginVerdict judge_origin(const OriginPolicy& policy, const std::vector<std::string>& machine_names, std::string_view host,
@@ -55,7 +50,7 @@ OriginVerdict judge_origin(const OriginPolicy& policy, const std::vector<std::st
     if (!host.empty()) {
         const std::string name = host_without_port(host);
         auto listed = [&](const std::vector<std::string>& names) {
-            return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lower(n) == name; });
+            return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return support::ascii_lower(n) == name; });
         };
         if (!is_ip_literal(name) && name != "localhost" && !listed(machine_names) && !listed(policy.host_names)) {
             verdict.allowed = false;
@@ -66,12 +61,12 @@ OriginVerdict judge_origin(const OriginPolicy& policy, const std::vector<std::st
         }
     }
     if (origin.empty()) return verdict;
-    const std::string scheme = lower(origin.substr(0, origin.find("://")));
+    const std::string scheme = support::ascii_lower(origin.substr(0, origin.find("://")));
     const std::string authority = origin_authority(origin);
-    const bool same = !authority.empty() && without_default_port(authority, scheme) == without_default_port(lower(host), scheme);
+    const bool same = !authority.empty() && without_default_port(authority, scheme) == without_default_port(support::ascii_lower(host), scheme);
     if (same) return verdict;
     const bool configured = std::any_of(policy.origins.begin(), policy.origins.end(), [&](const std::string& o) {
-        return o == "*" || lower(o) == lower(origin);
+        return o == "*" || support::ascii_lower(o) == support::ascii_lower(origin);
     });
     if (configured) {
         verdict.cross_origin = true;

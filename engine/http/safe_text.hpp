@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 
 namespace anvil::http {
 
 // `bytes` with every invalid UTF-8 sequence replaced by U+FFFD.
-inline std::string valid_utf8(std::string_view bytes) { return registry::to_valid_utf8(bytes); }
+inline std::string valid_utf8(std::string_view bytes) { return support::to_valid_utf8(bytes); }
 
 // A request body parsed as JSON, or one line saying why it is not.
 struct ParsedBody {

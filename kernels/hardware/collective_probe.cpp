@@ -11,10 +11,10 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "kernels/hardware/bounded_child.hpp"
-#include "registry/support/atomic_file.hpp"
-#include "registry/support/clock.hpp"
-#include "registry/support/digest.hpp"
+#include "support/atomic_file.hpp"
+#include "support/child.hpp"
+#include "support/clock.hpp"
+#include "support/digest.hpp"
 
 namespace anvil::hardware {
 
@@ -75,7 +75,7 @@ std::optional<std::filesystem::path> find_probe() {
 std::map<std::string, std::string> probe_environment(const std::vector<std::string>& gpus,
                                                      std::map<std::string, std::string>* settings) {
     std::map<std::string, std::string> set{{"NCCL_DEBUG", "INFO"}, {"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(gpus, ","))}};
-    auto env = current_environment();
+    auto env = support::current_environment();
     for (const auto& [k, v] : set) env[k] = v;
     if (settings) *settings = set;
     return env;
@@ -111,7 +111,7 @@ ProbeOutcome run_collective_probe(const ProbeRequest& request) {
     const auto env = probe_environment(request.gpus, &o.child_settings);
     spdlog::info("collective probe: {} over {} GPUs, deadline {} ms", request.probe.string(), request.gpus.size(), request.deadline.count());
     // NCCL's INFO log of a many-GPU init runs to hundreds of KiB; keep enough to hold the channel lines.
-    const BoundedResult run = run_bounded(argv, env, request.deadline, 16u << 20);
+    const support::ChildResult run = support::run_child(argv, env, request.deadline, 16u << 20);
     o.exit_code = run.exit_code;
     o.timed_out = run.timed_out;
     o.seconds = run.seconds;
@@ -144,15 +144,13 @@ ProbeOutcome run_collective_probe(const ProbeRequest& request) {
     return o;
 }
 
-registry::CollectivePath collective_path(const ProbeOutcome& outcome) {
-    return outcome.ok ? registry::CollectivePath::proven : registry::CollectivePath::failed;
-}
+std::string_view probe_verdict(const ProbeOutcome& outcome) { return outcome.ok ? "proven" : "failed"; }
 
 nlohmann::json probe_receipt(const ProbeRequest& request, const ProbeOutcome& outcome, const nlohmann::json& inventory) {
     const nlohmann::json& r = outcome.result.is_object() ? outcome.result : nlohmann::json::object();
     nlohmann::json receipt{{"kind", "anvil-collective-probe-receipt/v1"},
                            {"written_at", support::utc_now(support::Precision::seconds)},
-                           {"outcome", std::string(registry::to_string(collective_path(outcome)))},
+                           {"outcome", std::string(probe_verdict(outcome))},
                            {"gpus", request.gpus},
                            {"sizes_bytes", {{"min", request.min_bytes}, {"max", request.max_bytes}}},
                            {"deadline_s", std::chrono::duration<double>(request.deadline).count()},
@@ -204,52 +202,6 @@ std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir
         return std::nullopt;
     }
     return ReadReceipt{*newest, support::sha256_hex(bytes.str()), std::move(parsed)};
-}
-
-void apply_probe_receipt(registry::Inventory& inventory, const ReadReceipt& read) {
-    const nlohmann::json& r = read.receipt;
-    std::set<std::string> here, probed;
-    for (const auto& g : inventory.gpus) here.insert(g.uuid);
-    for (const auto& g : r.value("gpus", nlohmann::json::array()))
-        if (g.is_string()) probed.insert(g.get<std::string>());
-    const std::string outcome = r.value("outcome", std::string());
-    const std::string cite = " (" + read.path.filename().string() + " sha256 " + read.sha256.substr(0, 12) + ", " +
-                             r.value("written_at", std::string("?")) + ")";
-    const bool all_here = !probed.empty() && std::includes(here.begin(), here.end(), probed.begin(), probed.end());
-    if (!all_here) {
-        inventory.collectives_notes = "the last collective probe ran over GPUs not on this host: probe again" + cite;
-        return;
-    }
-    if (outcome == "failed") {
-        inventory.collectives = registry::CollectivePath::failed;
-        inventory.collectives_notes = "collective probe failed: " + r.value("error", std::string("?")) + cite;
-        return;
-    }
-    if (outcome != "proven") {
-        inventory.collectives_notes = "collective probe receipt has no outcome" + cite;
-        return;
-    }
-    if (probed != here) {
-        inventory.collectives_notes = "the last collective probe proved " + std::to_string(probed.size()) + " of " +
-                                      std::to_string(here.size()) + " GPUs: probe them all" + cite;
-        return;
-    }
-    std::string transports;
-    for (const auto& t : r.value("transports", nlohmann::json::array()))
-        if (t.is_string()) transports += (transports.empty() ? "" : ", ") + t.get<std::string>();
-    std::string busbw = "?";
-    const auto& results = r.value("results", nlohmann::json::array());
-    if (!results.empty() && results.back().is_object()) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.1f", results.back().value("busbw_gbps", 0.0));
-        busbw = buf;
-    }
-    inventory.collectives = registry::CollectivePath::proven;
-    inventory.collectives_notes = "NCCL " + r.value("nccl_version", std::string("?")) + " all-reduce over " +
-                                  std::to_string(probed.size()) + " GPUs via " + (transports.empty() ? "?" : transports) +
-                                  ", bus bandwidth " + busbw + " GB/s at " +
-                                  std::to_string((results.empty() ? 0 : results.back().value("bytes", std::int64_t{0})) >> 20) + " MiB" +
-                                  cite;
 }
 
 }  // namespace anvil::hardware

@@ -1,7 +1,7 @@
 // The collective probe, parent side: runs anvil-collective-probe (an NCCL all-reduce over the
 // chosen GPUs, see probe_main.cpp) as a child with a deadline, reads its one JSON result and NCCL's
 // own log from its stderr, and writes the outcome as a receipt: evidence for the tensor-parallel
-// gate (registry::CollectivePath). NCCL settings are given to the child's environment only.
+// gate (the daemon reads receipts into the registry's inventory: daemon/host). NCCL settings are given to the child's environment only.
 #pragma once
 
 #include <chrono>
@@ -14,8 +14,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-
-#include "registry/inventory.hpp"
 
 namespace anvil::hardware {
 
@@ -60,7 +58,8 @@ std::vector<std::string> nccl_transports(std::string_view log);
 // NCCL's WARN lines and the last `tail` lines of the log (each line at most 400 characters).
 std::vector<std::string> nccl_diagnostics(std::string_view log, std::size_t tail = 20);
 
-registry::CollectivePath collective_path(const ProbeOutcome& outcome);
+// What the receipt says the probe showed of the GPUs' all-reduce path: "proven" or "failed".
+std::string_view probe_verdict(const ProbeOutcome& outcome);
 
 // {"kind": "anvil-collective-probe-receipt/v1", "outcome", "error"?, "gpus", "deadline_s", "seconds",
 //  "timed_out", "exit_code", "stage", "nccl_version", "cuda_runtime_version", "cuda_driver_version",
@@ -83,10 +82,5 @@ struct ReadReceipt {
     nlohmann::json receipt;
 };
 std::optional<ReadReceipt> latest_probe_receipt(const std::filesystem::path& dir);
-
-// What a receipt proves about `inventory`'s GPUs, set as its `collectives` and `collectives_notes`:
-// proven only when the probe passed over exactly the inventory's GPUs; failed when it failed over
-// GPUs all present here; otherwise (a subset proven, GPUs no longer here) unchanged, with a note.
-void apply_probe_receipt(registry::Inventory& inventory, const ReadReceipt& receipt);
 
 }  // namespace anvil::hardware

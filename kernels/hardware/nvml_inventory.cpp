@@ -8,24 +8,11 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/hardware/nvml_abi.hpp"
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::hardware {
 
 namespace {
-
-using registry::EvidenceStatus;
-using registry::EvidenceVariable;
-
-EvidenceVariable measured_bytes(std::int64_t bytes, std::string source, const std::string& observed_at) {
-    EvidenceVariable v;
-    v.value = registry::Number{bytes};
-    v.unit = "bytes";
-    v.status = EvidenceStatus::measured;
-    v.source = std::move(source);
-    v.observed_at = observed_at;
-    return v;
-}
 
 // A C string from a fixed NVML buffer, which need not be terminated when full.
 std::string from_buffer(const char* buffer, std::size_t size) {
@@ -74,7 +61,7 @@ InventoryReading read_inventory(const std::string& nvml_library) {
     InventoryReading r;
     r.library = nvml_library;
     r.observed_at = support::utc_now(support::Precision::seconds);
-    r.inventory.source = "NVML (" + nvml_library + ")";
+    r.source = "NVML (" + nvml_library + ")";
 
     Library lib;
     lib.handle = dlopen(nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -82,7 +69,7 @@ InventoryReading read_inventory(const std::string& nvml_library) {
         const char* why = dlerror();
         r.error = "no NVIDIA driver: " + nvml_library + " cannot be loaded (" + (why ? why : "unknown reason") +
                   "); install the NVIDIA driver, or declare the GPUs in configuration";
-        r.inventory.source = r.error;
+        r.source = r.error;
         return r;
     }
     Nvml nvml(lib.handle);
@@ -100,7 +87,7 @@ InventoryReading read_inventory(const std::string& nvml_library) {
     const auto cuda_version = nvml.get<nvml::SystemGetCudaDriverVersionFn>("nvmlSystemGetCudaDriverVersion_v2");
     if (!nvml.missing().empty()) {
         r.error = nvml_library + " has no " + nvml.missing() + ": the NVIDIA driver is too old for anvil; update it";
-        r.inventory.source = r.error;
+        r.source = r.error;
         return r;
     }
     auto describe = [&](nvmlReturn_t code) {
@@ -110,7 +97,7 @@ InventoryReading read_inventory(const std::string& nvml_library) {
 
     if (const nvmlReturn_t rc = init(); rc != nvml::kSuccess) {
         r.error = "NVML cannot start: " + describe(rc) + "; is the NVIDIA kernel module loaded (nvidia-smi says more)?";
-        r.inventory.source = r.error;
+        r.source = r.error;
         return r;
     }
     // Every path below ends NVML's session once.
@@ -125,10 +112,10 @@ InventoryReading read_inventory(const std::string& nvml_library) {
         };
         char text[nvml::kDriverVersionBufferSize] = {};
         check(driver_version(text, sizeof text), "nvmlSystemGetDriverVersion");
-        r.inventory.driver_version = from_buffer(text, sizeof text);
+        r.driver_version = from_buffer(text, sizeof text);
         int cuda = 0;
         check(cuda_version(&cuda), "nvmlSystemGetCudaDriverVersion_v2");
-        r.inventory.cuda_driver_version = std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10);
+        r.cuda_driver_version = std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10);
 
         unsigned int count = 0;
         check(get_count(&count), "nvmlDeviceGetCount_v2");
@@ -136,7 +123,7 @@ InventoryReading read_inventory(const std::string& nvml_library) {
             const std::string at = "GPU " + std::to_string(i);
             nvmlDevice_t device = nullptr;
             check(get_handle(i, &device), "nvmlDeviceGetHandleByIndex_v2(" + std::to_string(i) + ")");
-            registry::Gpu gpu;
+            GpuReading gpu;
             gpu.index = static_cast<int>(i);
             char uuid[nvml::kUuidBufferSize] = {};
             check(get_uuid(device, uuid, sizeof uuid), "nvmlDeviceGetUUID(" + at + ")");
@@ -149,12 +136,10 @@ InventoryReading read_inventory(const std::string& nvml_library) {
             if (memory.total > static_cast<unsigned long long>(INT64_MAX) || memory.free > memory.total)
                 throw NvmlFailure{"nvmlDeviceGetMemoryInfo(" + gpu.uuid + "): free " + std::to_string(memory.free) +
                                   " bytes of total " + std::to_string(memory.total) + " makes no sense"};
-            const std::string from = "NVML " + gpu.uuid;
-            gpu.total_bytes = measured_bytes(static_cast<std::int64_t>(memory.total), from + " memory total", r.observed_at);
+            gpu.total_bytes = static_cast<std::int64_t>(memory.total);
             gpu.free_bytes = static_cast<std::int64_t>(memory.free);
             // Whatever is not free is not ours to use: driver reservations, other processes.
-            gpu.idle_used_bytes = measured_bytes(static_cast<std::int64_t>(memory.total - memory.free),
-                                                 from + " memory total - free, before anvil loads anything", r.observed_at);
+            gpu.idle_used_bytes = static_cast<std::int64_t>(memory.total - memory.free);
 
             int major = 0, minor = 0;
             if (const nvmlReturn_t rc = get_cc(device, &major, &minor); rc == nvml::kSuccess)
@@ -166,12 +151,12 @@ InventoryReading read_inventory(const std::string& nvml_library) {
                 gpu.pci_bus_id = from_buffer(pci.busId, sizeof pci.busId);
             else
                 r.notes.push_back(gpu.uuid + ": no PCI bus id: " + describe(rc));
-            r.inventory.gpus.push_back(std::move(gpu));
+            r.gpus.push_back(std::move(gpu));
         }
     } catch (const NvmlFailure& f) {
         r.error = "NVML " + f.message;
-        r.inventory.gpus.clear();
-        r.inventory.source = r.error;
+        r.gpus.clear();
+        r.source = r.error;
         return r;
     }
     for (const auto& n : r.notes) spdlog::info("GPU inventory: {}", n);

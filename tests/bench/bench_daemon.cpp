@@ -28,13 +28,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "daemon/anvild/config.hpp"
-#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "registry/model_digest.hpp"
-#include "registry/support/clock.hpp"
+#include "support/clock.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -107,8 +107,8 @@ struct ChildDaemon {
     int api = 0, serve = 0;
     std::unique_ptr<anvil::test::ChildProcess> process;
     explicit ChildDaemon(const fs::path& config) {
-        api = anvil::driver::allocate_port("127.0.0.1", 18100, 18900);
-        serve = anvil::driver::allocate_port("127.0.0.1", api + 1, 18999);
+        api = anvil::drivers::allocate_port("127.0.0.1", 18100, 18900);
+        serve = anvil::drivers::allocate_port("127.0.0.1", api + 1, 18999);
         process = std::make_unique<anvil::test::ChildProcess>(std::vector<std::string>{
             ANVILD, "--config", config.string(), "--listen", "127.0.0.1:" + std::to_string(api), "--serve", "127.0.0.1:" + std::to_string(serve)});
         httplib::Client c("127.0.0.1", api);

@@ -13,12 +13,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/supervisor/embedded_driver.hpp"
-#include "engine/supervisor/readiness.hpp"
+#include "daemon/drivers/embedded_driver.hpp"
+#include "daemon/drivers/readiness.hpp"
 #include "bench_support.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -47,8 +47,8 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/anvild/api_server.hpp"
-#include "daemon/anvild/config.hpp"
-#include "daemon/anvild/daemon_metrics.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "engine/http/guarded_server.hpp"

@@ -9,10 +9,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/supervisor/embedded_driver.hpp"
-#include "engine/supervisor/readiness.hpp"
+#include "daemon/drivers/embedded_driver.hpp"
+#include "daemon/drivers/readiness.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 
 int main(int argc, char** argv) {
     std::string state, engine, model;

@@ -26,15 +26,15 @@ using state::Status;
 
 namespace {
 
-class FakeFleet final : public driver::EngineFleet {
+class FakeFleet final : public drivers::EngineFleet {
 public:
     std::filesystem::path model_dir;
     std::set<std::string> cannot_start;     // recipe ids whose start throws
     std::set<std::string> not_startable;    // recipe ids startable() refuses
     bool answering = true;
-    std::vector<std::pair<state::Id, driver::EngineRole>> started;
+    std::vector<std::pair<state::Id, drivers::EngineRole>> started;
     std::vector<state::Id> stopped;
-    std::vector<driver::RunningEngine> exited;  // returned by the next check()
+    std::vector<drivers::RunningEngine> exited;  // returned by the next check()
 
     std::optional<std::string> unsupported(const registry::Recipe&) const override { return std::nullopt; }
     std::optional<std::string> startable(const registry::Recipe& recipe) const override {
@@ -42,11 +42,11 @@ public:
         return std::nullopt;
     }
     std::filesystem::path model_directory(const registry::ModelRef&, const std::string&) const override { return model_dir; }
-    driver::RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, driver::EngineRole role,
+    drivers::RunningEngine start(state::Id revision_id, const registry::Recipe& recipe, drivers::EngineRole role,
                                 const std::atomic<bool>*) override {
         started.emplace_back(revision_id, role);
-        if (cannot_start.count(recipe.id)) throw driver::EngineError("engine " + recipe.id + " exited before it was ready");
-        driver::RunningEngine e;
+        if (cannot_start.count(recipe.id)) throw drivers::EngineError("engine " + recipe.id + " exited before it was ready");
+        drivers::RunningEngine e;
         e.row_id = ++next_id_;
         e.revision_id = revision_id;
         e.role = role;
@@ -59,12 +59,14 @@ public:
         running_.push_back(e);
         return e;
     }
-    void stop(const driver::RunningEngine& engine, std::chrono::milliseconds) override {
+    void stop(const drivers::RunningEngine& engine, std::chrono::milliseconds) override {
         stopped.push_back(engine.revision_id);
         std::lock_guard lock(mutex_);
         std::erase_if(running_, [&](const auto& e) { return e.row_id == engine.row_id; });
     }
-    std::vector<driver::RunningEngine> check() override {
+    std::optional<std::string> check_fails;  // check() throws this while set
+    std::vector<drivers::RunningEngine> check() override {
+        if (check_fails) throw std::runtime_error(*check_fails);
         std::lock_guard lock(mutex_);
         for (const auto& gone : exited) std::erase_if(running_, [&](const auto& e) { return e.row_id == gone.row_id; });
         return std::exchange(exited, {});
@@ -73,38 +75,38 @@ public:
     // A cluster that does not answer at start-up: `awaiting` says why a serving engine may still
     // run there; `late` is what adoption finds once it answers.
     std::optional<std::string> awaiting;
-    std::vector<driver::RunningEngine> late;
-    std::vector<driver::RunningEngine> adopt_pending() override {
+    std::vector<drivers::RunningEngine> late;
+    std::vector<drivers::RunningEngine> adopt_pending() override {
         if (awaiting) return {};
         std::lock_guard lock(mutex_);
         for (const auto& e : late) running_.push_back(e);
         return std::exchange(late, {});
     }
-    std::optional<std::string> awaiting_adoption(driver::EngineRole role) const override {
-        return role == driver::EngineRole::serving ? awaiting : std::nullopt;
+    std::optional<std::string> awaiting_adoption(drivers::EngineRole role) const override {
+        return role == drivers::EngineRole::serving ? awaiting : std::nullopt;
     }
     // Forgets every engine, as a new anvild starts knowing none; returns them.
-    std::vector<driver::RunningEngine> forget() {
+    std::vector<drivers::RunningEngine> forget() {
         std::lock_guard lock(mutex_);
         return std::exchange(running_, {});
     }
-    bool answers(const driver::RunningEngine&) const override { return answering; }
+    bool answers(const drivers::RunningEngine&) const override { return answering; }
     // The fake starts nothing, so an engine's log is what the fake says it did.
-    std::string logs(const driver::RunningEngine& engine, std::size_t) const override { return "fake engine " + engine.handle.engine_id + "\n"; }
-    std::vector<driver::RunningEngine> engines() const override {
+    std::string logs(const drivers::RunningEngine& engine, std::size_t) const override { return "fake engine " + engine.handle.engine_id + "\n"; }
+    std::vector<drivers::RunningEngine> engines() const override {
         std::lock_guard lock(mutex_);
         return running_;
     }
-    std::vector<driver::RunningEngine> serving() const {
-        std::vector<driver::RunningEngine> out;
+    std::vector<drivers::RunningEngine> serving() const {
+        std::vector<drivers::RunningEngine> out;
         for (const auto& e : engines())
-            if (e.role == driver::EngineRole::serving) out.push_back(e);
+            if (e.role == drivers::EngineRole::serving) out.push_back(e);
         return out;
     }
 
 private:
     mutable std::mutex mutex_;
-    std::vector<driver::RunningEngine> running_;
+    std::vector<drivers::RunningEngine> running_;
     state::Id next_id_ = 0;
 };
 
@@ -408,6 +410,50 @@ TEST_CASE("controller: a default that cannot start is retried with backoff, and 
     w.pass();
     CHECK(w.endpoint.current()->recipe_id == "tiny-f32");
     CHECK(w.default_recipe() == "tiny-f32");  // frozen: q8 does not win again
+}
+
+TEST_CASE("controller: a step that throws is named in a condition, and the steps that do not need it still run", "[controller]") {
+    World w(Recipes{{"tiny-f32", "f32"}});
+    w.fleet.check_fails = "the fleet cannot be asked";
+    w.pass();  // the engines step fails; the registry, promotion and qualification steps run
+    CHECK(w.status_of("tiny-f32") == "qualifying");
+    CHECK(w.qualifications.ran == std::vector<std::string>{"tiny-f32"});
+    CHECK(w.condition("Reconciling") == "StepFailed");
+    CHECK_THAT(w.reconciler->conditions().at("Reconciling").message, Catch::Contains("engines step: the fleet cannot be asked"));
+    const json steps = w.reconciler->last_pass()["steps"];
+    CHECK(steps["engines_ms"] == "failed: the fleet cannot be asked");
+    CHECK(steps["qualification_ms"].is_number());
+    w.fleet.check_fails.reset();
+    w.finish_qualification(speed(10.0));
+    w.pass();
+    CHECK(w.condition("Reconciling") == "EveryStepRan");
+    CHECK(w.default_recipe() == "tiny-f32");
+}
+
+TEST_CASE("controller: after an incremental commit the retire step looks only at the recipes it touched", "[controller]") {
+    test::TempDir registry_dir;
+    test::GitRepo repo(registry_dir / "registry");
+    const std::string digest = "sha256:" + std::string(64, 'a');
+    for (const std::string id : {"tiny-f32", "tiny-bf16", "tiny-q8"})
+        repo.write("recipes/" + id + ".json", test::daemon::embedded_recipe(id, id.substr(5), digest));
+    repo.commit("three recipes");
+    World w(Recipes{}, json{{"sources", {{{"name", "test"}, {"url", repo.dir().string()}}}}});
+    w.pass();  // the first read is whole: every head is looked at
+    CHECK(w.reconciler->last_pass()["steps"]["retire_heads"] == 3);
+    w.pass();  // nothing new: nothing to look at
+    CHECK_FALSE(w.reconciler->last_pass()["steps"].contains("retire_heads"));
+
+    // One document made unusable and one removed: exactly those two are looked at, and retired.
+    repo.write("recipes/tiny-bf16.json", "{\"kind\": \"recipe\", \"id\": \"tiny-bf16\"}");
+    repo.git({"rm", "-q", "recipes/tiny-q8.json"});
+    repo.commit("bf16 broken, q8 gone");
+    w.pass();
+    CHECK(w.reconciler->last_pass()["steps"]["retire_heads"] == 2);
+    CHECK(w.status_of("tiny-bf16") == "retired");
+    CHECK(w.status_of("tiny-q8") == "retired");
+    CHECK(w.status_of("tiny-f32") != "retired");
+    w.pass();
+    CHECK_FALSE(w.reconciler->last_pass()["steps"].contains("retire_heads"));
 }
 
 TEST_CASE("controller: a default past its probation is retried, never rolled back", "[controller]") {

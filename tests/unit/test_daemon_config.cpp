@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <set>
 
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "test_support.hpp"
 
 using anvil::daemon::ConfigError;

@@ -14,7 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "registry/model_digest.hpp"
 #include "state/store.hpp"
 #include "daemon_fixture.hpp"

@@ -6,10 +6,10 @@
 #include <map>
 #include <sstream>
 
-#include "engine/supervisor/process_spawn.hpp"
+#include "daemon/drivers/process_spawn.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 namespace fs = std::filesystem;
 
 namespace {

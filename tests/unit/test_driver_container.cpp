@@ -14,14 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/supervisor/command_runner.hpp"
-#include "engine/supervisor/container_backend.hpp"
-#include "engine/supervisor/container_driver.hpp"
-#include "engine/supervisor/process_spawn.hpp"
-#include "engine/supervisor/readiness.hpp"
+#include "daemon/drivers/command_runner.hpp"
+#include "daemon/drivers/container_backend.hpp"
+#include "daemon/drivers/container_driver.hpp"
+#include "daemon/drivers/process_spawn.hpp"
+#include "daemon/drivers/readiness.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using anvil::test::trimmed;

@@ -7,12 +7,12 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/supervisor/embedded_driver.hpp"
-#include "engine/supervisor/process_spawn.hpp"
-#include "engine/supervisor/readiness.hpp"
+#include "daemon/drivers/embedded_driver.hpp"
+#include "daemon/drivers/process_spawn.hpp"
+#include "daemon/drivers/readiness.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 

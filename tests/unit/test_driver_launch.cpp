@@ -6,12 +6,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/supervisor/api_key.hpp"
-#include "engine/supervisor/embedded_driver.hpp"
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/drivers/api_key.hpp"
+#include "daemon/drivers/embedded_driver.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 namespace fs = std::filesystem;
 
 namespace {
@@ -129,32 +129,32 @@ TEST_CASE("the embedded argv runs anvil-engine serve with the recipe's model, na
 }
 
 TEST_CASE("engine keys: a fresh one in the variable each engine reads, always, none where only a flag would do", "[driver][launch]") {
-    using anvil::driver::api_key_variable;
+    using anvil::drivers::api_key_variable;
     CHECK(api_key_variable("embedded", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
     CHECK(api_key_variable("process", "anvil-engine") == "ANVIL_ENGINE_API_KEY");
     CHECK(api_key_variable("docker", "vLLM") == "VLLM_API_KEY");
     CHECK(api_key_variable("process", "llama.cpp") == "LLAMA_API_KEY");
     CHECK_FALSE(api_key_variable("docker", "sglang"));
 
-    anvil::driver::ResolvedLaunch a, b;
+    anvil::drivers::ResolvedLaunch a, b;
     a.kind = b.kind = "docker";
-    anvil::driver::assign_api_key(a, "vllm");
-    anvil::driver::assign_api_key(b, "vllm");
+    anvil::drivers::assign_api_key(a, "vllm");
+    anvil::drivers::assign_api_key(b, "vllm");
     CHECK(a.api_key.size() == 64);
     CHECK(a.environment.at("VLLM_API_KEY") == a.api_key);
     CHECK(a.api_key != b.api_key);
 
     // A value already there (no recipe can set it: registry/engine_environment) is replaced.
-    anvil::driver::ResolvedLaunch own;
+    anvil::drivers::ResolvedLaunch own;
     own.kind = "docker";
     own.environment["VLLM_API_KEY"] = "the-recipe's";
-    anvil::driver::assign_api_key(own, "vllm");
+    anvil::drivers::assign_api_key(own, "vllm");
     CHECK(own.api_key.size() == 64);
     CHECK(own.environment.at("VLLM_API_KEY") == own.api_key);
 
-    anvil::driver::ResolvedLaunch flag_only;
+    anvil::drivers::ResolvedLaunch flag_only;
     flag_only.kind = "docker";
-    anvil::driver::assign_api_key(flag_only, "sglang");
+    anvil::drivers::assign_api_key(flag_only, "sglang");
     CHECK(flag_only.api_key.empty());
     CHECK(flag_only.environment.empty());
 }

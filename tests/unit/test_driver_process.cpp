@@ -6,13 +6,13 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/supervisor/command_runner.hpp"
-#include "engine/supervisor/process_driver.hpp"
-#include "engine/supervisor/process_spawn.hpp"
-#include "engine/supervisor/readiness.hpp"
+#include "daemon/drivers/command_runner.hpp"
+#include "daemon/drivers/process_driver.hpp"
+#include "daemon/drivers/process_spawn.hpp"
+#include "daemon/drivers/readiness.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 

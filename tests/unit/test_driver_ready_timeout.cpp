@@ -6,9 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "daemon/anvild/config.hpp"
-#include "engine/supervisor/engine_supervisor.hpp"
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/drivers/engine_supervisor.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "registry/document.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
@@ -18,18 +18,18 @@ using namespace std::chrono_literals;
 
 TEST_CASE("a recipe's ready timeout wins over the daemon's, which is 600 s unless configured", "[driver][ready-timeout]") {
     CHECK(daemon::DaemonConfig{}.engine_ready_timeout == 600s);
-    CHECK(driver::LaunchConfig{}.ready_timeout == 600s);
+    CHECK(drivers::LaunchConfig{}.ready_timeout == 600s);
     registry::Recipe r;
     r.id = "slow";
     r.launch.kind = "native";
     r.launch.arguments = {"sleep", "30"};
-    driver::LaunchConfig config;
+    drivers::LaunchConfig config;
     config.port_first = 24100;
     config.port_last = 24199;
     config.ready_timeout = 120s;  // the daemon's
-    CHECK(driver::resolve_launch(r, config).ready_timeout == 120s);
+    CHECK(drivers::resolve_launch(r, config).ready_timeout == 120s);
     r.launch.ready_timeout_seconds = 1800;
-    CHECK(driver::resolve_launch(r, config).ready_timeout == 1800s);
+    CHECK(drivers::resolve_launch(r, config).ready_timeout == 1800s);
 }
 
 TEST_CASE("the supervisor gives up on an engine after its recipe's ready timeout, not the daemon's", "[driver][daemon][ready-timeout]") {
@@ -51,9 +51,9 @@ TEST_CASE("the supervisor gives up on an engine after its recipe's ready timeout
     config.engine_ready_timeout = 600s;
     config.port_first = 24200;
     config.port_last = 24299;
-    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
+    anvil::drivers::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
     const auto before = std::chrono::steady_clock::now();
-    CHECK_THROWS_WITH(supervisor.start(revision, *doc.recipe(), anvil::driver::EngineRole::qualification), Catch::Contains("not ready after 1000 ms"));
+    CHECK_THROWS_WITH(supervisor.start(revision, *doc.recipe(), anvil::drivers::EngineRole::qualification), Catch::Contains("not ready after 1000 ms"));
     CHECK(std::chrono::steady_clock::now() - before < 20s);
     CHECK(supervisor.engines().empty());
 }

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/endpoint/stable_endpoint.hpp"
-#include "engine/supervisor/process_spawn.hpp"
+#include "daemon/drivers/process_spawn.hpp"
 #include "test_support.hpp"
 
 namespace anvil::test::endpoint {
@@ -161,7 +161,7 @@ public:
         const auto all_stopped = [&] {  // every thread: the HTTP ones answer requests
             std::error_code ec;
             for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(process_->pid()) + "/task", ec)) {
-                const auto stat = anvil::driver::read_proc_stat(std::stoi(task.path().filename().string()));
+                const auto stat = anvil::drivers::read_proc_stat(std::stoi(task.path().filename().string()));
                 if (stat && stat->state != 'T') return false;
             }
             return true;

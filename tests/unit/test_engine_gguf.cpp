@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/gguf.hpp"
+#include "formats/gguf.hpp"
 #include "engine/gguf_convert.hpp"
 #include "engine/gguf_model.hpp"
 #include "engine/tokenizer.hpp"
@@ -20,14 +20,14 @@
 #include "kernels/matmul.hpp"
 #include "registry/model_digest.hpp"
 #include "registry/model_shape.hpp"
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 #include "test_engine_helpers.hpp"
 #include "test_engine_reference.hpp"
 #include "test_engine_served.hpp"
 #include "test_support.hpp"
 
 using namespace anvil;
-using anvil::engine::GgmlType;
+using formats::GgmlType;
 using anvil::engine::GgufFileType;
 using anvil::engine::WeightFormat;
 using anvil::test::TempDir;
@@ -85,8 +85,8 @@ TEST_CASE("a converted GGUF file is the same model: configuration and tokenizer"
             engine::make_model({dir / "m", "tiny", arch, "f32", 7, 1, 0, 0, sentencepiece ? "sentencepiece" : "byte-level"});
             const size_t bytes = engine::convert_to_gguf(dir / "m", dir / "m.gguf", GgufFileType::F32);
             CHECK(bytes == std::filesystem::file_size(dir / "m.gguf"));
-            CHECK(engine::is_gguf_file(dir / "m.gguf"));
-            CHECK_FALSE(engine::is_gguf_file(dir / "m"));
+            CHECK(formats::is_gguf_file(dir / "m.gguf"));
+            CHECK_FALSE(formats::is_gguf_file(dir / "m"));
 
             const auto hf = engine::load_config(dir / "m");
             const auto gguf = engine::load_config(dir / "m.gguf");
@@ -247,9 +247,9 @@ TEST_CASE("Q8_0 GGUF weights are multiplied as stored and match the reference ro
             // The file's int8 values and f16 scales, moved apart: the embedding row reads back as
             // the blocks say.
             const engine::GgufModel file(dir / "m.gguf");
-            const engine::GgufTensor* embedding = file.tensor("token_embd.weight");
+            const formats::GgufTensor* embedding = file.tensor("token_embd.weight");
             REQUIRE(embedding);
-            REQUIRE(embedding->type == uint32_t(GgmlType::Q8_0));
+            REQUIRE(embedding->type == uint32_t(formats::GgmlType::Q8_0));
             std::vector<float> row(size_t(model.config.dim));
             kernels::dequantize_row(model.weights->embedding, 5, row.data());
             const uint8_t* block = embedding->data + size_t(5) * size_t(model.config.dim) / 32 * 34;
@@ -285,8 +285,8 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
             engine::make_model({dir / "m.gguf", "small", arch, "q4_k_m", 17, 1});
             const engine::GgufModel file(dir / "m.gguf");
             auto type_of = [&](const std::string& name) {
-                const engine::GgufTensor* t = file.tensor(name);
-                return t ? engine::ggml_type_name(t->type) : std::string("missing");
+                const formats::GgufTensor* t = file.tensor(name);
+                return t ? formats::ggml_type_name(t->type) : std::string("missing");
             };
             CHECK(type_of("token_embd.weight") == "Q4_K");
             CHECK(type_of("output.weight") == "Q6_K");
@@ -309,7 +309,7 @@ TEST_CASE("Q4_K_M files are written with llama-quantize's mix, multiplied as sto
                                                   : kernels::vnni_products(isa)  ? kernels::WeightType::Q6_KPacked8
                                                                                  : kernels::WeightType::Q6_KPacked8Avx2));
             // Either way the same values: the file's rows as ggml reads them.
-            const engine::GgufTensor* wq = file.tensor("blk.0.attn_q.weight");
+            const formats::GgufTensor* wq = file.tensor("blk.0.attn_q.weight");
             const kernels::WeightMatrix stored{kernels::WeightType::Q4_K, layer.wq.rows, layer.wq.cols, wq->data, nullptr};
             std::vector<float> held(size_t(layer.wq.cols)), read(size_t(layer.wq.cols));
             bool same = true;
@@ -411,27 +411,27 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
     }, "unknown value type 99");
 
     // Metadata a model needs, taken away or made wrong: written whole by the writer.
-    auto rewrite = [&](const std::string& name, const std::function<void(engine::GgufWriter&)>& metadata, const std::string& expected) {
+    auto rewrite = [&](const std::string& name, const std::function<void(formats::GgufWriter&)>& metadata, const std::string& expected) {
         INFO(name);
-        engine::GgufWriter w;
+        formats::GgufWriter w;
         metadata(w);
         std::vector<uint8_t> zero(64 * 4, 0);
-        w.add_tensor("token_embd.weight", GgmlType::F32, {64, 1}, zero);
+        w.add_tensor("token_embd.weight", formats::GgmlType::F32, {64, 1}, zero);
         // One block of the llama() shape below, all zeros: what the metadata's counts are checked against.
         const std::vector<uint8_t> vector(64 * 4), square(64 * 64 * 4), wide(64 * 128 * 4);
-        for (const char* norm : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}) w.add_tensor(norm, GgmlType::F32, {64}, vector);
+        for (const char* norm : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}) w.add_tensor(norm, formats::GgmlType::F32, {64}, vector);
         for (const char* m : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight"})
-            w.add_tensor(m, GgmlType::F32, {64, 64}, square);
-        for (const char* m : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}) w.add_tensor(m, GgmlType::F32, {64, 128}, wide);
-        w.add_tensor("blk.0.ffn_down.weight", GgmlType::F32, {128, 64}, wide);
+            w.add_tensor(m, formats::GgmlType::F32, {64, 64}, square);
+        for (const char* m : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}) w.add_tensor(m, formats::GgmlType::F32, {64, 128}, wide);
+        w.add_tensor("blk.0.ffn_down.weight", formats::GgmlType::F32, {128, 64}, wide);
         const auto file = dir / (name + ".gguf");
         w.write(file);
         CHECK_THAT(load_error(file), Catch::Contains(file.string()) && Catch::Contains(expected));
     };
-    rewrite("no-arch", [](engine::GgufWriter&) {}, "metadata general.architecture is missing");
-    rewrite("gemma", [](engine::GgufWriter& w) { w.set_string("general.architecture", "gemma"); },
+    rewrite("no-arch", [](formats::GgufWriter&) {}, "metadata general.architecture is missing");
+    rewrite("gemma", [](formats::GgufWriter& w) { w.set_string("general.architecture", "gemma"); },
             "is \"gemma\"; anvil-engine runs llama (Llama 2/3, Mistral), qwen2 and qwen3");
-    auto llama = [](engine::GgufWriter& w) {
+    auto llama = [](formats::GgufWriter& w) {
         w.set_string("general.architecture", "llama");
         w.set_u32("llama.embedding_length", 64);
         w.set_u32("llama.feed_forward_length", 128);
@@ -439,11 +439,11 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
         w.set_u32("llama.attention.head_count", 4);
         w.set_u32("llama.context_length", 256);
     };
-    rewrite("moe", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.expert_count", 8); }, "a mixture of experts");
+    rewrite("moe", [&](formats::GgufWriter& w) { llama(w); w.set_u32("llama.expert_count", 8); }, "a mixture of experts");
     // Counts that lie about the tensors are refused before anything is sized by them (a block_count
     // of 10^7 once had the loader allocate a layer table of 3.3 GB).
     auto counts = [](uint32_t blocks, uint32_t kv_heads, uint32_t ffn) {
-        return [=](engine::GgufWriter& w) {
+        return [=](formats::GgufWriter& w) {
             w.set_string("general.architecture", "llama");
             w.set_u32("llama.embedding_length", 64);
             w.set_u32("llama.feed_forward_length", ffn);
@@ -458,37 +458,37 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
     rewrite("kv-heads-lie", counts(1, 2, 128),
             "metadata llama.attention.head_count_kv (with the head length) says 32 rows of blk.0.attn_k.weight, which has 64");
     rewrite("ffn-lies", counts(1, 4, 4096), "metadata llama.feed_forward_length says 4096 rows of blk.0.ffn_up.weight, which has 128");
-    rewrite("yarn", [&](engine::GgufWriter& w) { llama(w); w.set_string("llama.rope.scaling.type", "yarn"); },
+    rewrite("yarn", [&](formats::GgufWriter& w) { llama(w); w.set_string("llama.rope.scaling.type", "yarn"); },
             "rope.scaling.type is \"yarn\"");
-    rewrite("partial-rope", [&](engine::GgufWriter& w) { llama(w); w.set_u32("llama.rope.dimension_count", 8); },
+    rewrite("partial-rope", [&](formats::GgufWriter& w) { llama(w); w.set_u32("llama.rope.dimension_count", 8); },
             "rotates part of each head");
-    rewrite("no-context", [](engine::GgufWriter& w) {
+    rewrite("no-context", [](formats::GgufWriter& w) {
         w.set_string("general.architecture", "llama");
         w.set_u32("llama.embedding_length", 64);
         w.set_u32("llama.feed_forward_length", 128);
         w.set_u32("llama.block_count", 1);
         w.set_u32("llama.attention.head_count", 4);
     }, "metadata llama.context_length is missing");
-    rewrite("sentencepiece", [&](engine::GgufWriter& w) {
+    rewrite("sentencepiece", [&](formats::GgufWriter& w) {
         llama(w);
         w.set_string("tokenizer.ggml.model", "llama");
         w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
     }, "tokenizer.ggml.scores must hold one number per token");
-    rewrite("nan-score", [&](engine::GgufWriter& w) {
+    rewrite("nan-score", [&](formats::GgufWriter& w) {
         llama(w);
         w.set_string("tokenizer.ggml.model", "llama");
         w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
         w.set_f32s("tokenizer.ggml.scores", {0.0f, std::numeric_limits<float>::quiet_NaN()});
     }, "tokenizer.ggml.scores holds a float that is not finite");  // the reader refuses it before the merges see it
-    rewrite("bert", [&](engine::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "bert"); },
+    rewrite("bert", [&](formats::GgufWriter& w) { llama(w); w.set_string("tokenizer.ggml.model", "bert"); },
             "tokenizer.ggml.model is \"bert\"; anvil-engine reads gpt2 (byte-level BPE) and llama (SentencePiece)");
-    rewrite("pre", [&](engine::GgufWriter& w) {
+    rewrite("pre", [&](formats::GgufWriter& w) {
         llama(w);
         w.set_string("tokenizer.ggml.model", "gpt2");
         w.set_string("tokenizer.ggml.pre", "deepseek-llm");
         w.set_strings("tokenizer.ggml.tokens", {"a"});
     }, "tokenizer.ggml.pre is \"deepseek-llm\"");
-    rewrite("types", [&](engine::GgufWriter& w) {
+    rewrite("types", [&](formats::GgufWriter& w) {
         llama(w);
         w.set_string("tokenizer.ggml.model", "gpt2");
         w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
@@ -497,9 +497,9 @@ TEST_CASE("malformed GGUF files are refused with the file, the place and what wa
 
     // A tensor of a type the engine cannot multiply is named, not taken for a broken file.
     {
-        engine::GgufWriter w;
+        formats::GgufWriter w;
         llama(w);
-        w.add_tensor("token_embd.weight", GgmlType(13), {256, 2}, std::vector<uint8_t>(2 * 176));  // Q5_K
+        w.add_tensor("token_embd.weight", formats::GgmlType(13), {256, 2}, std::vector<uint8_t>(2 * 176));  // Q5_K
         const auto file = dir / "q5k.gguf";
         w.write(file);
         CHECK_THAT(load_error(file), Catch::Contains("token_embd.weight has rows of 256, expected llama.embedding_length 64"));
@@ -622,7 +622,7 @@ TEST_CASE("anvil-engine make-model writes GGUF files and convert writes a direct
     const auto made = test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "t.gguf").string(), "--dtype", "q8_0", "--arch", "qwen2"});
     INFO(made.output);
     REQUIRE(made.exit_code == 0);
-    CHECK(engine::is_gguf_file(dir / "t.gguf"));
+    CHECK(formats::is_gguf_file(dir / "t.gguf"));
     const auto dir_made = test::run({ANVIL_ENGINE, "make-model", "--out", (dir / "d").string()});
     REQUIRE(dir_made.exit_code == 0);
     const auto converted = test::run({ANVIL_ENGINE, "convert", "--model", (dir / "d").string(), "--out", (dir / "d.gguf").string(), "--type", "bf16"});

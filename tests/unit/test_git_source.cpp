@@ -10,7 +10,7 @@
 #include "registry/catalog.hpp"
 #include "registry/catalog_report.hpp"
 #include "registry/git_source.hpp"
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
@@ -114,6 +114,40 @@ TEST_CASE("new commits apply incrementally: add, change, rename, delete", "[git]
 
     auto unchanged = catalog.sync(source);
     CHECK(unchanged.mode == SyncReport::Mode::unchanged);
+}
+
+TEST_CASE("an incremental step is read without touching the catalog, then applied: the same as apply", "[git][catalog]") {
+    GitFixture f;
+    GitSource source(f.upstream.dir().string(), "main", f.data);
+    Catalog catalog;
+    catalog.sync(source);
+    const std::string first = catalog.commit();
+    f.upstream.write("recipes/c.json", recipe_with_id("recipe-c"));
+    f.upstream.git({"mv", "recipes/b.json", "recipes/renamed-b.json"});
+    const std::string second = f.upstream.commit("add c, rename b");
+    const std::string fetched = source.fetch();
+    REQUIRE(fetched == second);
+    REQUIRE(catalog.full_read_reason(source, second).empty());
+
+    CatalogChanges changes = catalog.read_changes(source, second);
+    // Read, not applied: other threads reading the catalog meanwhile see the first commit whole.
+    CHECK(catalog.commit() == first);
+    CHECK(catalog.documents().count("recipes/b.json") == 1);
+    CHECK_FALSE(catalog.find(DocumentKind::recipe, "recipe-c"));
+    CHECK(changes.steps.size() == 2);
+
+    const SyncReport report = catalog.apply_changes(std::move(changes));
+    CHECK(report.mode == SyncReport::Mode::incremental);
+    CHECK(report.added == 1);
+    CHECK(report.renamed == 1);
+    CHECK(catalog.commit() == second);
+    CHECK(catalog.documents().count("recipes/b.json") == 0);
+    CHECK(catalog.documents().at("recipes/renamed-b.json").id == "recipe-b");
+    CHECK(catalog.find(DocumentKind::recipe, "recipe-c"));
+    Catalog cold;
+    cold.apply(source, second);
+    REQUIRE(cold.size() == catalog.size());
+    for (const auto& [path, doc] : cold.documents()) CHECK(catalog.documents().at(path).provenance.blob_id == doc.provenance.blob_id);
 }
 
 TEST_CASE("a corrupt file is reported and the other documents are still read", "[git]") {

@@ -1,4 +1,4 @@
-// The GPU inventory (kernels/hardware): NVML's answers become measured evidence, a host without a
+// The GPU inventory: NVML's answers (kernels/hardware) become measured evidence (daemon/host), a host without a
 // driver says so plainly, and `anvil gpus` shows either. A stand-in libnvidia-ml (tests/tools/
 // gpu_fake_nvml.cpp) answers for two GPUs, so the dlopen, symbol and mapping code runs for real.
 #include <algorithm>
@@ -7,7 +7,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "kernels/hardware/inventory_report.hpp"
+#include "daemon/host/host_inventory.hpp"
+#include "daemon/host/inventory_report.hpp"
 #include "kernels/hardware/nvml_inventory.hpp"
 #include "registry/feasibility_input.hpp"
 #include "test_support.hpp"
@@ -34,7 +35,8 @@ TEST_CASE("NVML's answers become a measured inventory, GPU by GPU", "[gpu][inven
     INFO(r.error);
     REQUIRE(r.ok);
     CHECK(r.notes.empty());
-    const auto& inv = r.inventory;
+    CHECK(r.gpus.size() == 2);
+    const auto inv = anvil::host::measured_inventory(r);
     CHECK(inv.source == std::string("NVML (") + ANVIL_FAKE_NVML + ")");
     CHECK(inv.driver_version == "580.95.05");
     CHECK(inv.cuda_driver_version == "13.0");
@@ -70,7 +72,7 @@ TEST_CASE("NVML's answers become a measured inventory, GPU by GPU", "[gpu][inven
 }
 
 TEST_CASE("The inventory's JSON carries every figure per GPU, and the sums feasibility reads", "[gpu][inventory]") {
-    const auto j = anvil::hardware::inventory_to_json(read_inventory(ANVIL_FAKE_NVML));
+    const auto j = anvil::host::inventory_to_json(read_inventory(ANVIL_FAKE_NVML));
     CHECK(j["available"] == true);
     CHECK_FALSE(j.contains("error"));
     CHECK(j["driver_version"] == "580.95.05");
@@ -89,16 +91,17 @@ TEST_CASE("The inventory's JSON carries every figure per GPU, and the sums feasi
 TEST_CASE("A host without the NVIDIA driver says so plainly and lists no GPU", "[gpu][inventory]") {
     const auto r = read_inventory("/nonexistent/libnvidia-ml.so.1");
     CHECK_FALSE(r.ok);
-    CHECK(r.inventory.gpus.empty());
+    CHECK(r.gpus.empty());
+    CHECK(anvil::host::measured_inventory(r).gpus.empty());
     CHECK_THAT(r.error, Catch::StartsWith("no NVIDIA driver: /nonexistent/libnvidia-ml.so.1 cannot be loaded ("));
     CHECK_THAT(r.error, Catch::EndsWith("install the NVIDIA driver, or declare the GPUs in configuration"));
     CHECK(r.error.find('\n') == std::string::npos);
-    CHECK(r.inventory.source == r.error);  // what the daemon's status shows
-    const auto j = anvil::hardware::inventory_to_json(r);
+    CHECK(anvil::host::measured_inventory(r).source == r.error);  // what the daemon's status shows
+    const auto j = anvil::host::inventory_to_json(r);
     CHECK(j["available"] == false);
     CHECK(j["error"] == r.error);
     CHECK(j["gpus"].empty());
-    CHECK(anvil::hardware::inventory_table(r) == r.error + "\n");
+    CHECK(anvil::host::inventory_table(r) == r.error + "\n");
 }
 
 TEST_CASE("NVML that cannot start, or a library that is not NVML, is a reading with the reason", "[gpu][inventory]") {
@@ -117,12 +120,12 @@ TEST_CASE("A figure a GPU does not support is left empty with a note, the rest s
     ScopedEnv no_cc("FAKE_NVML_NO_CC", "1");
     const auto r = read_inventory(ANVIL_FAKE_NVML);
     REQUIRE(r.ok);
-    REQUIRE(r.inventory.gpus.size() == 2);
-    CHECK(r.inventory.gpus[0].compute_capability.empty());
-    CHECK(bytes(r.inventory.gpus[0].total_bytes) == 150754820096);
+    REQUIRE(r.gpus.size() == 2);
+    CHECK(r.gpus[0].compute_capability.empty());
+    CHECK(bytes(anvil::host::measured_inventory(r).gpus[0].total_bytes) == 150754820096);
     REQUIRE(r.notes.size() == 2);
     CHECK(r.notes[0] == "GPU-11111111-2222-3333-4444-555555555555: no compute capability: Not Supported (NVML error 3)");
-    CHECK_THAT(anvil::hardware::inventory_table(r), Catch::Contains("note: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee: no compute capability"));
+    CHECK_THAT(anvil::host::inventory_table(r), Catch::Contains("note: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee: no compute capability"));
 }
 
 TEST_CASE("anvil gpus prints a table, or JSON, of what NVML measures", "[gpu][cli]") {
@@ -159,7 +162,7 @@ TEST_CASE("anvil gpus without a driver says so in one line and exits 2", "[gpu][
     if (here.ok) {
         WARN("this host has an NVIDIA driver: checked `anvil gpus` against NVML, not the no-driver message");
         CHECK(real.exit_code == 0);
-        for (const auto& g : here.inventory.gpus) CHECK_THAT(real.output, Catch::Contains(g.uuid));
+        for (const auto& g : here.gpus) CHECK_THAT(real.output, Catch::Contains(g.uuid));
     } else {
         CHECK(real.exit_code == 2);
         CHECK(real.output == "anvil gpus: " + here.error + "\n");

@@ -13,8 +13,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "kernels/hardware/bounded_child.hpp"
 #include "kernels/hardware/collective_probe.hpp"
+#include "daemon/host/host_inventory.hpp"
+#include "support/child.hpp"
 #include "kernels/hardware/nvml_inventory.hpp"
 #include "test_support.hpp"
 
@@ -74,10 +75,10 @@ TEST_CASE("Diagnostics keep NCCL's warnings and the end of its log", "[gpu][prob
 }
 
 TEST_CASE("A child past its deadline is killed with its whole process group", "[gpu][probe]") {
-    auto env = anvil::hardware::current_environment();
+    auto env = anvil::support::current_environment();
     env["FAKE_PROBE_MODE"] = "hang";
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = anvil::hardware::run_bounded({ANVIL_FAKE_PROBE, "--gpus", "a,b"}, env, std::chrono::milliseconds(800));
+    const auto r = anvil::support::run_child({ANVIL_FAKE_PROBE, "--gpus", "a,b"}, env, std::chrono::milliseconds(800));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(r.timed_out);
     CHECK(r.exit_code == 128 + SIGKILL);
@@ -87,11 +88,11 @@ TEST_CASE("A child past its deadline is killed with its whole process group", "[
     const pid_t grandchild = static_cast<pid_t>(std::stol(r.out));
     CHECK(gone_within_2s(grandchild));  // not left behind holding a GPU
 
-    const auto fine = anvil::hardware::run_bounded({"/bin/echo", "done"}, env, std::chrono::seconds(5));
+    const auto fine = anvil::support::run_child({"/bin/echo", "done"}, env, std::chrono::seconds(5));
     CHECK_FALSE(fine.timed_out);
     CHECK(fine.exit_code == 0);
     CHECK(fine.out == "done\n");
-    const auto missing = anvil::hardware::run_bounded({"/nonexistent/probe"}, env, std::chrono::seconds(5));
+    const auto missing = anvil::support::run_child({"/nonexistent/probe"}, env, std::chrono::seconds(5));
     CHECK(missing.exec_failed);
     CHECK(missing.err == "cannot execute /nonexistent/probe: No such file or directory");
 }
@@ -194,7 +195,7 @@ TEST_CASE("The real probe, given GPUs CUDA cannot see, fails cleanly with a rece
 
 TEST_CASE("On a GPU host the probe proves the collective path within 10 s", "[gpu][probe][device]") {
     const auto here = anvil::hardware::read_inventory("libnvidia-ml.so.1");
-    if (!here.ok || here.inventory.gpus.empty()) {
+    if (!here.ok || here.gpus.empty()) {
         WARN("skipped: needs an NVIDIA GPU and driver (" << (here.ok ? "NVML lists no GPU" : here.error) << ")");
         return;
     }
@@ -207,7 +208,7 @@ TEST_CASE("On a GPU host the probe proves the collective path within 10 s", "[gp
     REQUIRE(r.exit_code == 0);
     const auto out = nlohmann::json::parse(r.output);
     CHECK(out["outcome"] == "proven");
-    CHECK(out["ranks"].size() == here.inventory.gpus.size());
+    CHECK(out["ranks"].size() == here.gpus.size());
     CHECK(out["results"].size() == 19);  // 1 KiB … 256 MiB
     CHECK(out["results"].back()["bytes"] == 256ll << 20);
     CHECK(seconds < 10);
@@ -233,10 +234,10 @@ TEST_CASE("The newest receipt decides the inventory's collective path, for exact
         return anvil::hardware::write_probe_receipt(receipts, anvil::hardware::probe_receipt(request, outcome, nullptr));
     };
     auto judged = [&] {
-        auto inventory = reading.inventory;
+        auto inventory = anvil::host::measured_inventory(reading);
         const auto latest = anvil::hardware::latest_probe_receipt(receipts);
         REQUIRE(latest);
-        anvil::hardware::apply_probe_receipt(inventory, *latest);
+        anvil::host::apply_probe_receipt(inventory, *latest);
         return inventory;
     };
 

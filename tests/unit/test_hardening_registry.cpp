@@ -8,19 +8,22 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "daemon/anvild/config.hpp"
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "registry/catalog.hpp"
 #include "registry/catalog_report.hpp"
 #include "registry/document.hpp"
 #include "registry/engine_environment.hpp"
 #include "registry/owned_flags.hpp"
 #include "registry/json_text_check.hpp"
-#include "registry/utf8.hpp"
+#include "support/utf8.hpp"
 #include "daemon_fixture.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::registry;
+using anvil::support::first_invalid_utf8;
+using anvil::support::is_valid_utf8;
+using anvil::support::to_valid_utf8;
 namespace fs = std::filesystem;
 using anvil::test::all_errors;
 
@@ -60,8 +63,8 @@ Document parse(std::string_view text, const std::string& path = "recipes/doc.jso
 }
 
 // Launches placed under dir/models (${MODEL_ROOT}), on 100 ports from `first`.
-anvil::driver::LaunchConfig models_config(const anvil::test::TempDir& dir, int first) {
-    anvil::driver::LaunchConfig config;
+anvil::drivers::LaunchConfig models_config(const anvil::test::TempDir& dir, int first) {
+    anvil::drivers::LaunchConfig config;
     config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}};
     config.allowed_roots = {dir / "models"};
     config.port_first = first;
@@ -332,8 +335,8 @@ TEST_CASE("an embedded recipe that sets ANVIL_ENGINE_CUDA_PLUGIN is refused on p
                                     Catch::Contains("is not one that anvil-engine takes from a recipe"));
     anvil::test::TempDir dir;
     const auto config = models_config(dir, 23400);
-    CHECK_THAT(*anvil::driver::paper_refusal(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
-    CHECK_THROWS_WITH(anvil::driver::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
+    CHECK_THAT(*anvil::drivers::paper_refusal(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
+    CHECK_THROWS_WITH(anvil::drivers::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/ANVIL_ENGINE_CUDA_PLUGIN"));
 }
 
 TEST_CASE("a recipe that sets LD_PRELOAD is refused on paper and at launch, and registry check warns", "[hardening][registry][environment]") {
@@ -346,16 +349,16 @@ TEST_CASE("a recipe that sets LD_PRELOAD is refused on paper and at launch, and 
 
     anvil::test::TempDir dir;
     const auto config = models_config(dir, 23400);
-    const auto refusal = anvil::driver::paper_refusal(*doc.recipe(), config);
+    const auto refusal = anvil::drivers::paper_refusal(*doc.recipe(), config);
     REQUIRE(refusal);
     CHECK_THAT(*refusal, Catch::Contains("recipe preload") && Catch::Contains("/launch/environment/LD_PRELOAD") &&
                              Catch::Contains("dynamic-loader variable"));
-    CHECK_THROWS_WITH(anvil::driver::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/LD_PRELOAD"));
+    CHECK_THROWS_WITH(anvil::drivers::resolve_launch(*doc.recipe(), config), Catch::Contains("/launch/environment/LD_PRELOAD"));
 
     r["launch"]["environment"] = {{"OMP_NUM_THREADS", "4"}};
     const auto clean = parse(r.dump());
     CHECK(clean.warnings.empty());
-    CHECK_FALSE(anvil::driver::paper_refusal(*clean.recipe(), config));
+    CHECK_FALSE(anvil::drivers::paper_refusal(*clean.recipe(), config));
 }
 
 // ---- flags the driver owns ------------------------------------------------------------------------
@@ -433,17 +436,17 @@ TEST_CASE("a native launch of a known engine gets anvil's model, host and port a
     const auto doc = parse(native_recipe("vllm", {"vllm", "serve", "--dtype", "auto"}).dump());
     REQUIRE(doc.valid());
     // vLLM's model is the word after `serve` (it wins over --model there): anvil puts it there.
-    const auto launch = anvil::driver::resolve_launch(*doc.recipe(), config);
+    const auto launch = anvil::drivers::resolve_launch(*doc.recipe(), config);
     CHECK(launch.arguments == std::vector<std::string>{"vllm", "serve", fs::canonical(dir / "models/tiny").string(), "--dtype", "auto",
                                                        "--host", "127.0.0.1", "--port", std::to_string(launch.port)});
     const auto sglang = parse(native_recipe("sglang", {"python3", "-m", "sglang.launch_server"}).dump());
-    const auto sglang_launch = anvil::driver::resolve_launch(*sglang.recipe(), config);
+    const auto sglang_launch = anvil::drivers::resolve_launch(*sglang.recipe(), config);
     CHECK(sglang_launch.arguments == std::vector<std::string>{"python3", "-m", "sglang.launch_server", "--model-path",
                                                               fs::canonical(dir / "models/tiny").string(), "--host", "127.0.0.1", "--port",
                                                               std::to_string(sglang_launch.port)});
     // The owned flag in the recipe stops the launch as it stops the paper judgement.
     const auto owned = parse(native_recipe("vllm", {"vllm", "serve", "--port", "1"}).dump());
-    CHECK_THROWS_WITH(anvil::driver::resolve_launch(*owned.recipe(), config), Catch::Contains("/launch/arguments/2: --port"));
+    CHECK_THROWS_WITH(anvil::drivers::resolve_launch(*owned.recipe(), config), Catch::Contains("/launch/arguments/2: --port"));
     json no_model = native_recipe("vllm", {"vllm", "serve"});
     no_model["launch"].erase("model");
     CHECK_THAT(refusal_of(no_model), Catch::Contains("/launch/model: a native vLLM launch gets its model from anvil"));
@@ -455,16 +458,16 @@ TEST_CASE("model paths and mount sources outside the allowed roots are refused o
     anvil::test::TempDir dir;
     fs::create_directories(dir / "models/tiny");
     fs::create_directories(dir / "cache");
-    anvil::driver::LaunchConfig config;
+    anvil::drivers::LaunchConfig config;
     config.placeholders = {{"MODEL_ROOT", (dir / "models").string()}, {"CACHE_ROOT", (dir / "cache").string()}};
     // model_root listed again in allowed_mount_roots, once with a trailing slash: still one root.
     config.allowed_roots = {dir / "models", dir / "cache", dir / "models", fs::path((dir / "models").string() + "/")};
 
     const auto inside = parse(anvil_recipe("inside").dump());
-    CHECK_FALSE(anvil::driver::paper_refusal(*inside.recipe(), config));
+    CHECK_FALSE(anvil::drivers::paper_refusal(*inside.recipe(), config));
 
     const auto outside = parse(anvil_recipe("outside", (dir / "elsewhere/tiny").string()).dump());
-    const auto why = anvil::driver::paper_refusal(*outside.recipe(), config);
+    const auto why = anvil::drivers::paper_refusal(*outside.recipe(), config);
     REQUIRE(why);
     CHECK_THAT(*why, Catch::Contains("recipe outside at /launch/model/path") && Catch::Contains("outside the allowed roots (" +
                                                                                                   (dir / "models").string() + ", " +
@@ -475,7 +478,7 @@ TEST_CASE("model paths and mount sources outside the allowed roots are refused o
     mounted["launch"]["mounts"] = {{{"source", "/etc"}, {"target", "/data"}, {"read_only", true}}};
     const auto mount_doc = parse(mounted.dump());
     REQUIRE(mount_doc.valid());
-    const auto mount_why = anvil::driver::paper_refusal(*mount_doc.recipe(), config);
+    const auto mount_why = anvil::drivers::paper_refusal(*mount_doc.recipe(), config);
     REQUIRE(mount_why);
     CHECK_THAT(*mount_why, Catch::Contains("/launch/mounts/0/source") && Catch::Contains("outside the allowed roots"));
 }

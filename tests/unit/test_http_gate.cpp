@@ -22,7 +22,7 @@
 
 #include "engine/http/guarded_server.hpp"
 #include "engine/http/request_head.hpp"
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "engine/http/safe_text.hpp"
 #include "raw_http.hpp"
 

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/qualify/qualification.hpp"
-#include "registry/support/digest.hpp"
+#include "support/digest.hpp"
 #include "test_qualify_engine.hpp"
 #include "test_support.hpp"
 

@@ -4,10 +4,10 @@
 // block; local-ai-registry drafts (seed 003's mount) read as before.
 #include <catch2/catch.hpp>
 
-#include "daemon/anvild/config.hpp"
-#include "engine/supervisor/engine_supervisor.hpp"
-#include "engine/supervisor/embedded_driver.hpp"
-#include "engine/supervisor/launch_resolution.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/drivers/engine_supervisor.hpp"
+#include "daemon/drivers/embedded_driver.hpp"
+#include "daemon/drivers/launch_resolution.hpp"
 #include "registry/document.hpp"
 #include "registry/model_digest.hpp"
 #include "registry/recipe_gates.hpp"
@@ -251,7 +251,7 @@ TEST_CASE("the embedded driver turns the draft block into anvil-engine's flags, 
     anvil::test::TempDir roots;
     std::filesystem::create_directories(roots / "models" / "target");
     std::filesystem::create_directories(roots / "models" / "draft");
-    anvil::driver::LaunchConfig config;
+    anvil::drivers::LaunchConfig config;
     config.placeholders["MODEL_ROOT"] = (roots / "models").string();
     config.allowed_roots = {roots / "models"};
     config.port_first = 23700;
@@ -263,8 +263,8 @@ TEST_CASE("the embedded driver turns the draft block into anvil-engine's flags, 
         const Document doc = parse(j);
         INFO(all_errors(doc));
         REQUIRE(doc.valid());
-        const auto launch = anvil::driver::resolve_launch(*doc.recipe(), config);
-        auto argv = anvil::driver::embedded_argv("/bin/anvil-engine", launch);
+        const auto launch = anvil::drivers::resolve_launch(*doc.recipe(), config);
+        auto argv = anvil::drivers::embedded_argv("/bin/anvil-engine", launch);
         // The model, the served name, then the draft's flags, then the recipe's own arguments.
         REQUIRE(argv.size() > 6);
         return std::vector<std::string>(argv.begin() + 6, argv.end() - 12);
@@ -286,11 +286,11 @@ TEST_CASE("the embedded driver turns the draft block into anvil-engine's flags, 
     j["launch"]["model"]["path"] = "${MODEL_ROOT}/target";
     const Document outside = parse(j);
     REQUIRE(outside.valid());
-    const auto refusal = anvil::driver::paper_refusal(*outside.recipe(), config);
+    const auto refusal = anvil::drivers::paper_refusal(*outside.recipe(), config);
     REQUIRE(refusal);
     CHECK_THAT(*refusal, Catch::StartsWith("recipe anvil-tiny-llama-f32-cpu at /launch/draft/model/path: '/etc/draft' resolves to") &&
                              Catch::Contains("outside the allowed roots"));
-    CHECK_THROWS_AS(anvil::driver::resolve_launch(*outside.recipe(), config), anvil::driver::LaunchError);
+    CHECK_THROWS_AS(anvil::drivers::resolve_launch(*outside.recipe(), config), anvil::drivers::LaunchError);
 }
 
 TEST_CASE("the ledger refuses to promote a revision whose draft model is unpinned, and says so", "[state][draft]") {
@@ -333,7 +333,7 @@ TEST_CASE("before launch, anvild checks the draft model's directory and pinned d
     config.data_dir = tmp / "data";
     config.model_root = tmp / "models";
     config.engine_binary = ANVIL_ENGINE;
-    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
+    anvil::drivers::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
     auto recipe = [&](const std::string& dir, const json& digest) {
         json block = draft_model_block();
         block["path"] = "${MODEL_ROOT}/" + dir;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "registry/recipe_gates.hpp"
 #include "registry/slurm_cluster.hpp"
 

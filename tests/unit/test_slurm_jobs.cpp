@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/supervisor/command_runner.hpp"
-#include "engine/supervisor/container_driver.hpp"
-#include "engine/supervisor/slurm_driver.hpp"
+#include "daemon/drivers/command_runner.hpp"
+#include "daemon/drivers/container_driver.hpp"
+#include "daemon/drivers/slurm_driver.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 using json = nlohmann::json;
 
 namespace {

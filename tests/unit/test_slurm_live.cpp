@@ -13,17 +13,17 @@
 #include <httplib.h>
 #include <sqlite3.h>
 
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon_fixture.hpp"
-#include "engine/supervisor/engine_supervisor.hpp"
+#include "daemon/drivers/engine_supervisor.hpp"
 #include "main_job.hpp"
 #include "registry/document.hpp"
 #include "state/store.hpp"
-#include "engine/supervisor/slurm_driver.hpp"
-#include "engine/supervisor/slurm_rest.hpp"
+#include "daemon/drivers/slurm_driver.hpp"
+#include "daemon/drivers/slurm_rest.hpp"
 #include "test_support.hpp"
 
-using namespace anvil::driver;
+using namespace anvil::drivers;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using anvil::test::trimmed;
@@ -382,15 +382,15 @@ TEST_CASE("a native recipe's engine runs as a Slurm job: ready on its node, answ
     config.port_first = 24300;
     config.port_last = 24399;
     config.engine_ready_timeout = 60s;
-    anvil::driver::SlurmPlacement placement;
+    anvil::drivers::SlurmPlacement placement;
     placement.rest = live();
     placement.partition = "gpu";
     placement.job_directory = jobs;
     config.slurm = placement;
-    anvil::driver::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
+    anvil::drivers::EngineSupervisor supervisor(anvil::daemon::supervisor_settings(config), store);
     REQUIRE_FALSE(supervisor.unsupported(*doc.recipe()));
 
-    const auto engine = supervisor.start(revision, *doc.recipe(), anvil::driver::EngineRole::qualification);
+    const auto engine = supervisor.start(revision, *doc.recipe(), anvil::drivers::EngineRole::qualification);
     CHECK(engine.handle.driver == "slurm-process");
     REQUIRE_FALSE(engine.handle.job_id.empty());
     CHECK(supervisor.answers(engine));

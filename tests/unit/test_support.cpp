@@ -1,4 +1,4 @@
-// registry/support: the atomic writer leaves the new bytes and nothing else, refuses a missing
+// support/: the atomic writer leaves the new bytes and nothing else, refuses a missing
 // directory by name; the clock's text has one shape and reads back to the same instant.
 #include <catch2/catch.hpp>
 
@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "registry/support/atomic_file.hpp"
-#include "registry/support/clock.hpp"
-#include "registry/support/digest.hpp"
+#include "support/atomic_file.hpp"
+#include "support/clock.hpp"
+#include "support/digest.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::support;

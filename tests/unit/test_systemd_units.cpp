@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "daemon/anvild/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/anvild/systemd_notify.hpp"
 #include "test_support.hpp"
 

@@ -1,0 +1,2 @@
+// support includes nothing of the project but itself.
+#include "support/clock.hpp"

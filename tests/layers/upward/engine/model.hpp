@@ -1,0 +1,2 @@
+// The engine may use the formats below it.
+#include "formats/gguf.hpp"
