@@ -258,6 +258,29 @@ void check_consistency(const Node& root, JsonReader& reader, Recipe& r, RecipeCh
     }
 }
 
+// anvil-engine's --weights takes these and no other (engine/weights.cpp): another is refused here,
+// not when the engine starts.
+constexpr std::string_view kEmbeddedWeights[] = {"f32", "bf16", "q8", "stored", "auto"};
+
+void read_weights_precision(const Node& root, JsonReader& reader, Recipe& r, RecipeCheck& check) {
+    const auto& args = r.launch.arguments;
+    if (r.launch.kind == "embedded") {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            std::optional<std::string> value;
+            std::size_t at = i;
+            if (args[i] == "--weights" && i + 1 < args.size()) value = args[at = i + 1];
+            else if (args[i].starts_with("--weights=")) value = args[i].substr(10);
+            if (value && std::find(std::begin(kEmbeddedWeights), std::end(kEmbeddedWeights), *value) == std::end(kEmbeddedWeights))
+                reader.fail(root.child("launch").child("arguments").at(at), "one of anvil-engine's weights: f32, bf16, q8 or stored",
+                            render_short(*value));
+        }
+    }
+    const auto spelling = weights_spelling(args, r.launch.model ? std::optional(r.launch.model->dtype) : std::nullopt);
+    r.weights = weights_precision(spelling);
+    if (r.weights == WeightsPrecision::unknown)
+        check.warnings.push_back("weights '" + *spelling + "' are of a precision anvild does not know: qualified after the known ones");
+}
+
 void assess_pins(const Recipe& r, RecipeCheck& check) {
     auto& reasons = check.pins.unpinned_reasons;
     const Launch& l = r.launch;
@@ -362,6 +385,7 @@ std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeC
 
     if (reader.error_count() != before) return std::nullopt;
     check_consistency(root, reader, r, check);
+    read_weights_precision(root, reader, r, check);
     if (reader.error_count() != before) return std::nullopt;
     assess_pins(r, check);
     // anvild's policy rather than the registry's schema: the document stays valid, and the check says

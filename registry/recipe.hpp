@@ -13,6 +13,7 @@
 
 #include "registry/json_reader.hpp"
 #include "registry/pinning.hpp"
+#include "registry/weights_precision.hpp"
 
 namespace anvil::registry {
 
@@ -121,6 +122,9 @@ struct Recipe {
     Serving serving;
     Capabilities capabilities;
     std::vector<std::string> speed_sweep_ids;
+    // How precisely the weights are served (registry/weights_precision.hpp), from the launch's
+    // flags or the model block: what orders candidates for qualification.
+    WeightsPrecision weights = WeightsPrecision::unstated;
 
     // Runs on host CPUs and needs no GPU: hardware "cpu", or accelerator backend "cpu".
     bool runs_on_cpu() const { return hardware_id == "cpu" || launch.accelerator_backend == std::optional<std::string>("cpu"); }

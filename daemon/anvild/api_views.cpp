@@ -117,7 +117,7 @@ json decisions_view(const Reconciler::PromotionPicture& p, const state::Store& s
                      {"pinned", p.policy.pin ? json(p.policy.pin->recipe_id) : json(nullptr)},
                      {"min_interval_seconds", p.policy.min_interval.count()}};
     out["choice"] = {{"action", std::string(qualify::to_string(p.choice.action))},
-                     {"condition", p.choice.condition},
+                     {"condition", std::string(qualify::to_string(p.choice.condition))},
                      {"reason", p.choice.reason},
                      {"revision_id", p.choice.revision_id ? json(*p.choice.revision_id) : json(nullptr)}};
     out["control"] = p.control ? contender_json(*p.control) : json(nullptr);

@@ -166,19 +166,6 @@ private:
     JsonReader reader_;
 };
 
-bool valid_clock_time(const std::string& text, std::size_t at) {
-    auto digit = [&](std::size_t i) { return std::isdigit(static_cast<unsigned char>(text[at + i])) != 0; };
-    if (!(digit(0) && digit(1) && text[at + 2] == ':' && digit(3) && digit(4))) return false;
-    const int hours = (text[at] - '0') * 10 + (text[at + 1] - '0');
-    const int minutes = (text[at + 3] - '0') * 10 + (text[at + 4] - '0');
-    return hours < 24 && minutes < 60;
-}
-
-bool valid_window(const std::string& text) {
-    return text.size() == 11 && text[5] == '-' && valid_clock_time(text, 0) && valid_clock_time(text, 6) &&
-           text.substr(0, 5) != text.substr(6, 5);
-}
-
 void read_sources(const Node& root, ConfigReader& cr, DaemonConfig& config) {
     JsonReader& reader = cr.reader();
     const Node sources = reader.array(root, "sources", Presence::optional);
@@ -340,9 +327,8 @@ void read_promotion(const Node& root, ConfigReader& cr, PromotionConfig& p) {
     }
     const Node window = n.child("exclusive_window");
     if (!window.is_null()) {
-        if (window.value->is_string() && valid_window(window.value->get<std::string>()))
-            p.exclusive_window = window.value->get<std::string>();
-        else reader.fail(window, "a local-time window \"HH:MM-HH:MM\" (e.g. \"02:00-05:00\"), or null");
+        if (window.value->is_string()) p.exclusive_window = qualify::parse_exclusive_window(window.value->get<std::string>());
+        if (!p.exclusive_window) reader.fail(window, "a local-time window \"HH:MM-HH:MM\" (e.g. \"02:00-05:00\"), or null");
     }
     if (auto v = cr.seconds(n, "drain_timeout_seconds", true)) p.drain_timeout = *v;
     if (auto v = cr.seconds(n, "retry_backoff_min_seconds", false)) p.retry_backoff_min = *v;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/qualify/controller_rules.hpp"
 #include "daemon/qualify/promotion_policy.hpp"
 #include "daemon/drivers/engine_supervisor.hpp"
 #include "daemon/drivers/slurm_rest.hpp"
@@ -58,7 +59,7 @@ struct PromotionConfig {
     std::vector<double> needle_depths{0.25, 0.5, 0.75};
     // When the candidate and the default cannot run side by side, qualification may stop serving
     // only inside this local-time window, "HH:MM-HH:MM" (may wrap midnight). Unset: never.
-    std::optional<std::string> exclusive_window;
+    std::optional<qualify::ExclusiveWindow> exclusive_window;
     std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
     std::chrono::milliseconds retry_backoff_min{std::chrono::seconds(30)};   // failed → retried after
     std::chrono::milliseconds retry_backoff_max{std::chrono::seconds(3600)};

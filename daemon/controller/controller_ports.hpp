@@ -1,6 +1,6 @@
 // The controller's view of the world it acts on, as interfaces: engines (drivers::EngineFleet), the
 // stable endpoint (endpoint::UpstreamSwitch), qualification runs and the clock. Production wires
-// the real ones (ControllerPorts::real); the controller's tests wire fakes that start nothing and
+// the real ones (the Reconciler constructor without ports); the controller's tests wire fakes that start nothing and
 // a clock they move by hand, so backoff, probation, rollback and the exclusive window are checked
 // without sleeping.
 #pragma once

@@ -1,4 +1,4 @@
-// Step 3 of the pass: the engines. In: every engine the fleet runs. Out: engines of an earlier run
+// The pass's engines step. In: every engine the fleet runs. Out: engines of an earlier run
 // adopted late (their qualifications stopped: they start over), those that exited forgotten (the
 // serving step starts the default's again), and a serving one's exit counted and recorded as an event.
 #include "daemon/controller/reconciler.hpp"

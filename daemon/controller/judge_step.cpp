@@ -1,4 +1,4 @@
-// Step 2 of the pass: feasibility on paper. In: revisions new to the ledger (from the registry step,
+// The pass's judge step, feasibility on paper. In: revisions new to the ledger (from the registry step,
 // or left without a verdict by a crash) and the gate inputs (licences, hardware records, this
 // host's memory, model shapes, the inventory). Out: a `feasibility` verdict each, and `rejected`
 // for what cannot or must not run, in two transactions per batch. Also answers the API's

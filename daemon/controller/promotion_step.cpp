@@ -1,4 +1,4 @@
-// Step 4 of the pass: promotion. In: the validated revisions at the synced commit, the current
+// The pass's promotion step. In: the validated revisions at the synced commit, the current
 // default, each one's local measurements and hard-gate verdicts, the pin, the freeze and the last
 // promotion (the ledger's settings), the thresholds. qualify::choose_promotion owns every rule; this
 // step gathers its inputs, records each candidate's decision, and carries out a promotion it
@@ -87,7 +87,7 @@ void Reconciler::promotion_step() {
     for (const auto& [c, d] : choice.decisions)
         note("decision:" + std::to_string(c.revision_id), c.recipe_id, std::string(qualify::to_string(d.action)) + ": " + d.reason);
     if (choice.action != qualify::Action::promote || !choice.revision_id) {
-        set_condition("Promotion", true, choice.condition, choice.reason);
+        set_condition("Promotion", true, std::string(qualify::to_string(choice.condition)), choice.reason);
         return;
     }
 
@@ -107,7 +107,7 @@ void Reconciler::promotion_step() {
     // Replacing a default on measurements needs somewhere to roll back to: the current default
     // must be able to start again, or the switch is not made. Checked only when a switch is due (it
     // hashes the model directory).
-    if (current && choice.condition == "BeatsDefault") {
+    if (current && choice.condition == qualify::PromotionCondition::beats_default) {
         if (auto current_doc = document_of(*current)) {
             if (auto why = engines_->startable(*current_doc->recipe())) {
                 set_condition("Promotion", false, "RollbackUnavailable",
@@ -122,7 +122,7 @@ void Reconciler::promotion_step() {
         set_condition("Promotion", false, "PromotionRefused", e.what());
         return;
     }
-    set_condition("Promotion", true, choice.condition, choice.reason);
+    set_condition("Promotion", true, std::string(qualify::to_string(choice.condition)), choice.reason);
 }
 
 void Reconciler::rollback(const std::string& why) {

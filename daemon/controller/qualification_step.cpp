@@ -1,29 +1,16 @@
-// Step 6 of the pass: the next qualification. In: revisions `qualifying` (asked for, or cut short
+// The pass's qualification step. In: revisions `qualifying` (asked for, or cut short
 // by a restart), `failed` ones whose backoff ran out, and the most faithful `candidate`; the
 // current default (the control) and the inventory. Out: at most one qualification started, the
 // default paused first when the two cannot run side by side (only inside the exclusive window),
 // and the Qualification condition. The pause's drain and engine stop run without mutex_.
 #include "daemon/controller/reconciler.hpp"
 
-#include <cstdio>
-
 #include "daemon/controller/revision_document.hpp"
+#include "daemon/qualify/controller_rules.hpp"
 
 namespace anvil::daemon {
 
 using state::Status;
-
-namespace {
-
-// "HH:MM-HH:MM", local time, may wrap midnight.
-bool inside_window(const std::string& window, int minute_of_day) {
-    int h1 = 0, m1 = 0, h2 = 0, m2 = 0;
-    if (std::sscanf(window.c_str(), "%d:%d-%d:%d", &h1, &m1, &h2, &m2) != 4) return false;
-    const int t = minute_of_day, a = h1 * 60 + m1, b = h2 * 60 + m2;
-    return a <= b ? (t >= a && t < b) : (t >= a || t < b);
-}
-
-}  // namespace
 
 void Reconciler::qualification_step() {
     if (qualifications_->busy()) return;
@@ -63,8 +50,7 @@ void Reconciler::qualification_step() {
                 const auto detail = store_.recipe(r.recipe_id);
                 for (const auto& t : detail ? detail->history : std::vector<state::TransitionRow>{})
                     if (t.revision_id == r.id && t.to == Status::failed) ++b.failures;
-                const auto delay = std::min(config_.promotion.retry_backoff_max, config_.promotion.retry_backoff_min * (1 << std::min(b.failures - 1, 16)));
-                b.next = now + delay;
+                b.next = now + qualify::Backoff{config_.promotion.retry_backoff_min, config_.promotion.retry_backoff_max}.after(b.failures);
             }
             if (now < b.next) continue;
             begin = state::TransitionRequest{r.id, Status::qualifying, "retrying after " + std::to_string(b.failures) + " failed qualification(s)",
@@ -112,14 +98,14 @@ void Reconciler::qualification_step() {
         if (control_doc && !job.recipe.runs_on_cpu() && !control_doc->recipe()->runs_on_cpu() &&
             job.recipe.hardware_count + control_doc->recipe()->hardware_count > static_cast<std::int64_t>(inventory_->gpus.size())) {
             const auto& window = config_.promotion.exclusive_window;
-            if (!window || !inside_window(*window, clock_->local_minute_of_day())) {
+            if (!window || !window->contains(clock_->local_minute_of_day())) {
                 set_condition("Qualification", false, "OutsideExclusiveWindow",
                               next->recipe_id + " and the default cannot run together; qualification waits for the window " +
-                                  window.value_or("(none configured)"));
+                                  (window ? window->str() : std::string("(none configured)")));
                 return;
             }
             store_.append_event("qualification", control->recipe_id,
-                                "paused inside the exclusive window " + *window + " to qualify " + next->recipe_id +
+                                "paused inside the exclusive window " + window->str() + " to qualify " + next->recipe_id +
                                     ": the two need " + std::to_string(job.recipe.hardware_count + control_doc->recipe()->hardware_count) +
                                     " GPUs, the inventory has " + std::to_string(inventory_->gpus.size()));
             resume_after_exclusive_ = std::make_pair(control->recipe_id, next->recipe_id);

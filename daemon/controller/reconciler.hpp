@@ -1,13 +1,17 @@
 // The reconcile loop's one pass: level-triggered and idempotent. Each pass observes (registry
 // commits, engines' health), reads the ledger, takes the one next step per concern, records it and
-// acts. The steps, each in its own file:
-//   registry_step.cpp       fetch each due source, swap its catalog in, ingest what changed, retire what left
+// acts. The steps, in the order kSteps (reconciler.cpp) runs them; a step that throws is named in the
+// Reconciling condition and the steps that need it wait for the next pass:
+//   inventory               (reconciler.cpp) under a Slurm placement, the cluster's nodes read again
+//   registry_step.cpp       registry: fetch each due source, swap its catalog in, ingest what changed;
+//                           retire: what left the registry or was superseded (the recipes commits touched)
 //   judge_step.cpp          feasibility on paper for new revisions: a verdict each, `rejected` for what cannot run
 //   engine_step.cpp         notice engines that exited
 //   promotion_step.cpp      ask qualify::choose_promotion (pin, freeze, policy, thresholds) and act on its answer
 //   serving_step.cpp        keep the default's engine running behind the stable endpoint; roll back one that cannot serve
 //   qualification_step.cpp  start the next qualification (retries with backoff, the exclusive window)
-//   ledger_step.cpp         while the ledger cannot be written: back off, measure engines' health, recover
+//   ledger_step.cpp         around them, while the ledger cannot be written: back off, measure engines' health, recover
+// The timing rules (backoff, probation, the window) are qualify/controller_rules.hpp's.
 // Operator requests (operator_requests.cpp) record intent in the ledger and wake the pass, which
 // acts. A pass never assumes the previous one finished: everything it needs is read again.
 //
@@ -156,7 +160,7 @@ private:
     void judge(const std::vector<std::pair<state::Id, const registry::Document*>>& revisions);  // judge_step.cpp
     void judge_stragglers();
     // Under a Slurm placement, the cluster's nodes read again: every minute, every 15 s while
-    // slurmrestd does not answer (inventory_step.cpp).
+    // slurmrestd does not answer (reconciler.cpp).
     void inventory_step();
     void engine_step();         // engine_step.cpp
     void promotion_step();      // promotion_step.cpp

@@ -1,4 +1,4 @@
-// Step 1 of the pass: the registry. In: each configured source that is due (or a requested sync).
+// The pass's registry step. In: each configured source that is due (or a requested sync).
 // Out: the source's catalog swapped in, its new revisions in the ledger and judged on paper, and
 // the RegistryReachable condition. Then the retire step: revisions superseded or no longer in the
 // registry leave the running (retired; a qualifying one withdrawn first).

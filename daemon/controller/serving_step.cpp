@@ -1,21 +1,15 @@
-// Step 5 of the pass: serving. In: the current default, the fleet's serving engines, the stable
+// The pass's serving step. In: the current default, the fleet's serving engines, the stable
 // endpoint's upstream. Out: the default's engine running (started with backoff) and the endpoint
 // forwarding to it, other serving engines stopped, the DefaultServing condition; a new default
 // that cannot start within its probation, or stops answering after the switch, is rolled back.
 // Nothing here holds mutex_: a drain or an engine stop takes as long as it takes.
 #include "daemon/controller/reconciler.hpp"
 
-#include "support/clock.hpp"
 #include "daemon/controller/revision_document.hpp"
+#include "daemon/qualify/controller_rules.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::daemon {
-
-namespace {
-
-constexpr int kRollbackAfterFailures = 3;
-constexpr auto kProbation = std::chrono::minutes(10);  // a new default that cannot serve this soon is rolled back
-
-}  // namespace
 
 void Reconciler::serving_step() {
     if (exclusive_qualification_) return;  // the qualification step paused the default; it brings it back
@@ -46,14 +40,16 @@ void Reconciler::serving_step() {
             b = {};
         } catch (const std::exception& e) {
             ++b.failures;
-            b.next = clock_->steady() + std::min<std::chrono::milliseconds>(std::chrono::seconds(60), std::chrono::seconds(1) * (1 << std::min(b.failures, 6)));
+            b.next = clock_->steady() + qualify::kServingStartBackoff.after(b.failures);
             const std::string why = "the default " + current->recipe_id + " could not start (" + std::to_string(b.failures) + " tries): " + e.what();
             set_condition("DefaultServing", false, "EngineFailed", why);
             store_.append_event("engine", current->recipe_id, why);
             const auto last = store_.last_promotion();
             const auto promoted_at = last ? support::parse_utc(last->at) : std::nullopt;
-            const bool recent = last && last->revision_id == current->id && promoted_at && clock_->system() - *promoted_at < kProbation;
-            if (recent && b.failures >= kRollbackAfterFailures) rollback(why);
+            const auto since_promoted = last && last->revision_id == current->id && promoted_at
+                                            ? std::optional(clock_->system() - *promoted_at)
+                                            : std::nullopt;
+            if (qualify::rollback_due(since_promoted, b.failures)) rollback(why);
             return;
         }
     }

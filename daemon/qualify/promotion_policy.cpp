@@ -21,6 +21,19 @@ std::string_view to_string(Action a) {
     return "hold";
 }
 
+std::string_view to_string(PromotionCondition c) {
+    switch (c) {
+        case PromotionCondition::pinned: return "Pinned";
+        case PromotionCondition::frozen: return "Frozen";
+        case PromotionCondition::manual: return "Manual";
+        case PromotionCondition::nothing_to_promote: return "NothingToPromote";
+        case PromotionCondition::first_default: return "FirstDefault";
+        case PromotionCondition::beats_default: return "BeatsDefault";
+        case PromotionCondition::holding: return "Holding";
+    }
+    return "?";
+}
+
 std::string_view to_string(Policy p) { return p == Policy::manual ? "manual" : "auto"; }
 
 std::optional<Policy> parse_policy(std::string_view text) {
@@ -173,32 +186,32 @@ std::optional<Contender> best_of(const std::vector<Contender>& contenders) {
 PromotionChoice choose_promotion(const std::vector<Contender>& validated, const std::optional<Contender>& current,
                                  const Thresholds& thresholds, const PolicyState& state) {
     PromotionChoice choice;
-    auto hold = [&](std::string condition, std::string reason) {
+    auto hold = [&](PromotionCondition condition, std::string reason) {
         choice.action = Action::hold;
-        choice.condition = std::move(condition);
+        choice.condition = condition;
         choice.reason = std::move(reason);
         return choice;
     };
     if (state.pin) {
         const Pin& pin = *state.pin;
-        if (current && current->revision_id == pin.revision_id) return hold("Pinned", "pinned to " + pin.recipe_id + " by " + pin.actor);
+        if (current && current->revision_id == pin.revision_id) return hold(PromotionCondition::pinned, "pinned to " + pin.recipe_id + " by " + pin.actor);
         choice.action = Action::promote;
         choice.revision_id = pin.revision_id;
         choice.actor = pin.actor;
-        choice.condition = "Pinned";
+        choice.condition = PromotionCondition::pinned;
         choice.reason = "pinned as the default by " + pin.actor;
         return choice;
     }
-    if (state.freeze) return hold("Frozen", "frozen by " + state.freeze->actor + ": " + state.freeze->reason);
-    if (state.policy == Policy::manual) return hold("Manual", "the policy is manual: pin a recipe to change the default");
-    if (validated.empty()) return hold("NothingToPromote", current ? "no validated candidate is waiting" : "no validated candidate yet");
+    if (state.freeze) return hold(PromotionCondition::frozen, "frozen by " + state.freeze->actor + ": " + state.freeze->reason);
+    if (state.policy == Policy::manual) return hold(PromotionCondition::manual, "the policy is manual: pin a recipe to change the default");
+    if (validated.empty()) return hold(PromotionCondition::nothing_to_promote, current ? "no validated candidate is waiting" : "no validated candidate yet");
     if (!current) {
         const auto best = best_of(validated);
-        if (!best) return hold("NothingToPromote", "no validated candidate passed its hard gates");
+        if (!best) return hold(PromotionCondition::nothing_to_promote, "no validated candidate passed its hard gates");
         const auto e2e = metric(*best, "warm_e2e_seconds");
         choice.action = Action::promote;
         choice.revision_id = best->revision_id;
-        choice.condition = "FirstDefault";
+        choice.condition = PromotionCondition::first_default;
         choice.reason = "first default: the best validated candidate (warm e2e " + (e2e ? fmt::format("{:.6f} s", *e2e) : std::string("unmeasured")) + ")";
         return choice;
     }
@@ -211,13 +224,13 @@ PromotionChoice choose_promotion(const std::vector<Contender>& validated, const 
         choice.decisions.emplace_back(c, std::move(d));
     }
     const auto best = best_of(winners);
-    if (!best) return hold("Holding", fmt::format("{}", fmt::join(holds, " | ")));
+    if (!best) return hold(PromotionCondition::holding, fmt::format("{}", fmt::join(holds, " | ")));
     for (const auto& [c, d] : choice.decisions)
         if (c.revision_id == best->revision_id) choice.reason = "beat the default " + current->recipe_id + " (revision " +
                                                                 std::to_string(current->revision_id) + "): " + fmt::format("{}", fmt::join(d.checks, "; "));
     choice.action = Action::promote;
     choice.revision_id = best->revision_id;
-    choice.condition = "BeatsDefault";
+    choice.condition = PromotionCondition::beats_default;
     return choice;
 }
 

@@ -91,12 +91,16 @@ Decision decide(const Contender& candidate, const std::optional<Contender>& cont
 // warm e2e time, ties broken by tasks per hour, then by recipe id (deterministic).
 std::optional<Contender> best_of(const std::vector<Contender>& contenders);
 
+// Why promotion acts or holds this pass; to_string gives the Promotion condition's reason.
+enum class PromotionCondition { pinned, frozen, manual, nothing_to_promote, first_default, beats_default, holding };
+std::string_view to_string(PromotionCondition c);  // "Pinned" … "Holding"
+
 // What the controller does about the default this pass.
 struct PromotionChoice {
     Action action = Action::hold;                // promote: `revision_id` becomes the default
     std::optional<std::int64_t> revision_id;
     std::string actor = "reconciler";            // who the ledger says promoted (a pin: its actor)
-    std::string condition;                       // Pinned | Frozen | Manual | NothingToPromote | FirstDefault | BeatsDefault | Holding
+    PromotionCondition condition = PromotionCondition::holding;
     std::string reason;                          // one line, for the ledger and the Promotion condition
     std::vector<std::pair<Contender, Decision>> decisions;  // each candidate's own decision, when compared
 };

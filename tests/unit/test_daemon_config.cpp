@@ -170,7 +170,8 @@ TEST_CASE("every key is read into its member", "[config]") {
     CHECK(c.promotion.margin == Approx(0.05));
     CHECK(c.promotion.attempts == 5);
     CHECK(c.promotion.needle_depths == std::vector<double>{0.1, 0.9});
-    CHECK(c.promotion.exclusive_window == "23:30-05:00");
+    REQUIRE(c.promotion.exclusive_window);
+    CHECK(c.promotion.exclusive_window->str() == "23:30-05:00");
     CHECK(c.promotion.drain_timeout == std::chrono::seconds(10));
     CHECK(c.promotion.retry_backoff_min == std::chrono::seconds(1));
     CHECK(c.promotion.retry_backoff_max == std::chrono::seconds(8));
