@@ -25,7 +25,7 @@ set(ANVIL_LAYERS
   "daemon/endpoint:support,engine/http"
   "daemon/config:support,registry,daemon/drivers,daemon/qualify"
   "daemon/controller:support,registry,state,daemon/config,daemon/drivers,daemon/host,daemon/qualify,daemon/endpoint"
-  "daemon/anvild:support,registry,state,engine/http,daemon/config,daemon/drivers,daemon/host,daemon/qualify,daemon/endpoint,daemon/controller"
+  "daemon/anvild:support,registry,state,kernels/hardware,engine/http,daemon/config,daemon/drivers,daemon/host,daemon/qualify,daemon/endpoint,daemon/controller"
   "daemon/cli:support,registry,kernels/hardware,daemon/host,daemon/config")
 
 # The unit a project path belongs to ("daemon/controller/reconciler.hpp" -> "daemon/controller"),

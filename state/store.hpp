@@ -137,6 +137,8 @@ public:
     // Every recipe id with at least one revision, and its newest revision's id and status.
     std::map<std::string, std::pair<Id, Status>> latest_revisions() const;
     RecipePage list_recipes(const RecipeFilter& filter) const;
+    // How many recipes stand at each status (their newest revision's), every status present.
+    std::map<Status, std::int64_t> recipes_by_status() const;
     std::optional<RecipeDetail> recipe(const std::string& id) const;
     std::optional<RevisionRow> revision(Id revision_id) const;
     std::optional<RevisionRow> current_default(const std::string& slot = "default") const;

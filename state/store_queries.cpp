@@ -41,6 +41,17 @@ RevisionRow read_revision(Statement& s) {
 
 }  // namespace
 
+std::map<Status, std::int64_t> Store::recipes_by_status() const {
+    std::map<Status, std::int64_t> out;
+    for (Status s : {Status::candidate, Status::qualifying, Status::validated, Status::promoted, Status::retired, Status::rejected, Status::failed})
+        out[s] = 0;
+    auto r = impl_->reader();
+    auto& s = r.prepare("SELECT status, count(*) FROM recipes GROUP BY status");
+    while (s.step()) out[status_from(s.text(0))] = s.integer(1);
+    s.reset();
+    return out;
+}
+
 RecipePage Store::list_recipes(const RecipeFilter& f) const {
     // Every recipes row gets its latest revision in the transaction that creates it, so no filter
     // on it is needed; one would cost a table lookup per row the status index already counted.

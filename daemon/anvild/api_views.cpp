@@ -23,12 +23,7 @@ json status_view(const Reconciler& reconciler, const state::Store& store) {
                      {"freeze", freeze ? json(*freeze) : json(nullptr)},
                      {"pinned", pin ? json(pin->recipe_id) : json(nullptr)}};
     json counts = json::object();
-    for (Status s : {Status::candidate, Status::qualifying, Status::validated, Status::promoted, Status::retired, Status::rejected, Status::failed}) {
-        state::RecipeFilter f;
-        f.status = std::string(state::to_string(s));
-        f.limit = 0;
-        counts[std::string(state::to_string(s))] = store.list_recipes(f).total;
-    }
+    for (const auto& [status, n] : store.recipes_by_status()) counts[std::string(state::to_string(status))] = n;
     out["recipes"] = counts;
     out["engines"] = reconciler.engines().size();
     const auto qualifying = reconciler.qualifying();

@@ -19,30 +19,30 @@ void Reconciler::request_sync() {
 
 void Reconciler::request_qualification(const std::string& recipe_id, const std::string& actor) {
     const auto detail = store_.recipe(recipe_id);
-    if (!detail) throw RequestRefused(404, "not_found", "no recipe " + recipe_id);
+    if (!detail) throw RequestRefused(RequestRefused::Why::not_found, "no recipe " + recipe_id);
     const auto& latest = detail->revisions.front();
-    if (qualifications_->current() == latest.id) throw RequestRefused(409, "conflict", recipe_id + " is being qualified now");
+    if (qualifications_->current() == latest.id) throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is being qualified now");
     if (latest.status != Status::candidate && latest.status != Status::failed && latest.status != Status::validated)
-        throw RequestRefused(409, "conflict", recipe_id + " is " + std::string(state::to_string(latest.status)) +
+        throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is " + std::string(state::to_string(latest.status)) +
                                                   "; only a candidate, failed or validated revision can be qualified");
     if (const auto why = not_in_registry(latest))
-        throw RequestRefused(409, "conflict", recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
+        throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
     try {
         store_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
     } catch (const state::TransitionRefused& e) {
-        throw RequestRefused(409, "conflict", e.what());
+        throw RequestRefused(RequestRefused::Why::conflict, e.what());
     }
     wake();
 }
 
 void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
     if (!recipe_id) {
-        if (!store_.clear_pin(actor)) throw RequestRefused(409, "conflict", "no recipe is pinned");
+        if (!store_.clear_pin(actor)) throw RequestRefused(RequestRefused::Why::conflict, "no recipe is pinned");
         wake();
         return;
     }
     const auto detail = store_.recipe(*recipe_id);
-    if (!detail) throw RequestRefused(404, "not_found", "no recipe " + *recipe_id);
+    if (!detail) throw RequestRefused(RequestRefused::Why::not_found, "no recipe " + *recipe_id);
     // The newest revision that has been validated: a pin never serves unqualified weights, nor a
     // revision whose document is not at the synced commit of the registry.
     std::optional<state::RevisionRow> target;
@@ -61,7 +61,7 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
         for (const auto& t : detail->history)
             if (target && t.revision_id == target->id && t.to == Status::validated) ever_validated = true;
         if (!ever_validated)
-            throw RequestRefused(409, "conflict", *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
+            throw RequestRefused(RequestRefused::Why::conflict, *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
     }
     // The promotion step promotes it (qualify::choose_promotion: a pin wins over everything).
     store_.set_pin({*recipe_id, target->id, actor, state::now_iso8601()});
@@ -74,7 +74,7 @@ void Reconciler::freeze(const std::string& reason, const std::string& actor) {
 }
 
 void Reconciler::unfreeze(const std::string& actor) {
-    if (!store_.clear_freeze(actor)) throw RequestRefused(409, "conflict", "promotion is not frozen");
+    if (!store_.clear_freeze(actor)) throw RequestRefused(RequestRefused::Why::conflict, "promotion is not frozen");
     wake();
 }
 

@@ -45,11 +45,12 @@
 
 namespace anvil::daemon {
 
-// A request the caller got wrong (unknown recipe, wrong status): the API answers it as 4xx.
+// An operator request the controller will not carry out, and why in the domain's terms: what it
+// names does not exist, or the state it finds forbids it. The API maps these to 404 and 409.
 struct RequestRefused : std::runtime_error {
-    int status;
-    std::string code;
-    RequestRefused(int s, std::string c, const std::string& message) : std::runtime_error(message), status(s), code(std::move(c)) {}
+    enum class Why { not_found, conflict };
+    Why why;
+    RequestRefused(Why w, const std::string& message) : std::runtime_error(message), why(w) {}
 };
 
 struct Condition {

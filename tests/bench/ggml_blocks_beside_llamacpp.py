@@ -8,7 +8,7 @@ llama-quantize's?
 For each Q4_0, Q5_0, Q4_K and Q6_K tensor of QUANTIZED.gguf, ggml's dequantize_row_* (called in
 llama.cpp's own libggml-base.so from ../shared/anchors/llamacpp/setup.sh, default
 /tmp/llamacpp/bin) is set against tests/reference/llama_reference.py's dequantizers, which the
-engine matches to float rounding (tests/unit/test_engine_gguf.cpp): the largest difference must be
+engine matches to float rounding (tests/unit/engine/test_engine_gguf.cpp): the largest difference must be
 float rounding. With --f32 (the same model converted to F32 by `anvil-engine convert`, so the same
 tensor names and row order), each tensor's F32 values are also quantized by ggml's
 quantize_row_*_ref (llama-quantize without an importance matrix) and both quantizations' RMS error

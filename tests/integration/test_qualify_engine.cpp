@@ -19,7 +19,7 @@
 
 using namespace anvil::qualify;
 using anvil::test::TempDir;
-using anvil::test::qualify::EngineProcess;
+using anvil::test::qualify::QualifyingEngine;
 using anvil::test::qualify::quick_plan;
 using nlohmann::json;
 
@@ -65,7 +65,7 @@ void check_receipt(const Report& report, const std::filesystem::path& dir) {
 
 TEST_CASE("a healthy embedded engine passes the gates, is measured, and compares with itself and other formats", "[qualify]") {
     TempDir receipts;
-    EngineProcess f32("f32");
+    QualifyingEngine f32("f32");
     const Plan plan = quick_plan();
     // The control measures warm e2e for at least 1 s: more than the 3 passes this fast engine needs.
     Plan timed = plan;
@@ -158,7 +158,7 @@ TEST_CASE("a healthy embedded engine passes the gates, is measured, and compares
 
     // Other weight formats of the same model: close to the control, not identical.
     for (const char* weights : {"q8", "bf16"}) {
-        EngineProcess other(weights);
+        QualifyingEngine other(weights);
         const Report r = qualify(other.target(std::string("anvil-tiny-llama-") + weights + "-cpu", 2), plan, receipts.path(),
                                  control.quality_samples);
         INFO(weights);
@@ -180,7 +180,7 @@ TEST_CASE("a healthy embedded engine passes the gates, is measured, and compares
 
 TEST_CASE("a wrong model id fails identity with the ids the engine lists", "[qualify]") {
     TempDir receipts;
-    EngineProcess engine("q8", "some-other-model");
+    QualifyingEngine engine("q8", "some-other-model");
     Plan plan = quick_plan();
     const Report r = qualify(engine.target("anvil-tiny-llama-q8-cpu", 3), plan, receipts.path());
     const GateOutcome& identity = gate(r, "identity");
@@ -200,7 +200,7 @@ TEST_CASE("a wrong model id fails identity with the ids the engine lists", "[qua
 
 TEST_CASE("claims the tiny model cannot keep fail with reasons: tool calls and needle retrieval", "[qualify]") {
     TempDir receipts;
-    EngineProcess engine("q8");
+    QualifyingEngine engine("q8");
     Plan plan = quick_plan();
     plan.tools = true;
     plan.needle_context = 512;

@@ -1,16 +1,26 @@
 // support/: the atomic writer leaves the new bytes and nothing else, refuses a missing
-// directory by name; the clock's text has one shape and reads back to the same instant.
+// directory by name; the clock's text has one shape and reads back to the same instant; text,
+// random tokens, descriptors and the child runner each do their one thing.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <csignal>
+#include <map>
 #include <system_error>
+#include <thread>
 
 #include "support/atomic_file.hpp"
 #include "support/clock.hpp"
+#include "support/child.hpp"
 #include "support/digest.hpp"
+#include "support/fd.hpp"
+#include "support/random.hpp"
+#include "support/text.hpp"
 #include "test_support.hpp"
 
 using namespace anvil::support;
@@ -121,4 +131,90 @@ TEST_CASE("sha256_hex matches the standard's test vectors", "[support]") {
     TempDir dir;
     write_file_atomically(dir / "abc", "abc");
     CHECK(sha256_file_hex(dir / "abc") == sha256_hex("abc"));
+}
+
+TEST_CASE("ascii_lower lowers A to Z and leaves every other byte", "[support]") {
+    CHECK(ascii_lower("vLLM-0.8 Llama.CPP") == "vllm-0.8 llama.cpp");
+    CHECK(ascii_lower("\xC3\x89T\xC3\x89") == "\xC3\x89t\xC3\x89");  // ÉTÉ: UTF-8 bytes untouched, no locale
+    CHECK(ascii_lower("") == "");
+}
+
+TEST_CASE("random_hex gives twice as many lowercase hex digits as bytes, a new value each time", "[support]") {
+    const std::string a = random_hex(32), b = random_hex(32);
+    CHECK(a.size() == 64);
+    CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+    CHECK(a != b);
+    CHECK(random_hex(0).empty());
+}
+
+TEST_CASE("UniqueFd closes its descriptor once, and write_all writes everything or says why", "[support]") {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    {
+        UniqueFd read_end(fds[0]);
+        UniqueFd write_end(fds[1]);
+        CHECK(write_all(write_end.get(), "hello") == 0);
+        char buffer[8] = {};
+        CHECK(::read(read_end.get(), buffer, sizeof buffer) == 5);
+        UniqueFd moved(std::move(write_end));
+        CHECK_FALSE(write_end);
+        CHECK(moved.get() == fds[1]);
+        const int released = moved.release();
+        CHECK_FALSE(moved);
+        moved.reset(released);
+    }
+    CHECK(::fcntl(fds[0], F_GETFD) == -1);  // both closed by their owners
+    CHECK(::fcntl(fds[1], F_GETFD) == -1);
+    CHECK(write_all(fds[1], "x") == EBADF);
+}
+
+TEST_CASE("run_child: exit codes, output, a deadline that kills, a program that is not there", "[support]") {
+    using namespace std::chrono_literals;
+    const auto echo = run_child({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, std::nullopt, 5s);
+    CHECK(echo.exit_code == 3);
+    CHECK(echo.out == "out\n");
+    CHECK(echo.err == "err\n");
+    CHECK_FALSE(echo.ok());
+    // An exact environment replaces this process's; without one the child inherits it.
+    const auto exact = run_child({"/usr/bin/env"}, std::map<std::string, std::string>{{"ONLY", "this"}}, 5s);
+    CHECK(exact.out == "ONLY=this\n");
+    CHECK(exact.ok());
+    ::setenv("ANVIL_SUPPORT_TEST_INHERITED", "yes", 1);
+    CHECK(run_child({"/usr/bin/env"}, std::nullopt, 5s).out.find("ANVIL_SUPPORT_TEST_INHERITED=yes") != std::string::npos);
+    ::unsetenv("ANVIL_SUPPORT_TEST_INHERITED");
+    const auto slow = run_child({"/bin/sleep", "30"}, std::nullopt, 200ms);
+    CHECK(slow.timed_out);
+    CHECK(slow.seconds < 10);
+    const auto missing = run_child({"/nonexistent/program"}, std::nullopt, 5s);
+    CHECK(missing.exec_failed);
+    CHECK(missing.err.find("/nonexistent/program") != std::string::npos);
+    // No deadline: waits for as long as the child runs.
+    CHECK(run_child({"/bin/sh", "-c", "sleep 0.3; echo done"}, std::nullopt, 0ms).out == "done\n");
+}
+
+TEST_CASE("run_child ends what the child left in its group, or leaves it when asked", "[support]") {
+    using namespace std::chrono_literals;
+    TempDir dir;
+    const std::string pid_file = (dir / "pid").string();
+    auto left_behind = [&](GroupAfterExit after) {
+        // The child starts a sleeper in its own group (its output elsewhere, so the pipes close) and exits.
+        run_child({"/bin/sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > " + pid_file}, std::nullopt, 5s, 1u << 20, after);
+        const pid_t pid = std::stoi(anvil::test::read_file(pid_file));
+        std::this_thread::sleep_for(100ms);
+        // Killed and not yet reaped by whoever inherited it, a zombie: dead all the same.
+        bool alive = false;
+        if (::kill(pid, 0) == 0) {
+            try {
+                const std::string stat = anvil::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+                const auto close = stat.rfind(')');
+                alive = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+            } catch (const std::runtime_error&) {
+                // reaped meanwhile
+            }
+        }
+        if (alive) ::kill(pid, SIGKILL);
+        return alive;
+    };
+    CHECK_FALSE(left_behind(GroupAfterExit::end));
+    CHECK(left_behind(GroupAfterExit::leave));
 }

@@ -244,7 +244,7 @@ TEST_CASE("structured output: logprobs are the constrained distribution's", "[en
 TEST_CASE("structured output: a draft does not change a constrained answer", "[engine][structured]") {
     StructuredServer plain;
     DraftOptions draft;
-    draft.kind = DraftKind::Ngram;
+    draft.kind = anvil::engine::DraftKind::Ngram;
     draft.ngram = 2;
     draft.tokens = 4;
     StructuredServer speculative(draft);

@@ -18,7 +18,7 @@
 using namespace anvil::qualify;
 using namespace anvil::qualify::detail;
 using anvil::test::TempDir;
-using anvil::test::qualify::EngineProcess;
+using anvil::test::qualify::QualifyingEngine;
 using anvil::test::qualify::quick_plan;
 using nlohmann::json;
 
@@ -53,7 +53,7 @@ std::vector<std::string> names(const std::vector<Measurement>& ms) {
 }
 
 // The engine's own counters, read the way qualification reads them.
-DraftCounters counters_of(const EngineProcess& engine) {
+DraftCounters counters_of(const QualifyingEngine& engine) {
     httplib::Client c("127.0.0.1", engine.port());
     const auto r = c.Get("/metrics");
     REQUIRE(r);
@@ -156,7 +156,7 @@ TEST_CASE("the promotion policy reads none of the draft's figures", "[qualify][d
 TEST_CASE("a speculative anvil-engine is qualified with its draft's acceptance, counted over the measurements only", "[qualify][draft][engine]") {
     TempDir receipts;
     // Early exit after the first layer: it proposes at every decoding step, whatever the text.
-    EngineProcess engine("f32", "anvil-tiny-llama", {"--draft-layers", "1", "--draft-tokens", "4"});
+    QualifyingEngine engine("f32", "anvil-tiny-llama", {"--draft-layers", "1", "--draft-tokens", "4"});
     // Traffic before the run: not the run's.
     {
         httplib::Client c("127.0.0.1", engine.port());
@@ -201,7 +201,7 @@ TEST_CASE("a speculative anvil-engine is qualified with its draft's acceptance, 
 
 TEST_CASE("an engine without a draft gets no acceptance figures, not zeros", "[qualify][draft][engine]") {
     TempDir receipts;
-    EngineProcess engine("f32");
+    QualifyingEngine engine("f32");
     const Report report = qualify(engine.target("anvil-tiny-llama-f32-cpu", 1), quick_plan(), receipts.path());
     CHECK(report.hard_gates_passed());
     CHECK(report.find("warm_e2e_seconds"));

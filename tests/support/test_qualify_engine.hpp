@@ -36,9 +36,9 @@ inline const std::filesystem::path& small_model() {
 // `anvil-engine serve` with the given weights, one thread (the test machine's cores are shared),
 // `extra` flags (a draft, say), its output in a log file so that a full pipe can never stall it.
 // Stopped with SIGTERM.
-class EngineProcess {
+class QualifyingEngine {
 public:
-    explicit EngineProcess(const std::string& weights, const std::string& served_name = "anvil-tiny-llama",
+    explicit QualifyingEngine(const std::string& weights, const std::string& served_name = "anvil-tiny-llama",
                            const std::vector<std::string>& extra = {}) {
         const std::string model = small_model().string();
         log_ = dir_ / "engine.log";
@@ -77,7 +77,7 @@ public:
         }
         throw std::runtime_error("anvil-engine did not become healthy: " + read_file(log_));
     }
-    ~EngineProcess() {
+    ~QualifyingEngine() {
         if (pid_ <= 0) return;
         ::kill(pid_, SIGTERM);
         for (int i = 0; i < 500; ++i) {
@@ -87,8 +87,8 @@ public:
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
     }
-    EngineProcess(const EngineProcess&) = delete;
-    EngineProcess& operator=(const EngineProcess&) = delete;
+    QualifyingEngine(const QualifyingEngine&) = delete;
+    QualifyingEngine& operator=(const QualifyingEngine&) = delete;
 
     int port() const { return port_; }
     pid_t pid() const { return pid_; }
