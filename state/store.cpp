@@ -152,6 +152,8 @@ void Store::note_write_failure(const StoreError& e) const {
     impl_->failures.message = e.what();
 }
 
+void Store::use_clock(std::function<std::chrono::system_clock::time_point()> clock) { impl_->clock = std::move(clock); }
+
 Store::WriteFailures Store::write_failures() const {
     std::lock_guard lock(impl_->failures_mutex);
     return impl_->failures;

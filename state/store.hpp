@@ -4,7 +4,9 @@
 // file or mount) the store still opens and serves reads, and every write says why it cannot.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +55,9 @@ public:
         std::string message;
     };
     WriteFailures write_failures() const;
+    // The clock every row's time (created_at, a transition's, an engine's) is read from: the
+    // system's unless the controller gives its own (its tests move a fake one). Set before use.
+    void use_clock(std::function<std::chrono::system_clock::time_point()> clock);
     int schema_version() const;
 
     // ---- writes: each is one transaction ----

@@ -10,7 +10,7 @@ Id Store::record_engine_start(const EngineRow& row) {
     return write("an engine", [&] {
         auto& insert = impl_->w("INSERT INTO engines (revision_id, driver, pid, container_id, port, started_at, health, health_at, "
                                 "engine_key, role, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         insert.bind(1, row.revision_id).bind(2, row.driver).bind(3, row.pid).bind(4, row.container_id).bind(5, row.port);
         insert.bind(6, row.started_at.empty() ? now : row.started_at).bind(7, row.health.empty() ? "starting" : row.health).bind(8, now);
         insert.bind(9, row.engine_key).bind(10, row.role).bind(11, row.job_id);
@@ -22,14 +22,14 @@ Id Store::record_engine_start(const EngineRow& row) {
 void Store::record_engine_health(Id engine_id, const std::string& health) {
     write("an engine's health", [&] {
         auto& update = impl_->w("UPDATE engines SET health = ?2, health_at = ?3 WHERE id = ?1");
-        update.bind(1, engine_id).bind(2, health).bind(3, now_iso8601());
+        update.bind(1, engine_id).bind(2, health).bind(3, impl_->now());
         update.run();
     });
 }
 
 void Store::record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_code) {
     write("an engine's stop", [&] {
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         auto& update = impl_->w("UPDATE engines SET stopped_at = ?2, exit_code = ?3, health = 'exited', health_at = ?2 WHERE id = ?1");
         update.bind(1, engine_id).bind(2, now).bind(3, exit_code);
         update.run();

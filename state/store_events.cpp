@@ -18,7 +18,7 @@ Id Store::Impl::insert_event(const std::string& kind, const std::string& subject
 }
 
 Id Store::append_event(const std::string& kind, const std::string& subject, const std::string& message, const json& data) {
-    return write("an event", [&] { return impl_->insert_event(kind, subject, message, data, now_iso8601()); });
+    return write("an event", [&] { return impl_->insert_event(kind, subject, message, data, impl_->now()); });
 }
 
 FeedCursor Store::feed_head() const {

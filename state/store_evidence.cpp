@@ -15,8 +15,8 @@ Id Store::Impl::insert_evidence(const EvidenceRow& row) {
                      "receipt_sha256, receipt_path, created_at, control_revision_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, row.revision_id).bind(2, row.metric).bind(3, to_sql(row.min)).bind(4, to_sql(row.max)).bind(5, row.unit);
     insert.bind(6, std::string(registry::to_string(row.status))).bind(7, std::string(to_string(row.evidence_class)));
-    insert.bind(8, row.source).bind(9, row.observed_at.empty() ? now_iso8601() : row.observed_at);
-    insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now_iso8601()).bind(13, row.control_revision_id);
+    insert.bind(8, row.source).bind(9, row.observed_at.empty() ? now() : row.observed_at);
+    insert.bind(10, row.receipt_sha256).bind(11, row.receipt_path).bind(12, now()).bind(13, row.control_revision_id);
     insert.run();
     return writer->conn.last_insert_id();
 }
@@ -25,7 +25,7 @@ Id Store::Impl::insert_verdict(const VerdictRow& row) {
     if (row.gate.empty()) throw StoreError("a verdict needs a gate name");
     auto& insert = w("INSERT INTO verdicts (revision_id, gate, result, class, reasons, evidence_ids, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, row.revision_id).bind(2, row.gate).bind(3, std::string(to_string(row.result))).bind(4, row.verdict_class);
-    insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now_iso8601());
+    insert.bind(5, json(row.reasons).dump()).bind(6, ids_json(row.evidence_ids)).bind(7, now());
     insert.run();
     const Id id = writer->conn.last_insert_id();
     if (row.gate == "feasibility") {
@@ -74,7 +74,7 @@ QualificationRecorded Store::record_qualification(const QualificationRecord& rec
         }
         // The guard reads verdicts and evidence through the writer, inside this transaction: the
         // rows just written are what it judges.
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         const TransitionRequest closing{record.revision_id, record.to, record.reason, record.actor, out.evidence_ids, out.verdict_ids, std::nullopt};
         out.transition_id = impl_->guarded_transition(closing, now);
         if (record.event) impl_->insert_event(record.event->kind, record.event->subject, record.event->message, nlohmann::json::object(), now);

@@ -2,6 +2,8 @@
 // pieces of transactions, the write helper, and the conversions between rows and columns.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -12,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "state/store.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::state {
 
@@ -53,6 +56,9 @@ struct CachedConnection {
 };
 
 struct Store::Impl {
+    // What every row's time is read from (Store::use_clock); the system's by default.
+    std::function<std::chrono::system_clock::time_point()> clock = [] { return std::chrono::system_clock::now(); };
+    std::string now() const { return support::format_utc(clock(), support::Precision::milliseconds); }
     mutable std::mutex failures_mutex;
     Store::WriteFailures failures;  // under failures_mutex
     StoreOptions options;

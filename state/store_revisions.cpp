@@ -35,7 +35,7 @@ Id Store::upsert_source(const std::string& url, const std::string& ref) {
         }
         find.reset();
         auto& insert = impl_->w("INSERT INTO sources (url, ref, created_at) VALUES (?, ?, ?)");
-        insert.bind(1, url).bind(2, ref).bind(3, now_iso8601());
+        insert.bind(1, url).bind(2, ref).bind(3, impl_->now());
         insert.run();
         return impl_->writer->conn.last_insert_id();
     });
@@ -46,7 +46,7 @@ Id Store::Impl::insert_sync(Id source_id, const registry::SyncReport& report) {
                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, source_id).bind(2, report.commit).bind(3, std::string(registry::to_string(report.mode)));
     insert.bind(4, static_cast<std::int64_t>(report.added)).bind(5, static_cast<std::int64_t>(report.modified));
-    insert.bind(6, static_cast<std::int64_t>(report.deleted)).bind(7, static_cast<std::int64_t>(report.renamed)).bind(8, now_iso8601());
+    insert.bind(6, static_cast<std::int64_t>(report.deleted)).bind(7, static_cast<std::int64_t>(report.renamed)).bind(8, now());
     insert.run();
     return writer->conn.last_insert_id();
 }
@@ -92,7 +92,7 @@ void Store::Impl::return_to_newest(const RevisionInput& revision, Id revision_id
     status.reset();
     if (!retired) return;
     TransitionRequest back{revision_id, Status::candidate, "back in the registry at " + where_from(revision), actor, {}, {}, commit_of(revision)};
-    guarded_transition(back, now_iso8601());
+    guarded_transition(back, now());
 }
 
 Store::Ingested Store::Impl::ingest(Id source_id, const RevisionInput& revision, const std::string& actor) {
@@ -107,7 +107,7 @@ Store::Ingested Store::Impl::ingest(Id source_id, const RevisionInput& revision,
         return out;
     }
     existing.reset();
-    const std::string now = now_iso8601();
+    const std::string now = this->now();
     auto& recipe_row = w("INSERT INTO recipes (id, first_seen_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING");
     recipe_row.bind(1, revision.recipe_id).bind(2, now);
     recipe_row.run();

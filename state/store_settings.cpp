@@ -16,7 +16,7 @@ void Store::Impl::setting_event(const std::string& key, const std::string& messa
 
 void Store::set_setting(const std::string& key, const json& value, const std::string& actor) {
     write("a setting", [&] {
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         auto& upsert = impl_->w("INSERT INTO settings (key, value, actor, updated_at) VALUES (?1, ?2, ?3, ?4) "
                                 "ON CONFLICT (key) DO UPDATE SET value = ?2, actor = ?3, updated_at = ?4");
         upsert.bind(1, key).bind(2, value.dump()).bind(3, actor).bind(4, now);
@@ -32,7 +32,7 @@ bool Store::clear_setting_if_set(const std::string& key, const std::string& acto
         erase.bind(1, key);
         erase.run();
         if (impl_->writer->conn.changes() == 0) return false;
-        impl_->setting_event(key, actor + " cleared " + key, nullptr, actor, now_iso8601());
+        impl_->setting_event(key, actor + " cleared " + key, nullptr, actor, impl_->now());
         return true;
     });
 }

@@ -97,7 +97,7 @@ std::vector<Id> Store::transition_batch(const std::vector<TransitionRequest>& re
     return write("transitions", [&] {
         std::vector<Id> ids;
         ids.reserve(requests.size());
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         for (const auto& r : requests) ids.push_back(impl_->guarded_transition(r, now));
         return ids;
     });
@@ -107,7 +107,7 @@ Store::Promotion Store::promote(Id revision_id, const std::string& reason, const
                                 const std::vector<Id>& evidence_ids, const std::vector<Id>& verdict_ids) {
     return write("a promotion", [&] {
         Promotion out;
-        const std::string now = now_iso8601();
+        const std::string now = impl_->now();
         auto& current = impl_->w("SELECT s.revision_id FROM revision_status s JOIN recipe_revisions r ON r.id = ?1 "
                                  "WHERE s.serving_slot = r.serving_slot AND s.status = 'promoted' AND s.revision_id != ?1");
         current.bind(1, revision_id);

@@ -29,18 +29,18 @@ void add_default_routes(ApiRoutes& routes, ApiContext& api) {
          if (!body.contains("recipe_id") || !(body["recipe_id"].is_string() || body["recipe_id"].is_null()))
              throw ApiError{400, "bad_request", "the body must be {\"recipe_id\": \"<id>\"} to pin, or {\"recipe_id\": null} to release the pin"};
          const std::optional<std::string> id = body["recipe_id"].is_null() ? std::nullopt : std::optional(body["recipe_id"].get<std::string>());
-         api.reconciler.pin(id, actor);
+         api.reconciler.requests().pin(id, actor);
          send(res, 200, {{"data", {{"pinned", id ? json(*id) : json(nullptr)}}}});
     });
     routes.post("/api/v1/promotion/freeze", "/api/v1/promotion/freeze", [api](const httplib::Request& req, httplib::Response& res, const std::string& actor) {
          const json body = body_of(req);
          if (body.contains("reason") && !body["reason"].is_string()) throw ApiError{400, "bad_request", "reason must be a string"};
-         api.reconciler.freeze(body.value("reason", std::string()), actor);
+         api.reconciler.requests().freeze(body.value("reason", std::string()), actor);
          send(res, 200, {{"data", {{"frozen", true}}}});
     });
     routes.post("/api/v1/promotion/unfreeze", "/api/v1/promotion/unfreeze", [api](const httplib::Request& req, httplib::Response& res, const std::string& actor) {
          body_of(req);
-         api.reconciler.unfreeze(actor);
+         api.reconciler.requests().unfreeze(actor);
          send(res, 200, {{"data", {{"frozen", false}}}});
     });
 }

@@ -153,7 +153,7 @@ void add_recipe_routes(ApiRoutes& routes, ApiContext& api) {
 
     routes.post(R"(/api/v1/recipes/([^/]+)/qualify)", "/api/v1/recipes/{id}/qualify", [api](const httplib::Request& req, httplib::Response& res, const std::string& actor) {
          body_of(req);
-         api.reconciler.request_qualification(req.matches[1], actor);
+         api.reconciler.requests().request_qualification(req.matches[1], actor);
          send(res, 202, {{"data", {{"queued", true}, {"recipe_id", std::string(req.matches[1])}}}});
     });
 }

@@ -64,7 +64,7 @@ void add_status_routes(ApiRoutes& routes, ApiContext& api) {
     routes.post("/api/v1/registry/sync", "/api/v1/registry/sync", [api](const httplib::Request& req, httplib::Response& res, const std::string& actor) {
          body_of(req);
          api.store.append_event("api", "registry", actor + " asked for a registry sync", {{"actor", actor}});
-         api.reconciler.request_sync();
+         api.reconciler.requests().request_sync();
          send(res, 202, {{"data", {{"queued", true}}}});
     });
 }

@@ -24,6 +24,7 @@
 
 #include "daemon/anvild/api_server.hpp"
 #include "daemon/anvild/api_views.hpp"
+#include "daemon/anvild/wiring.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
@@ -137,7 +138,8 @@ void run(daemon::DaemonConfig& config, state::Store& store, endpoint::StableEndp
     if (config.serve.port == 0) config.serve.port = endpoint.port();
     // The endpoint outlives a reload: it takes the configuration's names and origins each time.
     endpoint.http().set_origin_policy({config.allowed_hosts, config.allowed_origins});
-    daemon::Reconciler reconciler(config, store, endpoint, metrics);
+    daemon::ProductionController controller(config, store, endpoint, metrics);
+    daemon::Reconciler& reconciler = controller.reconciler();
     reconciler.set_wake([&loop] { loop.wake(); });
     // Clients that connect meanwhile wait in the endpoint's queue: it accepts once it forwards to
     // the default's adopted engine (or once there is none to adopt), so a restart shows them no 503.

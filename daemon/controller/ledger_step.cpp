@@ -21,7 +21,7 @@ void log_fault_change(const std::optional<LedgerFault>& before, const LedgerFaul
 }  // namespace
 
 bool Reconciler::ledger_may_be_written() {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_->steady();
     const auto available = available_bytes(config_.data_dir);
     const auto low = available ? low_space_fault(*available, config_.data_dir) : std::nullopt;
     const bool was_low = ledger_low_space_;
@@ -44,7 +44,7 @@ void Reconciler::ledger_outcome(std::uint64_t failures_before) {
     const auto failures = store_.write_failures();
     if (failures.count != failures_before) {
         ++ledger_failures_;
-        ledger_retry_at_ = std::chrono::steady_clock::now() + ledger_retry_delay(ledger_failures_);
+        ledger_retry_at_ = clock_->steady() + ledger_retry_delay(ledger_failures_);
         const LedgerFault fault = ledger_fault(failures.sqlite_code, failures.message);
         log_fault_change(ledger_fault_, fault);
         ledger_fault_ = fault;
@@ -73,7 +73,7 @@ void Reconciler::ledger_outcome(std::uint64_t failures_before) {
 }
 
 void Reconciler::measure_engines_without_ledger() {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_->steady();
     if (now - engines_measured_at_ < std::chrono::seconds(1)) return;  // however often the loop is woken
     engines_measured_at_ = now;
     std::map<state::Id, std::string> health;

@@ -1,44 +1,33 @@
-// What an operator asks for through the API, on the API's threads: each request is checked
-// (unknown recipe: 404; not allowed now: 409), recorded in the ledger as intent (a setting, or a
-// revision moved to `qualifying`), and the pass is woken to act on it. No request promotes or
-// starts anything itself: the pass is the only actor, so two can never race.
-#include "daemon/controller/reconciler.hpp"
+#include "daemon/controller/operator_requests.hpp"
 
+#include "support/clock.hpp"
 
 namespace anvil::daemon {
 
 using state::Status;
 
-void Reconciler::request_sync() {
-    {
-        std::lock_guard lock(mutex_);
-        force_sync_ = true;
-    }
-    wake();
-}
-
-void Reconciler::request_qualification(const std::string& recipe_id, const std::string& actor) {
+void OperatorRequests::request_qualification(const std::string& recipe_id, const std::string& actor) {
     const auto detail = store_.recipe(recipe_id);
     if (!detail) throw RequestRefused(RequestRefused::Why::not_found, "no recipe " + recipe_id);
     const auto& latest = detail->revisions.front();
-    if (qualifications_->current() == latest.id) throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is being qualified now");
+    if (qualifications_.current() == latest.id) throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is being qualified now");
     if (latest.status != Status::candidate && latest.status != Status::failed && latest.status != Status::validated)
         throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is " + std::string(state::to_string(latest.status)) +
                                                   "; only a candidate, failed or validated revision can be qualified");
-    if (const auto why = not_in_registry(latest))
+    if (const auto why = in_registry_(latest))
         throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
     try {
         store_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
     } catch (const state::TransitionRefused& e) {
         throw RequestRefused(RequestRefused::Why::conflict, e.what());
     }
-    wake();
+    wake_();
 }
 
-void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
+void OperatorRequests::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
     if (!recipe_id) {
         if (!store_.clear_pin(actor)) throw RequestRefused(RequestRefused::Why::conflict, "no recipe is pinned");
-        wake();
+        wake_();
         return;
     }
     const auto detail = store_.recipe(*recipe_id);
@@ -49,7 +38,7 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
     std::optional<std::string> absent;
     for (const auto& r : detail->revisions)
         if (r.status == Status::validated || r.status == Status::promoted || r.status == Status::retired) {
-            if (auto why = not_in_registry(r)) {
+            if (auto why = in_registry_(r)) {
                 if (!absent) absent = "revision " + std::to_string(r.id) + " is " + *why;
                 continue;
             }
@@ -64,18 +53,18 @@ void Reconciler::pin(const std::optional<std::string>& recipe_id, const std::str
             throw RequestRefused(RequestRefused::Why::conflict, *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
     }
     // The promotion step promotes it (qualify::choose_promotion: a pin wins over everything).
-    store_.set_pin({*recipe_id, target->id, actor, state::now_iso8601()});
-    wake();
+    store_.set_pin({*recipe_id, target->id, actor, support::format_utc(clock_.system())});
+    wake_();
 }
 
-void Reconciler::freeze(const std::string& reason, const std::string& actor) {
-    store_.set_freeze({reason.empty() ? std::string("frozen through the API") : reason, actor, state::now_iso8601()});
-    wake();
+void OperatorRequests::freeze(const std::string& reason, const std::string& actor) {
+    store_.set_freeze({reason.empty() ? std::string("frozen through the API") : reason, actor, support::format_utc(clock_.system())});
+    wake_();
 }
 
-void Reconciler::unfreeze(const std::string& actor) {
+void OperatorRequests::unfreeze(const std::string& actor) {
     if (!store_.clear_freeze(actor)) throw RequestRefused(RequestRefused::Why::conflict, "promotion is not frozen");
-    wake();
+    wake_();
 }
 
 }  // namespace anvil::daemon

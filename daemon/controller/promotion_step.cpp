@@ -59,7 +59,7 @@ void Reconciler::promote(const state::RevisionRow& revision, const std::string& 
             if (v.revision_id == revision.id && v.gate != "feasibility") verdicts.push_back(v.id);
     }
     store_.promote(revision.id, reason, actor, evidence, verdicts);
-    store_.set_last_promotion({revision.id, revision.recipe_id, state::now_iso8601(), previous ? std::optional(previous->id) : std::nullopt}, actor);
+    store_.set_last_promotion({revision.id, revision.recipe_id, now_text(), previous ? std::optional(previous->id) : std::nullopt}, actor);
     spdlog::info("promoted {} revision {}: {}", revision.recipe_id, revision.id, reason);
     wake();
 }
@@ -144,7 +144,7 @@ void Reconciler::rollback(const std::string& why) {
         // A pin on what could not serve no longer holds: the operator is told by the freeze below.
         if (const auto pin = store_.pin(); pin && pin->recipe_id != previous->recipe_id) store_.clear_pin("reconciler");
         // Hold automatic promotion until someone looks: the same candidate would win again.
-        store_.set_freeze({"automatic rollback: " + why, "reconciler", state::now_iso8601()});
+        store_.set_freeze({"automatic rollback: " + why, "reconciler", now_text()});
     } catch (const std::exception& e) {
         set_condition("DefaultServing", false, "RollbackFailed", why + "; rollback refused: " + e.what());
     }

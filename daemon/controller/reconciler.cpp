@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/host/host_inventory.hpp"
+#include "support/clock.hpp"
 
 namespace anvil::daemon {
 
@@ -82,8 +83,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
     }
     std::optional<registry::Inventory> inventory;
     if (config.slurm) {
-        inventory = cluster_inventory(*config.slurm, inventory_note_);
-        next_inventory_read_ = std::chrono::steady_clock::now() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
+        inventory = cluster_inventory(*config.slurm, inventory_note_);  // the next read is scheduled once the clock is given
     } else if (config.inventory_mode == "declared" && config.inventory) {
         inventory = config.inventory;
         inventory_note_ = "declared in " + config.config_file.string();
@@ -104,10 +104,10 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
 }
 
 void Reconciler::inventory_step() {
-    if (!config_.slurm || std::chrono::steady_clock::now() < next_inventory_read_) return;
+    if (!config_.slurm || clock_->steady() < next_inventory_read_) return;
     std::string note;
     auto inventory = cluster_inventory(*config_.slurm, note);
-    next_inventory_read_ = std::chrono::steady_clock::now() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
+    next_inventory_read_ = clock_->steady() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
     std::lock_guard lock(mutex_);
     // A changed node set or GPU count shows in the note; the first answer after none is a change too.
     if (note == inventory_note_ && bool(inventory) == bool(inventory_)) return;
@@ -117,26 +117,31 @@ void Reconciler::inventory_step() {
     ++inventory_generation_;
 }
 
-Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics)
-    : Reconciler(config, store, metrics) {
-    own_engines_ = std::make_unique<drivers::EngineSupervisor>(supervisor_settings(config), store);
-    own_qualifications_ = std::make_unique<RunnerQualifications>(config, store, *own_engines_, [this](state::Id id) -> std::optional<std::string> {
-        const auto revision = store_.revision(id);
-        if (!revision) return "revision " + std::to_string(id) + " is not in the ledger";
-        return not_in_registry(*revision);
-    });
-    engines_ = own_engines_.get();
-    endpoint_ = &endpoint;
-    qualifications_ = own_qualifications_.get();
-    clock_ = &own_clock_;
-}
-
 Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics)
     : Reconciler(config, store, metrics) {
     engines_ = &ports.engines;
     endpoint_ = &ports.endpoint;
     qualifications_ = &ports.qualifications;
     clock_ = &ports.clock;
+    // Every time the ledger and the controller store, and every schedule, come from this clock.
+    store_.use_clock([clock = clock_] { return clock->system(); });
+    if (config.slurm) next_inventory_read_ = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
+    requests_ = std::make_unique<OperatorRequests>(
+        store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
+        [this] {
+            {
+                std::lock_guard lock(mutex_);
+                force_sync_ = true;
+            }
+            wake();
+        },
+        [this] { wake(); });
+}
+
+std::optional<std::string> Reconciler::not_in_registry(state::Id revision_id) const {
+    const auto revision = store_.revision(revision_id);
+    if (!revision) return "revision " + std::to_string(revision_id) + " is not in the ledger";
+    return not_in_registry(*revision);
 }
 
 Reconciler::~Reconciler() { qualifications_->cancel_and_wait(); }
@@ -175,6 +180,8 @@ void Reconciler::shut_down(bool stop_engines) {
         for (const auto& e : engines_->engines()) engines_->stop(e);
 }
 
+std::string Reconciler::now_text() const { return support::format_utc(clock_->system(), support::Precision::milliseconds); }
+
 double Reconciler::ms_since(std::chrono::steady_clock::time_point t) const {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
@@ -191,7 +198,7 @@ void Reconciler::pass() {
         metrics_.record_pass(seconds);
         std::lock_guard lock(mutex_);
         first_pass_done_ = true;
-        last_pass_ = {{"finished_at", state::now_iso8601()}, {"seconds", seconds}, {"steps", steps}};
+        last_pass_ = {{"finished_at", now_text()}, {"seconds", seconds}, {"steps", steps}};
     };
     if (!ledger_may_be_written()) {
         steps["ledger"] = "cannot be written: waiting";
@@ -299,7 +306,7 @@ void Reconciler::record_transitions(const std::vector<state::TransitionRequest>&
 void Reconciler::set_condition(const std::string& type, bool ok, const std::string& reason, const std::string& message) {
     std::lock_guard lock(mutex_);  // the API reads conditions from its own threads
     auto& c = conditions_[type];
-    if (c.ok != ok || c.reason != reason || c.since.empty()) c.since = state::now_iso8601();
+    if (c.ok != ok || c.reason != reason || c.since.empty()) c.since = now_text();
     c.ok = ok;
     c.reason = reason;
     c.message = message;

@@ -36,6 +36,7 @@
 #include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/controller_ports.hpp"
 #include "daemon/controller/ledger_fault.hpp"
+#include "daemon/controller/operator_requests.hpp"
 #include "daemon/controller/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "daemon/drivers/engine_supervisor.hpp"
@@ -44,14 +45,6 @@
 #include "state/store.hpp"
 
 namespace anvil::daemon {
-
-// An operator request the controller will not carry out, and why in the domain's terms: what it
-// names does not exist, or the state it finds forbids it. The API maps these to 404 and 409.
-struct RequestRefused : std::runtime_error {
-    enum class Why { not_found, conflict };
-    Why why;
-    RequestRefused(Why w, const std::string& message) : std::runtime_error(message), why(w) {}
-};
 
 struct Condition {
     bool ok = true;
@@ -62,9 +55,8 @@ struct Condition {
 
 class Reconciler {
 public:
-    // Production: the real engine supervisor, qualification runner and clock.
-    Reconciler(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics);
-    // Tests: every part of the world it acts on given.
+    // Every part of the world it acts on given: production's are wired in daemon/anvild/wiring.hpp,
+    // the tests' are fakes.
     Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics);
     ~Reconciler();
 
@@ -107,6 +99,9 @@ public:
     // An engine's health as measured while the ledger cannot be written (its row then says what
     // was last recorded): "healthy" or "not answering"; nothing otherwise.
     std::optional<std::string> measured_health(state::Id engine_row_id) const;
+    // Why this revision's document is not at the synced commit of its source (or not in the
+    // ledger), or nothing when it is: what the qualification runner asks before it records.
+    std::optional<std::string> not_in_registry(state::Id revision_id) const;
 
     // What promotion sees now, gathered exactly as the promotion step gathers it: the default and
     // its measurements (the control), the validated revisions at the synced commit with theirs, the
@@ -124,12 +119,8 @@ public:
     };
     PromotionPicture promotion_picture() const;  // any thread
 
-    // ---- operator requests (any thread): checked, recorded as intent, then the pass acts ----
-    void request_sync();
-    void request_qualification(const std::string& recipe_id, const std::string& actor);
-    void pin(const std::optional<std::string>& recipe_id, const std::string& actor);
-    void freeze(const std::string& reason, const std::string& actor);
-    void unfreeze(const std::string& actor);
+    // Operator requests (any thread): checked, recorded as intent, then the pass acts.
+    OperatorRequests& requests() { return *requests_; }
 
 private:
     struct Backoff {
@@ -148,7 +139,7 @@ private:
         std::shared_ptr<std::mutex> model_shapes_mutex = std::make_shared<std::mutex>();
         std::shared_ptr<const registry::Inventory> inventory;  // as it was when these were gathered
     };
-    Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics);  // both constructors' common part
+    Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics);  // the sources and the inventory
 
     // ---- the steps (one file each) ----
     void registry_step();  // registry_step.cpp
@@ -193,21 +184,21 @@ private:
     void wake() const {
         if (wake_) wake_();
     }
+    // The clock's time as the ledger writes times (ISO 8601, UTC, milliseconds).
+    std::string now_text() const;
     // Milliseconds since `t`, for the pass's step timings.
     double ms_since(std::chrono::steady_clock::time_point t) const;
 
     const DaemonConfig& config_;
     state::Store& store_;
     DaemonMetrics& metrics_;
-    // Production's own parts (empty when a test gives its own), then the ports the code uses.
-    std::unique_ptr<drivers::EngineSupervisor> own_engines_;
-    std::unique_ptr<Qualifications> own_qualifications_;
-    SystemClock own_clock_;
+    // The ports it acts through.
     drivers::EngineFleet* engines_ = nullptr;
     endpoint::UpstreamSwitch* endpoint_ = nullptr;
     Qualifications* qualifications_ = nullptr;
     const Clock* clock_ = nullptr;
     std::function<void()> wake_;
+    std::unique_ptr<OperatorRequests> requests_;
 
     mutable std::mutex mutex_;  // guards what API threads read, below and in each watch
     std::vector<std::unique_ptr<RegistryWatch>> watches_;

@@ -11,7 +11,7 @@ namespace anvil::daemon {
 using state::Status;
 
 void Reconciler::registry_step() {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_->steady();
     bool force = false;
     {
         std::lock_guard lock(mutex_);
@@ -30,7 +30,7 @@ void Reconciler::registry_step() {
         const auto polled = std::chrono::steady_clock::now();
         // The fetch runs without mutex_ (a slow remote must not stall /readyz or /status); the
         // watch takes it only to swap in what it read.
-        const WatchResult result = watch->poll(mutex_);
+        const WatchResult result = watch->poll(mutex_, now, now_text());
         step_detail_["registry_poll_ms"] = ms_since(polled);
         std::optional<std::string> error;
         std::string commit;

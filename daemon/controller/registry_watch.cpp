@@ -19,9 +19,9 @@ void RegistryWatch::remember_recipe_paths(const std::map<std::string, std::strin
     catalog_.remember_owners(remembered_owners_);
 }
 
-WatchResult RegistryWatch::poll(std::mutex& publish) {
+WatchResult RegistryWatch::poll(std::mutex& publish, std::chrono::steady_clock::time_point now, const std::string& at) {
     WatchResult out;
-    next_poll_ = std::chrono::steady_clock::now() + config_.poll_interval;
+    next_poll_ = now + config_.poll_interval;
     std::set<std::string> changed_paths;
     try {
         if (git_) {
@@ -72,7 +72,7 @@ WatchResult RegistryWatch::poll(std::mutex& publish) {
         std::lock_guard lock(publish);
         last_error_.reset();
         read_once_ = true;
-        last_sync_at_ = state::now_iso8601();
+        last_sync_at_ = at;
     }
     if (!out.changed) return out;
 

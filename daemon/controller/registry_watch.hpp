@@ -53,7 +53,8 @@ public:
     // Fetches (git) or re-reads (directory) and applies what changed. Never throws: a source that
     // cannot be read leaves the catalog as it was and sets last_error(). `publish` guards what
     // readers on other threads see.
-    WatchResult poll(std::mutex& publish);
+    // `now` schedules the next poll (now + poll_interval); `at` is the sync's time as shown.
+    WatchResult poll(std::mutex& publish, std::chrono::steady_clock::time_point now, const std::string& at);
 
 private:
     SourceConfig config_;

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "daemon/anvild/wiring.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
@@ -133,7 +134,8 @@ void bench_pass(const fs::path& dir, anvil::test::GitRepo& repo) {
     anvil::state::Store store(config.data_dir / "anvil.db");
     anvil::endpoint::StableEndpoint endpoint({});
     anvil::daemon::DaemonMetrics metrics;
-    anvil::daemon::Reconciler reconciler(config, store, endpoint, metrics);
+    anvil::daemon::ProductionController controller(config, store, endpoint, metrics);
+    anvil::daemon::Reconciler& reconciler = controller.reconciler();
     reconciler.start_up();
     auto t = Clock::now();
     reconciler.pass();

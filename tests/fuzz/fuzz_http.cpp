@@ -47,6 +47,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/anvild/api_server.hpp"
+#include "daemon/anvild/wiring.hpp"
 #include "daemon/config/config.hpp"
 #include "daemon/controller/daemon_metrics.hpp"
 #include "daemon/controller/reconciler.hpp"
@@ -95,7 +96,7 @@ struct Servers {
     std::unique_ptr<endpoint::StableEndpoint> endpoint;  // no upstream
     std::unique_ptr<endpoint::StableEndpoint> refused;   // an upstream that refuses connections
     daemon::DaemonMetrics metrics;
-    std::unique_ptr<daemon::Reconciler> reconciler;
+    std::unique_ptr<daemon::ProductionController> controller;
     std::unique_ptr<daemon::ApiServer> api;
 
     Servers() {
@@ -134,13 +135,13 @@ struct Servers {
         endpoint = std::make_unique<endpoint::StableEndpoint>(options);
         refused = std::make_unique<endpoint::StableEndpoint>(options);
         refused->switch_to(endpoint::Upstream{"127.0.0.1", 0, "fuzz-model", "fuzz-engine", "fuzz-recipe", "fuzz-engine-key"});
-        reconciler = std::make_unique<daemon::Reconciler>(config, *store, *endpoint, metrics);
-        api = std::make_unique<daemon::ApiServer>(config, *store, *reconciler, metrics, kToken);
+        controller = std::make_unique<daemon::ProductionController>(config, *store, *endpoint, metrics);
+        api = std::make_unique<daemon::ApiServer>(config, *store, controller->reconciler(), metrics, kToken);
     }
 
     ~Servers() {
         api.reset();
-        reconciler.reset();
+        controller.reset();
         refused.reset();
         endpoint.reset();
         store.reset();

@@ -17,6 +17,7 @@
 #include "daemon/controller/reconciler.hpp"
 #include "daemon_fixture.hpp"
 #include "state/gate_table.hpp"
+#include "support/clock.hpp"
 #include "test_support.hpp"
 
 using namespace anvil;
@@ -181,7 +182,7 @@ struct World {
     daemon::DaemonMetrics metrics;
     std::unique_ptr<daemon::Reconciler> reconciler;
 
-    explicit World(const Recipes& recipes, json extra = json::object()) {
+    explicit World(const Recipes& recipes, json extra = json::object(), const std::function<void(json&)>& edit = {}) {
         fleet.model_dir = dir / "models" / "tiny";
         for (const auto& [id, weights] : recipes) write_recipe(id, weights);
         json c = {{"sources", {{{"name", "test"}, {"url", (dir / "registry").string()}}}},
@@ -195,6 +196,7 @@ struct World {
                     {"thresholds", json::object()}}},
                   {"promotion", {{"policy", "auto"}, {"min_interval_seconds", 0}, {"attempts", 1}, {"warm_e2e_min_seconds", 0}}}};
         c.merge_patch(extra);
+        if (edit) edit(c);
         config = daemon::parse_config(c.dump(), dir / "anvild.json");
         store = std::make_unique<state::Store>(dir / "state.db");
         reconciler = std::make_unique<daemon::Reconciler>(config, *store, daemon::ControllerPorts{fleet, endpoint, qualifications, clock}, metrics);
@@ -208,7 +210,7 @@ struct World {
     }
 
     void pass() {
-        reconciler->request_sync();  // a directory source is read again each pass
+        reconciler->requests().request_sync();  // a directory source is read again each pass
         reconciler->pass();
     }
     std::string status_of(const std::string& recipe_id) const {
@@ -336,7 +338,7 @@ TEST_CASE("controller: a pin is recorded by the request and carried out by the p
     REQUIRE(w.default_recipe() == "tiny-f32");
     REQUIRE(w.status_of("tiny-bf16") == "validated");
 
-    w.reconciler->pin("tiny-bf16", "api:abcd1234");
+    w.reconciler->requests().pin("tiny-bf16", "api:abcd1234");
     CHECK(w.default_recipe() == "tiny-f32");  // the request promoted nothing itself
     w.pass();
     CHECK(w.default_recipe() == "tiny-bf16");
@@ -358,9 +360,9 @@ TEST_CASE("controller: a pin is recorded by the request and carried out by the p
         }
         return std::nullopt;
     };
-    CHECK(refused([&] { w.reconciler->pin("nope", "api:abcd1234"); }) == daemon::RequestRefused::Why::not_found);
-    w.reconciler->pin(std::nullopt, "api:abcd1234");
-    CHECK(refused([&] { w.reconciler->pin(std::nullopt, "api:abcd1234"); }) == daemon::RequestRefused::Why::conflict);
+    CHECK(refused([&] { w.reconciler->requests().pin("nope", "api:abcd1234"); }) == daemon::RequestRefused::Why::not_found);
+    w.reconciler->requests().pin(std::nullopt, "api:abcd1234");
+    CHECK(refused([&] { w.reconciler->requests().pin(std::nullopt, "api:abcd1234"); }) == daemon::RequestRefused::Why::conflict);
     w.pass();
     CHECK(w.default_recipe() == "tiny-bf16");
 }
@@ -372,12 +374,12 @@ TEST_CASE("controller: freeze and the manual policy hold a winner: unfreeze lets
         w.finish_qualification(speed(10.0));
         w.pass();
         REQUIRE(w.default_recipe() == "tiny-f32");
-        w.reconciler->freeze("maintenance", "api:abcd1234");
+        w.reconciler->requests().freeze("maintenance", "api:abcd1234");
         w.finish_qualification(speed(5.0));
         w.pass();
         CHECK(w.default_recipe() == "tiny-f32");
         CHECK(w.condition("Promotion") == "Frozen");
-        w.reconciler->unfreeze("api:abcd1234");
+        w.reconciler->requests().unfreeze("api:abcd1234");
         w.pass();
         CHECK(w.default_recipe() == "tiny-q8");
     }
@@ -387,7 +389,7 @@ TEST_CASE("controller: freeze and the manual policy hold a winner: unfreeze lets
         w.pass();
         CHECK_FALSE(w.default_recipe());
         CHECK(w.condition("Promotion") == "Manual");
-        w.reconciler->pin("tiny-f32", "api:abcd1234");
+        w.reconciler->requests().pin("tiny-f32", "api:abcd1234");
         w.pass();
         CHECK(w.default_recipe() == "tiny-f32");
     }
@@ -463,6 +465,42 @@ TEST_CASE("controller: after an incremental commit the retire step looks only at
     CHECK(w.status_of("tiny-f32") != "retired");
     w.pass();
     CHECK_FALSE(w.reconciler->last_pass()["steps"].contains("retire_heads"));
+}
+
+TEST_CASE("controller: the fake clock alone moves the registry's polls and the minimum interval, and stamps what is stored",
+          "[controller][clock]") {
+    World w(Recipes{{"tiny-f32", "f32"}}, json{{"promotion", {{"min_interval_seconds", 600}}}},
+            [](json& c) { c["sources"][0]["poll_interval_seconds"] = 60; });
+    w.reconciler->pass();  // the first read, due at once
+    REQUIRE(w.qualifications.job);
+    w.finish_qualification(speed(10.0));
+    w.reconciler->pass();  // the first default: no interval applies to it
+    REQUIRE(w.default_recipe() == "tiny-f32");
+    // Stored times are the clock's: the promotion and the condition it set.
+    const auto promoted_at = anvil::support::parse_utc(w.store->last_promotion()->at);
+    REQUIRE(promoted_at);
+    CHECK(std::chrono::abs(*promoted_at - w.clock.system_now) < 1s);
+    const auto history = w.store->recipe("tiny-f32")->history;
+    CHECK(anvil::support::parse_utc(history.back().created_at) == anvil::support::parse_utc(w.store->last_promotion()->at));
+
+    // A new, faster recipe: not seen until the poll interval has passed on the fake clock.
+    w.write_recipe("tiny-bf16", "bf16");
+    w.clock.advance(30s);
+    w.reconciler->pass();
+    CHECK(w.status_of("tiny-bf16") == "absent");
+    w.clock.advance(31s);
+    w.reconciler->pass();
+    CHECK(w.status_of("tiny-bf16") == "qualifying");
+    w.finish_qualification(speed(5.0));
+    w.reconciler->pass();  // it wins, but the last promotion was 61 s ago: held
+    CHECK(w.default_recipe() == "tiny-f32");
+    CHECK(w.condition("Promotion") == "Holding");
+    CHECK_THAT(w.reconciler->conditions().at("Promotion").message, Catch::Contains("minimum interval"));
+    w.clock.advance(540s);
+    w.reconciler->pass();  // 601 s: promoted
+    CHECK(w.default_recipe() == "tiny-bf16");
+    CHECK(anvil::support::parse_utc(w.reconciler->conditions().at("Promotion").since) ==
+          std::chrono::time_point_cast<std::chrono::milliseconds>(w.clock.system_now));
 }
 
 TEST_CASE("controller: a default past its probation is retried, never rolled back", "[controller]") {
