@@ -18,6 +18,7 @@
 
 #include "registry/catalog.hpp"
 #include "registry/document.hpp"
+#include "state/ledger.hpp"
 #include "state/records.hpp"
 #include "state/revision_input.hpp"
 #include "state/settings.hpp"
@@ -34,7 +35,7 @@ struct StoreOptions {
     int target_schema_version = 0;  // 0: the newest; tests write files of earlier versions
 };
 
-class Store {
+class Store final : public RevisionLedger, public EvidenceLedger, public EngineLedger, public SettingsLedger, public Feed {
 public:
     explicit Store(std::filesystem::path file, StoreOptions options = {});
     ~Store();
@@ -63,104 +64,71 @@ public:
     // ---- writes: each is one transaction ----
     Id upsert_source(const std::string& url, const std::string& ref);
 
-    struct Ingested {
-        Id revision_id = 0;
-        bool created = false;  // false: these exact bytes were already a revision of this recipe
-    };
-    // Records a valid recipe document as a revision (a new one starts as `candidate`; a new
-    // revision of a promoted recipe does not inherit its status). Bytes that are already a revision
-    // make it the recipe's newest again (a revert or a force-push back): the registry decides what
-    // is newest, and a retired revision that returns is a candidate again.
-    Ingested ingest_revision(Id source_id, const RevisionInput& revision, const std::string& actor = "reconciler");
-    // Every revision of one registry commit in one transaction (a span, so that a braced list of
-    // document pointers still means the overload below): the commit lands whole or not at all,
-    // with the sync that read it (`sync`: the commit, its mode and counts) when given.
+    // ---- RevisionLedger ----
+    using Ingested = RevisionLedger::Ingested;
+    using Promotion = RevisionLedger::Promotion;
+    Ingested ingest_revision(Id source_id, const RevisionInput& revision, const std::string& actor = "reconciler") override;
     std::vector<Ingested> ingest_revisions(Id source_id, std::span<const RevisionInput> revisions,
-                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
-    // The same from the registry's documents (each made a RevisionInput by revision_input()); only
-    // valid recipe documents become revisions.
-    Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler");
+                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr) override;
+    Ingested ingest_revision(Id source_id, const registry::Document& doc, const std::string& actor = "reconciler") override;
     std::vector<Ingested> ingest_revisions(Id source_id, const std::vector<const registry::Document*>& docs,
-                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr);
-    Id add_evidence(const EvidenceRow& row);
-    Id add_verdict(const VerdictRow& row);
-    // Many verdicts in one transaction (the feasibility of a whole registry commit).
-    std::vector<Id> add_verdicts(const std::vector<VerdictRow>& rows);
-    // A qualification's evidence, verdicts and closing transition (to validated, failed or retired) in
-    // one transaction; the guard sees the verdicts written in it. Throws TransitionRefused, leaving
-    // no row behind, when the transition is refused.
-    QualificationRecorded record_qualification(const QualificationRecord& record);
-    // Guarded; throws TransitionRefused naming the guard that failed.
-    Id transition(const TransitionRequest& request);
-    // Many transitions in one transaction: all or none.
-    std::vector<Id> transition_batch(const std::vector<TransitionRequest>& requests);
+                                           const std::string& actor = "reconciler", const registry::SyncReport* sync = nullptr) override;
+    Id transition(const TransitionRequest& request) override;
+    std::vector<Id> transition_batch(const std::vector<TransitionRequest>& requests) override;
+    Promotion promote(Id revision_id, const std::string& reason, const std::string& actor, const std::vector<Id>& evidence_ids = {},
+                      const std::vector<Id>& verdict_ids = {}) override;
+    std::vector<RevisionRow> latest_revisions_with_status(Status status, int limit = 1000) const override;
+    std::vector<Id> latest_revision_ids_with_status(Status status, int limit = 100000) const override;
+    std::vector<Id> candidates_without_feasibility(int limit = 1000) const override;
+    std::vector<RevisionHead> latest_revision_heads() const override;
+    std::vector<RevisionHead> latest_revision_heads(const std::set<std::string>& recipe_ids) const override;
+    std::vector<SupersededRevision> superseded_open_revisions(int limit = 1000) const override;
+    std::map<std::string, std::pair<Id, Status>> latest_revisions() const override;
+    RecipePage list_recipes(const RecipeFilter& filter) const override;
+    std::map<Status, std::int64_t> recipes_by_status() const override;
+    std::optional<RecipeDetail> recipe(const std::string& id) const override;
+    std::optional<RevisionRow> revision(Id revision_id) const override;
+    std::optional<RevisionRow> current_default(const std::string& slot = "default") const override;
+    std::optional<Status> status_of(Id revision_id) const override;
 
-    struct Promotion {
-        Id promoted_transition = 0;
-        std::optional<Id> retired_revision;
-        std::optional<Id> retired_transition;
-    };
-    // The old default of the slot becomes retired and this revision promoted, in one transaction.
-    Promotion promote(Id revision_id, const std::string& reason, const std::string& actor,
-                      const std::vector<Id>& evidence_ids = {}, const std::vector<Id>& verdict_ids = {});
+    // ---- EvidenceLedger ----
+    Id add_evidence(const EvidenceRow& row) override;
+    Id add_verdict(const VerdictRow& row) override;
+    std::vector<Id> add_verdicts(const std::vector<VerdictRow>& rows) override;
+    QualificationRecorded record_qualification(const QualificationRecord& record) override;
 
-    Id record_engine_start(const EngineRow& row);
-    void record_engine_health(Id engine_id, const std::string& health);
-    void record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_code);
+    // ---- EngineLedger ----
+    Id record_engine_start(const EngineRow& row) override;
+    void record_engine_health(Id engine_id, const std::string& health) override;
+    void record_engine_stop(Id engine_id, std::optional<std::int64_t> exit_code) override;
+    std::vector<EngineRow> running_engines() const override;
+
+    // ---- SettingsLedger ----
+    void set_pin(const PromotionPin& pin) override;
+    bool clear_pin(const std::string& actor) override;
+    void set_freeze(const PromotionFreeze& freeze) override;
+    bool clear_freeze(const std::string& actor) override;
+    void set_last_promotion(const LastPromotion& last, const std::string& actor) override;
+    std::optional<PromotionPin> pin() const override;
+    std::optional<PromotionFreeze> freeze() const override;
+    std::optional<LastPromotion> last_promotion() const override;
+
+    // ---- Feed ----
     Id append_event(const std::string& kind, const std::string& subject, const std::string& message,
-                    const nlohmann::json& data = nlohmann::json::object());
-
-    // An operator's setting (promotion pin, freeze): written with its actor, and as an event.
-    // Prefer the typed accessors below; these stay while callers move to them.
-    void set_setting(const std::string& key, const nlohmann::json& value, const std::string& actor);
-
-    // The promotion settings, typed (state/settings.hpp). A set is written by its actor (the pin's
-    // and the freeze's own); a clear says whether there was one, and writes an event only then.
-    void set_pin(const PromotionPin& pin);
-    bool clear_pin(const std::string& actor);
-    void set_freeze(const PromotionFreeze& freeze);
-    bool clear_freeze(const std::string& actor);
-    void set_last_promotion(const LastPromotion& last, const std::string& actor);
-
-    // ---- reads ----
-    std::optional<nlohmann::json> setting(const std::string& key) const;
-    std::optional<PromotionPin> pin() const;
-    std::optional<PromotionFreeze> freeze() const;
-    std::optional<LastPromotion> last_promotion() const;
-    // The newest revision of each recipe whose status is `status`, by recipe id.
-    std::vector<RevisionRow> latest_revisions_with_status(Status status, int limit = 1000) const;
-    // The same, ids only (cheap over many thousands).
-    std::vector<Id> latest_revision_ids_with_status(Status status, int limit = 100000) const;
-    // Newest revisions still `candidate` with no feasibility verdict yet (a pass died before judging them).
-    std::vector<Id> candidates_without_feasibility(int limit = 1000) const;
-    // The newest revision of every recipe, without documents.
-    std::vector<RevisionHead> latest_revision_heads() const;
-    // The same for the named recipes only (those without a revision are left out), in recipe order.
-    std::vector<RevisionHead> latest_revision_heads(const std::set<std::string>& recipe_ids) const;
-    // Older revisions still open while their recipe has a newer one; the pass retires them.
-    std::vector<SupersededRevision> superseded_open_revisions(int limit = 1000) const;
-    // Every recipe id with at least one revision, and its newest revision's id and status.
-    std::map<std::string, std::pair<Id, Status>> latest_revisions() const;
-    RecipePage list_recipes(const RecipeFilter& filter) const;
-    // How many recipes stand at each status (their newest revision's), every status present.
-    std::map<Status, std::int64_t> recipes_by_status() const;
-    std::optional<RecipeDetail> recipe(const std::string& id) const;
-    std::optional<RevisionRow> revision(Id revision_id) const;
-    std::optional<RevisionRow> current_default(const std::string& slot = "default") const;
-    std::vector<EngineRow> running_engines() const;
-    // Transitions and other events, oldest first, after `cursor` (see FeedCursor).
-    // The cursor after everything the feed holds now (a client that wants only what comes next).
-    FeedCursor feed_head() const;
-    std::vector<FeedItem> feed_since(FeedCursor cursor, int limit = 100) const;
-    std::vector<TransitionRow> transitions_since(Id cursor, int limit = 1000) const;
-    std::optional<Status> status_of(Id revision_id) const;
-    // The status cache, and the same thing recomputed from the transition ledger alone.
-    std::map<Id, Status> statuses() const;
-    std::map<Id, Status> statuses_from_ledger() const;
-    // "ok", or what PRAGMA integrity_check found.
-    std::string integrity_check() const;
+                    const nlohmann::json& data = nlohmann::json::object()) override;
+    FeedCursor feed_head() const override;
+    std::vector<FeedItem> feed_since(FeedCursor cursor, int limit = 100) const override;
 
 private:
+    // What tests check the ledger with (status cache against the transitions, integrity, raw
+    // settings): state/inspection.hpp, not the production interface.
+    friend class Inspection;
+    std::map<Id, Status> statuses() const;
+    std::map<Id, Status> statuses_from_ledger() const;
+    std::string integrity_check() const;
+    std::vector<TransitionRow> transitions_since(Id cursor, int limit = 1000) const;
+    void set_setting(const std::string& key, const nlohmann::json& value, const std::string& actor);
+    std::optional<nlohmann::json> setting(const std::string& key) const;
     bool clear_setting_if_set(const std::string& key, const std::string& actor);
 
     // Every write goes through here: refused when the store is read-only, then the write lock and

@@ -7,7 +7,7 @@ namespace anvil::daemon {
 using state::Status;
 
 void OperatorRequests::request_qualification(const std::string& recipe_id, const std::string& actor) {
-    const auto detail = store_.recipe(recipe_id);
+    const auto detail = revisions_.recipe(recipe_id);
     if (!detail) throw RequestRefused(RequestRefused::Why::not_found, "no recipe " + recipe_id);
     const auto& latest = detail->revisions.front();
     if (qualifications_.current() == latest.id) throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " is being qualified now");
@@ -17,7 +17,7 @@ void OperatorRequests::request_qualification(const std::string& recipe_id, const
     if (const auto why = in_registry_(latest))
         throw RequestRefused(RequestRefused::Why::conflict, recipe_id + " revision " + std::to_string(latest.id) + " cannot be qualified: " + *why);
     try {
-        store_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
+        revisions_.transition({latest.id, Status::qualifying, "qualification requested by " + actor, actor, {}, {}, std::nullopt});
     } catch (const state::TransitionRefused& e) {
         throw RequestRefused(RequestRefused::Why::conflict, e.what());
     }
@@ -26,11 +26,11 @@ void OperatorRequests::request_qualification(const std::string& recipe_id, const
 
 void OperatorRequests::pin(const std::optional<std::string>& recipe_id, const std::string& actor) {
     if (!recipe_id) {
-        if (!store_.clear_pin(actor)) throw RequestRefused(RequestRefused::Why::conflict, "no recipe is pinned");
+        if (!settings_.clear_pin(actor)) throw RequestRefused(RequestRefused::Why::conflict, "no recipe is pinned");
         wake_();
         return;
     }
-    const auto detail = store_.recipe(*recipe_id);
+    const auto detail = revisions_.recipe(*recipe_id);
     if (!detail) throw RequestRefused(RequestRefused::Why::not_found, "no recipe " + *recipe_id);
     // The newest revision that has been validated: a pin never serves unqualified weights, nor a
     // revision whose document is not at the synced commit of the registry.
@@ -53,17 +53,17 @@ void OperatorRequests::pin(const std::optional<std::string>& recipe_id, const st
             throw RequestRefused(RequestRefused::Why::conflict, *recipe_id + " has no validated revision in the registry to pin" + (absent ? " (" + *absent + ")" : std::string()));
     }
     // The promotion step promotes it (qualify::choose_promotion: a pin wins over everything).
-    store_.set_pin({*recipe_id, target->id, actor, support::format_utc(clock_.system())});
+    settings_.set_pin({*recipe_id, target->id, actor, support::format_utc(clock_.system())});
     wake_();
 }
 
 void OperatorRequests::freeze(const std::string& reason, const std::string& actor) {
-    store_.set_freeze({reason.empty() ? std::string("frozen through the API") : reason, actor, support::format_utc(clock_.system())});
+    settings_.set_freeze({reason.empty() ? std::string("frozen through the API") : reason, actor, support::format_utc(clock_.system())});
     wake_();
 }
 
 void OperatorRequests::unfreeze(const std::string& actor) {
-    if (!store_.clear_freeze(actor)) throw RequestRefused(RequestRefused::Why::conflict, "promotion is not frozen");
+    if (!settings_.clear_freeze(actor)) throw RequestRefused(RequestRefused::Why::conflict, "promotion is not frozen");
     wake_();
 }
 

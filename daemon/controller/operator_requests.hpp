@@ -11,7 +11,7 @@
 #include <string>
 
 #include "daemon/controller/controller_ports.hpp"
-#include "state/store.hpp"
+#include "state/ledger.hpp"
 
 namespace anvil::daemon {
 
@@ -25,9 +25,9 @@ class OperatorRequests {
 public:
     // Why a revision's document is not at the synced commit of its source, or nothing when it is.
     using InRegistry = std::function<std::optional<std::string>(const state::RevisionRow&)>;
-    OperatorRequests(state::Store& store, const Qualifications& qualifications, const Clock& clock, InRegistry in_registry,
-                     std::function<void()> sync, std::function<void()> wake)
-        : store_(store), qualifications_(qualifications), clock_(clock), in_registry_(std::move(in_registry)), sync_(std::move(sync)),
+    OperatorRequests(state::RevisionLedger& revisions, state::SettingsLedger& settings, const Qualifications& qualifications,
+                     const Clock& clock, InRegistry in_registry, std::function<void()> sync, std::function<void()> wake)
+        : revisions_(revisions), settings_(settings), qualifications_(qualifications), clock_(clock), in_registry_(std::move(in_registry)), sync_(std::move(sync)),
           wake_(std::move(wake)) {}
 
     // Every source read again at the next pass, due or not.
@@ -40,7 +40,8 @@ public:
     void unfreeze(const std::string& actor);
 
 private:
-    state::Store& store_;
+    state::RevisionLedger& revisions_;
+    state::SettingsLedger& settings_;
     const Qualifications& qualifications_;
     const Clock& clock_;
     InRegistry in_registry_;

@@ -127,7 +127,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, Controll
     store_.use_clock([clock = clock_] { return clock->system(); });
     if (config.slurm) next_inventory_read_ = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
     requests_ = std::make_unique<OperatorRequests>(
-        store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
+        store_, store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
         [this] {
             {
                 std::lock_guard lock(mutex_);

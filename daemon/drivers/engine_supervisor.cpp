@@ -51,7 +51,7 @@ std::string driver_kind_for(const std::string& launch_kind) {
     return "";
 }
 
-EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::Store& store) : settings_(std::move(settings)), store_(store) {
+EngineSupervisor::EngineSupervisor(SupervisorSettings settings, state::EngineLedger& engines) : settings_(std::move(settings)), ledger_(engines) {
     const auto engines_dir = settings_.data_dir / "engines";
     if (settings_.slurm) {
         const auto binary = engine_binary(settings_);
@@ -187,7 +187,7 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
     row.port = engine.handle.port;
     row.engine_key = engine.handle.engine_id;
     row.role = std::string(to_string(role));
-    engine.row_id = store_.record_engine_start(row);
+    engine.row_id = ledger_.record_engine_start(row);
     {
         std::lock_guard lock(mutex_);
         engines_.push_back(engine);
@@ -198,7 +198,7 @@ RunningEngine EngineSupervisor::start(state::Id revision_id, const registry::Rec
         stop(engine, std::chrono::seconds(2));
         throw;
     }
-    store_.record_engine_health(engine.row_id, "healthy");
+    ledger_.record_engine_health(engine.row_id, "healthy");
     spdlog::info("engine {} ({} of {} revision {}) ready on {}:{}", engine.handle.engine_id, to_string(role), recipe.id, revision_id,
                  engine.handle.host, engine.handle.port);
     return engine;
@@ -220,7 +220,7 @@ void EngineSupervisor::stop(const RunningEngine& engine, std::chrono::millisecon
         }
     }
     try {
-        store_.record_engine_stop(engine.row_id, code);
+        ledger_.record_engine_stop(engine.row_id, code);
     } catch (const std::exception& e) {
         spdlog::warn("recording the stop of engine {}: {}", engine.handle.engine_id, e.what());
     }
@@ -250,7 +250,7 @@ std::vector<RunningEngine> EngineSupervisor::check() {
         if (p.state == RunState::running || being_stopped()) continue;
         spdlog::warn("engine {} ({} revision {}) exited{}", engine.handle.engine_id, to_string(engine.role), engine.revision_id,
                      p.exit_code ? " with code " + std::to_string(*p.exit_code) : std::string());
-        store_.record_engine_stop(engine.row_id, p.exit_code);
+        ledger_.record_engine_stop(engine.row_id, p.exit_code);
         exited.push_back(engine);
         std::lock_guard lock(mutex_);
         engines_.erase(std::remove_if(engines_.begin(), engines_.end(), [&](const RunningEngine& e) { return e.row_id == engine.row_id; }),
@@ -265,11 +265,11 @@ void EngineSupervisor::adopt() {
     adopt_kinds(kinds);
     // Records of a kind this configuration does not run (the placement changed since): nothing
     // here can reach those engines again.
-    for (const auto& r : store_.running_engines()) {
+    for (const auto& r : ledger_.running_engines()) {
         if (drivers_.count(r.driver)) continue;
         spdlog::warn("engine {} ran as a {} engine, which this configuration does not run: its record is closed{}", r.engine_key, r.driver,
                      r.job_id ? "; cancel Slurm job " + *r.job_id + " if it still runs" : std::string());
-        store_.record_engine_stop(r.id, std::nullopt);
+        ledger_.record_engine_stop(r.id, std::nullopt);
     }
 }
 
@@ -282,7 +282,7 @@ std::optional<std::string> EngineSupervisor::unadopted(const std::string& kind) 
 std::vector<RunningEngine> EngineSupervisor::adopt_kinds(const std::vector<std::string>& kinds) {
     // One adoption at a time: the reconciler's retries and a start's would both take a job.
     std::lock_guard adopting(adoption_mutex_);
-    const auto rows = store_.running_engines();
+    const auto rows = ledger_.running_engines();
     std::map<std::string, state::EngineRow> by_key;
     for (const auto& r : rows)
         if (!r.engine_key.empty()) by_key[r.engine_key] = r;
@@ -331,7 +331,7 @@ std::vector<RunningEngine> EngineSupervisor::adopt_kinds(const std::vector<std::
         }
     }
     for (const auto& r : rows)
-        if (answered.count(r.driver) && !tracked.count(r.id)) store_.record_engine_stop(r.id, std::nullopt);
+        if (answered.count(r.driver) && !tracked.count(r.id)) ledger_.record_engine_stop(r.id, std::nullopt);
     std::lock_guard lock(mutex_);
     for (const auto& kind : answered)
         if (unadopted_.erase(kind)) spdlog::info("{} engines adopted again", kind);
@@ -356,7 +356,7 @@ std::optional<std::string> EngineSupervisor::awaiting_adoption(EngineRole role) 
         if (unadopted_.empty()) return std::nullopt;
         unadopted = unadopted_;
     }
-    for (const auto& r : store_.running_engines()) {
+    for (const auto& r : ledger_.running_engines()) {
         const auto why = unadopted.find(r.driver);
         if (why == unadopted.end() || engine_role_from(r.role) != role) continue;
         return "engine " + r.engine_key + (r.job_id ? " (Slurm job " + *r.job_id + ")" : std::string()) + " of an earlier run may still be " +

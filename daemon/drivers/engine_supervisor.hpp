@@ -19,7 +19,7 @@
 #include "daemon/drivers/engine_fleet.hpp"
 #include "daemon/drivers/launch_resolution.hpp"
 #include "daemon/drivers/slurm_rest.hpp"
-#include "state/store.hpp"
+#include "state/ledger.hpp"
 
 namespace anvil::drivers {
 
@@ -37,7 +37,7 @@ struct SupervisorSettings {
 
 class EngineSupervisor final : public EngineFleet {
 public:
-    EngineSupervisor(SupervisorSettings settings, state::Store& store);
+    EngineSupervisor(SupervisorSettings settings, state::EngineLedger& engines);  // the ledger: engines only
     ~EngineSupervisor();
 
     // Why anvild cannot run this recipe at all, judged on paper before anything starts: a launch kind
@@ -81,7 +81,7 @@ private:
     std::optional<std::string> unadopted(const std::string& kind) const;  // why kind's adoption failed
 
     const SupervisorSettings settings_;
-    state::Store& store_;
+    state::EngineLedger& ledger_;
     std::map<std::string, std::unique_ptr<Driver>> drivers_;  // embedded | process | container, or slurm-embedded | slurm-process
     mutable std::mutex mutex_;
     std::mutex adoption_mutex_;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/model_digest.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -154,8 +155,8 @@ struct Daemon {
 // After a clean stop: the ledger is whole, its derived statuses match, and no engine is left running.
 inline void check_ledger(const Daemon& d) {
     anvil::state::Store store(d.dir / "data" / "anvil.db");
-    CHECK(store.integrity_check() == "ok");
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
     CHECK(store.running_engines().empty());
 }
 

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -48,8 +49,8 @@ inline void check(const std::filesystem::path& work, const std::string& output) 
 
     using anvil::state::Status;
     anvil::state::Store store(work / "data" / "anvil.db");
-    CHECK(store.integrity_check() == "ok");
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
     CHECK(store.running_engines().empty());  // --exit-when-settled stops the engines with anvild
     const auto current = store.current_default();
     REQUIRE(current);

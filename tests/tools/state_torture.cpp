@@ -14,6 +14,7 @@
 #include <string>
 
 #include "registry/document.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -112,7 +113,7 @@ int disk_full(const std::string& dir) {
         return 1;
     }
     const auto page = store.list_recipes({});
-    if (page.total != 1 || store.integrity_check() != "ok") {
+    if (page.total != 1 || anvil::state::Inspection(store).integrity_check() != "ok") {
         say("reads failed after the disk filled up");
         return 1;
     }

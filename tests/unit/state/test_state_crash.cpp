@@ -12,6 +12,7 @@
 #include <set>
 
 #include "state/sqlite.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -57,14 +58,14 @@ TEST_CASE("SIGKILL at random moments loses no committed transition and shows no 
         ++total_runs;
 
         Store store(db);
-        REQUIRE(store.integrity_check() == "ok");
+        REQUIRE(anvil::state::Inspection(store).integrity_check() == "ok");
         std::set<Id> present;
-        for (const auto& t : store.transitions_since(0, 1 << 30)) present.insert(t.id);
+        for (const auto& t : anvil::state::Inspection(store).transitions_since(0, 1 << 30)) present.insert(t.id);
         std::vector<Id> lost;
         std::set_difference(acknowledged.begin(), acknowledged.end(), present.begin(), present.end(), std::back_inserter(lost));
         INFO("run " << run << ": acknowledged transitions missing from the ledger");
         REQUIRE(lost.empty());
-        REQUIRE(store.statuses() == store.statuses_from_ledger());
+        REQUIRE(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
         // A transition writes its ledger row and the status cache in one transaction: a half-written
         // one would show as a cache row pointing at anything but the newest ledger row.
         Connection raw(db, OpenMode::read_only);
@@ -73,7 +74,7 @@ TEST_CASE("SIGKILL at random moments loses no committed transition and shows no 
         REQUIRE(torn.step());
         REQUIRE(torn.integer(0) == 0);
         std::size_t promoted = 0;
-        for (const auto& [_, s] : store.statuses())
+        for (const auto& [_, s] : anvil::state::Inspection(store).statuses())
             if (s == Status::promoted) ++promoted;
         REQUIRE(promoted <= 1);
     }

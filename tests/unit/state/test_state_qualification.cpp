@@ -6,6 +6,7 @@
 
 #include "registry/document.hpp"
 #include "state/migrations.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -126,7 +127,7 @@ TEST_CASE("a refused qualification leaves no evidence or verdict behind", "[stat
         CHECK(count(file, "verdicts") == 0);
         CHECK(store.recipe("q2")->history.size() == (store.status_of(r) == Status::candidate ? 1u : 2u));
     }
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
 }
 
 TEST_CASE("evidence names the control revision it was compared against", "[state][qualification]") {
@@ -184,5 +185,5 @@ TEST_CASE("a ledger of schema version 5 gets the control revision column from it
     CHECK_FALSE(control.at(5));  // not local
     CHECK(detail->evidence.size() == 5);
     CHECK_FALSE(store.recipe("control")->evidence.front().control_revision_id);
-    CHECK(store.integrity_check() == "ok");
+    CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "state/settings.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -65,13 +66,13 @@ TEST_CASE("typed settings are stored as the JSON anvild wrote before, and read w
     const json last_json = {{"revision_id", 7}, {"recipe_id", "recipe-a"}, {"at", "2026-11-30T06:16:00.000Z"}, {"previous_revision_id", 3}};
     const json first_json = {{"revision_id", 3}, {"recipe_id", "recipe-b"}, {"at", "2026-11-30T06:13:00.000Z"}, {"previous_revision_id", nullptr}};
 
-    store.set_setting("promotion.pin", pin_json, "api:ops");
-    store.set_setting("promotion.freeze", freeze_json, "api:ops");
-    store.set_setting("promotion.last", first_json, "reconciler");
+    anvil::state::Inspection(store).set_setting("promotion.pin", pin_json, "api:ops");
+    anvil::state::Inspection(store).set_setting("promotion.freeze", freeze_json, "api:ops");
+    anvil::state::Inspection(store).set_setting("promotion.last", first_json, "reconciler");
     CHECK(store.pin() == PromotionPin{"recipe-a", 7, "api:ops", "2026-11-30T06:14:00.123Z"});
     CHECK(store.freeze() == PromotionFreeze{"frozen through the API", "api:ops", "2026-11-30T06:15:00.000Z"});
     CHECK(store.last_promotion() == LastPromotion{3, "recipe-b", "2026-11-30T06:13:00.000Z", std::nullopt});
-    store.set_setting("promotion.last", last_json, "reconciler");
+    anvil::state::Inspection(store).set_setting("promotion.last", last_json, "reconciler");
     CHECK(store.last_promotion()->previous_revision_id == Id{3});
 
     // And the typed setters write those bytes again.
@@ -87,6 +88,6 @@ TEST_CASE("typed settings are stored as the JSON anvild wrote before, and read w
     CHECK(stored_text(file, kLastPromotionKey) == first_json.dump());
 
     // A value missing fields reads as empty ones, as the daemon's lenient reads always did.
-    store.set_setting("promotion.freeze", json::object(), "cli");
+    anvil::state::Inspection(store).set_setting("promotion.freeze", json::object(), "cli");
     CHECK(store.freeze() == PromotionFreeze{});
 }

@@ -4,6 +4,7 @@
 
 #include "registry/document.hpp"
 #include "state/migrations.hpp"
+#include "state/inspection.hpp"
 #include "state/store.hpp"
 #include "test_support.hpp"
 
@@ -58,7 +59,7 @@ TEST_CASE("a new store is WAL, has foreign keys and the newest schema", "[state]
     Store store(tmp / "data/state.db");
     CHECK(store.writable());
     CHECK(store.schema_version() == current_schema_version());
-    CHECK(store.integrity_check() == "ok");
+    CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
     Connection raw(tmp / "data/state.db", OpenMode::read_only);
     Statement mode(raw, "PRAGMA journal_mode");
     REQUIRE(mode.step());
@@ -112,8 +113,8 @@ TEST_CASE("a file written by every earlier schema version is migrated with its d
             if (version >= 7) CHECK(engines[0].job_id == "77");
         }
         store.transition(move(1, Status::rejected));
-        CHECK(store.statuses() == store.statuses_from_ledger());
-        CHECK(store.integrity_check() == "ok");
+        CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
+        CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
     }
 }
 
@@ -299,7 +300,7 @@ TEST_CASE("promotion retires the old default in the same transaction: one promot
     store.promote(a, "rollback: b failed its health check", "reconciler");
     CHECK(store.current_default()->id == a);
     CHECK(store.status_of(b) == Status::retired);
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
 }
 
 TEST_CASE("a new registry revision of a promoted recipe does not inherit its status", "[state][lifecycle]") {
@@ -328,7 +329,7 @@ TEST_CASE("the ledger is append-only and the status is derived from it", "[state
         CHECK_THROWS_WITH(raw.exec("UPDATE transitions SET to_status = 'promoted'"), Catch::Contains("append-only"));
         CHECK_THROWS_WITH(raw.exec("DELETE FROM transitions"), Catch::Contains("append-only"));
     }
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
     auto detail = store.recipe("r1");
     REQUIRE(detail->history.size() == 2);
     CHECK(detail->history[1].from == Status::candidate);
@@ -505,7 +506,7 @@ TEST_CASE("a document is stored once: a huge description is not copied into the 
         CHECK(store.list_recipes(f).total == 0);
         f.text = "haystack";
         CHECK(store.list_recipes(f).total == 1);
-        CHECK(store.integrity_check() == "ok");
+        CHECK(anvil::state::Inspection(store).integrity_check() == "ok");
     }
     // Closed, the WAL checkpointed into the file: one copy of the description, not four.
     const auto size = std::filesystem::file_size(tmp / "state.db");
@@ -542,5 +543,5 @@ TEST_CASE("bytes the registry went back to make their revision the newest again,
     // The second is now the older open one.
     REQUIRE(store.superseded_open_revisions().size() == 1);
     CHECK(store.superseded_open_revisions()[0].revision_id == second);
-    CHECK(store.statuses() == store.statuses_from_ledger());
+    CHECK(anvil::state::Inspection(store).statuses() == anvil::state::Inspection(store).statuses_from_ledger());
 }
