@@ -24,18 +24,18 @@ bool Reconciler::ledger_may_be_written() {
     const auto now = clock_->steady();
     const auto available = available_bytes(config_.data_dir);
     const auto low = available ? low_space_fault(*available, config_.data_dir) : std::nullopt;
-    const bool was_low = ledger_low_space_;
-    ledger_low_space_ = low.has_value();
+    const bool was_low = memory_.ledger_low_space;
+    memory_.ledger_low_space = low.has_value();
     if (low) {
-        log_fault_change(ledger_fault_, *low);
-        ledger_fault_ = low;
+        log_fault_change(memory_.ledger_fault, *low);
+        memory_.ledger_fault = low;
         set_condition("LedgerWritable", false, low->reason, low->message);
         measure_engines_without_ledger();
         return false;
     }
-    if (!ledger_fault_) return true;
+    if (!memory_.ledger_fault) return true;
     // Space came back, or the wait is over: a pass that writes tries.
-    if (was_low || now >= ledger_retry_at_) return true;
+    if (was_low || now >= memory_.ledger_retry_at) return true;
     measure_engines_without_ledger();
     return false;
 }
@@ -43,29 +43,29 @@ bool Reconciler::ledger_may_be_written() {
 void Reconciler::ledger_outcome(std::uint64_t failures_before) {
     const auto failures = store_.write_failures();
     if (failures.count != failures_before) {
-        ++ledger_failures_;
-        ledger_retry_at_ = clock_->steady() + ledger_retry_delay(ledger_failures_);
+        ++memory_.ledger_failures;
+        memory_.ledger_retry_at = clock_->steady() + ledger_retry_delay(memory_.ledger_failures);
         const LedgerFault fault = ledger_fault(failures.sqlite_code, failures.message);
-        log_fault_change(ledger_fault_, fault);
-        ledger_fault_ = fault;
+        log_fault_change(memory_.ledger_fault, fault);
+        memory_.ledger_fault = fault;
         set_condition("LedgerWritable", false, fault.reason, fault.message);
-        engines_measured_at_ = {};
+        memory_.engines_measured_at = {};
         measure_engines_without_ledger();
         return;
     }
-    if (ledger_fault_) {
+    if (memory_.ledger_fault) {
         // A pass that happened to write nothing proves nothing: the ledger must take a write.
         try {
-            store_.append_event("ledger", store_.path().string(), "the ledger takes writes again after " + std::to_string(ledger_failures_) +
-                                                                      " failed tries (" + ledger_fault_->reason + ")");
+            store_.append_event("ledger", store_.path().string(), "the ledger takes writes again after " + std::to_string(memory_.ledger_failures) +
+                                                                      " failed tries (" + memory_.ledger_fault->reason + ")");
         } catch (const state::StoreError& e) {
             if (!state::lasting_write_failure(e.sqlite_code)) throw;
             ledger_outcome(failures_before);  // counted: the fault stands, and the wait grows
             return;
         }
-        spdlog::info("the ledger at {} takes writes again after {} failed tries; reconciling as usual", store_.path().string(), ledger_failures_);
-        ledger_fault_.reset();
-        ledger_failures_ = 0;
+        spdlog::info("the ledger at {} takes writes again after {} failed tries; reconciling as usual", store_.path().string(), memory_.ledger_failures);
+        memory_.ledger_fault.reset();
+        memory_.ledger_failures = 0;
         std::lock_guard lock(mutex_);
         measured_health_.clear();
     }
@@ -74,8 +74,8 @@ void Reconciler::ledger_outcome(std::uint64_t failures_before) {
 
 void Reconciler::measure_engines_without_ledger() {
     const auto now = clock_->steady();
-    if (now - engines_measured_at_ < std::chrono::seconds(1)) return;  // however often the loop is woken
-    engines_measured_at_ = now;
+    if (now - memory_.engines_measured_at < std::chrono::seconds(1)) return;  // however often the loop is woken
+    memory_.engines_measured_at = now;
     std::map<state::Id, std::string> health;
     std::optional<std::string> serving_problem;
     for (const auto& e : engines_->engines()) {

@@ -14,14 +14,14 @@ using state::Status;
 
 void Reconciler::qualification_step() {
     if (qualifications_->busy()) return;
-    if (exclusive_qualification_) {
-        exclusive_qualification_ = false;  // the serving step brings the default back
+    if (memory_.exclusive_qualification) {
+        memory_.exclusive_qualification = false;  // the serving step brings the default back
         wake();
     }
-    if (resume_after_exclusive_) {
-        store_.append_event("qualification", resume_after_exclusive_->first,
-                            "exclusive qualification of " + resume_after_exclusive_->second + " over: the default serves again");
-        resume_after_exclusive_.reset();
+    if (memory_.resume_after_exclusive) {
+        store_.append_event("qualification", memory_.resume_after_exclusive->first,
+                            "exclusive qualification of " + memory_.resume_after_exclusive->second + " over: the default serves again");
+        memory_.resume_after_exclusive.reset();
     }
     const auto now = clock_->steady();
     std::optional<state::RevisionRow> next;
@@ -45,7 +45,7 @@ void Reconciler::qualification_step() {
     if (!next) {
         for (auto& r : store_.latest_revisions_with_status(Status::failed, 100)) {
             if (!in_registry(r)) continue;
-            auto& b = retry_backoff_[r.id];
+            auto& b = memory_.retry_backoff[r.id];
             if (b.failures == 0) {
                 const auto detail = store_.recipe(r.recipe_id);
                 for (const auto& t : detail ? detail->history : std::vector<state::TransitionRow>{})
@@ -63,12 +63,12 @@ void Reconciler::qualification_step() {
     if (!next) {
         std::optional<std::pair<int, state::RevisionRow>> best;
         for (state::Id id : store_.latest_revision_ids_with_status(Status::candidate)) {
-            auto rank = fidelity_ranks_.find(id);
+            auto rank = memory_.fidelity_ranks.find(id);
             std::optional<state::RevisionRow> row;
-            if (rank == fidelity_ranks_.end()) {
+            if (rank == memory_.fidelity_ranks.end()) {
                 row = store_.revision(id);
                 auto doc = row ? document_of(*row) : std::nullopt;
-                rank = fidelity_ranks_.emplace(id, doc ? fidelity_rank(*doc->recipe()) : 99).first;
+                rank = memory_.fidelity_ranks.emplace(id, doc ? fidelity_rank(*doc->recipe()) : 99).first;
             }
             if (best && rank->second >= best->first) continue;
             if (!row) row = store_.revision(id);
@@ -108,8 +108,8 @@ void Reconciler::qualification_step() {
                                 "paused inside the exclusive window " + window->str() + " to qualify " + next->recipe_id +
                                     ": the two need " + std::to_string(job.recipe.hardware_count + control_doc->recipe()->hardware_count) +
                                     " GPUs, the inventory has " + std::to_string(inventory_->gpus.size()));
-            resume_after_exclusive_ = std::make_pair(control->recipe_id, next->recipe_id);
-            exclusive_qualification_ = true;
+            memory_.resume_after_exclusive = std::make_pair(control->recipe_id, next->recipe_id);
+            memory_.exclusive_qualification = true;
             // The drain (up to the endpoint's drain timeout) and the stop run without mutex_.
             for (const auto& e : engines_->engines())
                 if (e.role == drivers::EngineRole::serving) {
@@ -120,7 +120,7 @@ void Reconciler::qualification_step() {
     }
     if (begin) {
         store_.transition(*begin);
-        if (next->status == Status::failed) retry_backoff_.erase(next->id);
+        if (next->status == Status::failed) memory_.retry_backoff.erase(next->id);
         next->status = Status::qualifying;
     }
     set_condition("Qualification", true, "Running", "qualifying " + next->recipe_id);

@@ -75,7 +75,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
     const auto heads = store_.latest_revision_heads();
     for (const auto& source : config.sources) {
         watches_.push_back(std::make_unique<RegistryWatch>(source, config.data_dir));
-        source_ids_[source.name] = store_.upsert_source(source.url, source.ref);
+        memory_.source_ids[source.name] = store_.upsert_source(source.url, source.ref);
         std::map<std::string, std::string> paths;
         for (const auto& head : heads)
             if (head.source_url == source.url) paths.emplace(head.recipe_id, head.path);
@@ -104,10 +104,10 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
 }
 
 void Reconciler::inventory_step() {
-    if (!config_.slurm || clock_->steady() < next_inventory_read_) return;
+    if (!config_.slurm || clock_->steady() < memory_.next_inventory_read) return;
     std::string note;
     auto inventory = cluster_inventory(*config_.slurm, note);
-    next_inventory_read_ = clock_->steady() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
+    memory_.next_inventory_read = clock_->steady() + (inventory ? kClusterInventoryEvery : kClusterInventoryRetry);
     std::lock_guard lock(mutex_);
     // A changed node set or GPU count shows in the note; the first answer after none is a change too.
     if (note == inventory_note_ && bool(inventory) == bool(inventory_)) return;
@@ -125,7 +125,7 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, Controll
     clock_ = &ports.clock;
     // Every time the ledger and the controller store, and every schedule, come from this clock.
     store_.use_clock([clock = clock_] { return clock->system(); });
-    if (config.slurm) next_inventory_read_ = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
+    if (config.slurm) memory_.next_inventory_read = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
     requests_ = std::make_unique<OperatorRequests>(
         store_, store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
         [this] {
@@ -313,7 +313,7 @@ void Reconciler::set_condition(const std::string& type, bool ok, const std::stri
 }
 
 void Reconciler::note(const std::string& key, const std::string& subject, const std::string& message) {
-    auto& last = last_notes_[key];
+    auto& last = memory_.last_notes[key];
     if (last == message) return;
     last = message;
     store_.append_event("decision", subject, message);

@@ -37,6 +37,7 @@
 #include "daemon/controller/controller_ports.hpp"
 #include "daemon/controller/ledger_fault.hpp"
 #include "daemon/controller/operator_requests.hpp"
+#include "daemon/controller/pass_memory.hpp"
 #include "daemon/controller/registry_watch.hpp"
 #include "daemon/endpoint/stable_endpoint.hpp"
 #include "daemon/drivers/engine_supervisor.hpp"
@@ -123,10 +124,6 @@ public:
     OperatorRequests& requests() { return *requests_; }
 
 private:
-    struct Backoff {
-        int failures = 0;
-        std::chrono::steady_clock::time_point next{};
-    };
     // What feasibility reads besides the recipe: licences and hardware records from the catalogs,
     // this host's memory, model shapes. Gathered once per set of commits; shared with API threads.
     struct GateInputs {
@@ -207,7 +204,6 @@ private:
     std::shared_ptr<const registry::Inventory> inventory_;
     std::string inventory_note_;
     std::uint64_t inventory_generation_ = 0;                  // moves when inventory_ is replaced
-    std::chrono::steady_clock::time_point next_inventory_read_{};  // the reconciler's thread only
     std::map<std::string, Condition> conditions_;
     nlohmann::json last_pass_ = nullptr;
     bool force_sync_ = false;
@@ -215,30 +211,11 @@ private:
     mutable std::shared_ptr<const GateInputs> gate_inputs_;
     mutable std::string gate_inputs_key_;
 
-    // The reconcile thread's own (no lock).
-    std::map<std::string, state::Id> source_ids_;
-    nlohmann::json step_detail_;  // finer timings of the running pass
-    bool exclusive_qualification_ = false;  // the default's engine is paused for a qualification
-    std::optional<std::pair<std::string, std::string>> resume_after_exclusive_;  // (default, candidate)
-    std::map<state::Id, Backoff> serving_backoff_;
-    std::map<state::Id, Backoff> retry_backoff_;
-    std::map<std::string, std::string> last_notes_;  // de-duplicates repeated hold reasons
-    std::map<state::Id, int> fidelity_ranks_;        // revision → fidelity_rank, computed once
-    // What the retire step has still to look at: every recipe at the first pass and after a full
-    // read of a source (a first clone, a force-push), otherwise the recipes commits touched since
-    // it last ran, so that a one-file commit costs a one-recipe check (bench_daemon).
-    struct RetireScope {
-        bool all = true;
-        std::set<std::string> recipes;
-    } retire_scope_;
-    std::map<std::string, WatchResult> pending_ingest_;  // source name → a change the ledger did not take yet
-    // While the ledger cannot be written: why, how many attempts failed, when to try again, and
-    // when engines were last measured (their health, for the API, is under mutex_).
-    std::optional<LedgerFault> ledger_fault_;
-    int ledger_failures_ = 0;
-    std::chrono::steady_clock::time_point ledger_retry_at_{};
-    std::chrono::steady_clock::time_point engines_measured_at_{};
-    bool ledger_low_space_ = false;
+    // The reconcile thread's own (no lock): what persists between passes, and the running pass's
+    // finer timings.
+    PassMemory memory_;
+    nlohmann::json step_detail_;
+    // Engines' health measured while the ledger cannot be written (the API reads it under mutex_).
     std::map<state::Id, std::string> measured_health_;
 };
 

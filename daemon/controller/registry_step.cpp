@@ -21,9 +21,9 @@ void Reconciler::registry_step() {
         // What a source brought that the ledger could not take (a full disk): ingested again
         // before the source is read any further, so that no revision of that commit is lost. Its
         // documents stay where they are: the watch is not polled meanwhile.
-        if (auto pending = pending_ingest_.find(watch->config().name); pending != pending_ingest_.end()) {
-            ingest(*watch, pending->second, source_ids_.at(watch->config().name));  // throws again while the ledger refuses
-            pending_ingest_.erase(pending);
+        if (auto pending = memory_.pending_ingest.find(watch->config().name); pending != memory_.pending_ingest.end()) {
+            ingest(*watch, pending->second, memory_.source_ids.at(watch->config().name));  // throws again while the ledger refuses
+            memory_.pending_ingest.erase(pending);
             continue;
         }
         if (!force && !watch->due(now)) continue;
@@ -44,9 +44,9 @@ void Reconciler::registry_step() {
         if (result.changed) {
             const auto t = std::chrono::steady_clock::now();
             try {
-                ingest(*watch, result, source_ids_.at(watch->config().name));
+                ingest(*watch, result, memory_.source_ids.at(watch->config().name));
             } catch (const state::StoreError&) {
-                pending_ingest_.emplace(watch->config().name, result);
+                memory_.pending_ingest.emplace(watch->config().name, result);
                 throw;
             }
             step_detail_["registry_ingest_ms"] = ms_since(t);
@@ -73,9 +73,9 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
         if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
     timed("ingest_judge_ms", [&] { judge(created); });
     // What the retire step looks at again: what this read touched, or everything after a full read.
-    if (result.report.mode == registry::SyncReport::Mode::full) retire_scope_.all = true;
-    retire_scope_.recipes.insert(result.touched_recipe_ids.begin(), result.touched_recipe_ids.end());
-    retire_scope_.recipes.insert(result.removed_recipe_ids.begin(), result.removed_recipe_ids.end());
+    if (result.report.mode == registry::SyncReport::Mode::full) memory_.retire_scope.all = true;
+    memory_.retire_scope.recipes.insert(result.touched_recipe_ids.begin(), result.touched_recipe_ids.end());
+    memory_.retire_scope.recipes.insert(result.removed_recipe_ids.begin(), result.removed_recipe_ids.end());
     // Recipes gone from the registry are retired by the retire step, which runs next. (Only this
     // thread swaps catalogs, so reading the watch's here needs no lock.)
     const std::string& commit = watch.catalog().commit();
@@ -92,11 +92,11 @@ void Reconciler::retire_step() {
     // Until every source has been read, absence proves nothing: retire nothing.
     for (const auto& watch : watches_)
         if (!watch->read_once()) return;
-    if (!retire_scope_.all && retire_scope_.recipes.empty()) return;
+    if (!memory_.retire_scope.all && memory_.retire_scope.recipes.empty()) return;
     const auto running = qualifications_->current();
     std::vector<state::TransitionRequest> retire;
     // Recipes to look at again at the next pass: one whose revision is being withdrawn.
-    RetireScope next{false, {}};
+    PassMemory::RetireScope next{false, {}};
     // A revision under qualification is withdrawn first (its engine stops); it is retired at the
     // pass after the runner lets it go, so the runner and the pass never record it both.
     auto withdraw_or_retire = [&](state::Id id, const std::string& recipe_id, Status status, const std::string& reason,
@@ -116,7 +116,7 @@ void Reconciler::retire_step() {
     for (const auto& r : superseded)
         withdraw_or_retire(r.revision_id, r.recipe_id, r.status, "superseded by revision " + std::to_string(r.newest_revision_id),
                            std::nullopt);
-    const auto heads = retire_scope_.all ? store_.latest_revision_heads() : store_.latest_revision_heads(retire_scope_.recipes);
+    const auto heads = memory_.retire_scope.all ? store_.latest_revision_heads() : store_.latest_revision_heads(memory_.retire_scope.recipes);
     step_detail_["retire_heads"] = heads.size();
     for (const auto& head : heads) {
         if (head.status == Status::retired || head.status == Status::rejected) continue;
@@ -133,7 +133,7 @@ void Reconciler::retire_step() {
     }
     for (const auto& r : retire) spdlog::info("retiring revision {}: {}", r.revision_id, r.reason);
     record_transitions(retire);  // throws while the ledger refuses: the scope stays for the next pass
-    retire_scope_ = std::move(next);
+    memory_.retire_scope = std::move(next);
 }
 
 }  // namespace anvil::daemon

@@ -12,7 +12,7 @@
 namespace anvil::daemon {
 
 void Reconciler::serving_step() {
-    if (exclusive_qualification_) return;  // the qualification step paused the default; it brings it back
+    if (memory_.exclusive_qualification) return;  // the qualification step paused the default; it brings it back
     const auto current = store_.current_default();
     if (!current) {
         // The default was retired (removed from the registry) and nothing replaced it: stop
@@ -31,7 +31,7 @@ void Reconciler::serving_step() {
             set_condition("DefaultServing", false, "AwaitingAdoption", *why);
             return;
         }
-        auto& b = serving_backoff_[current->id];
+        auto& b = memory_.serving_backoff[current->id];
         if (clock_->steady() < b.next) return;
         auto doc = document_of(*current);
         if (!doc) return;
