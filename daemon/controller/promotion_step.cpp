@@ -5,6 +5,7 @@
 // chose (a pin's too: the API only records the pin). Out: the Promotion condition, and at most one
 // promotion.
 #include "daemon/controller/reconciler.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <algorithm>
 
@@ -28,7 +29,7 @@ qualify::Contender Reconciler::contender(const state::RevisionRow& revision) con
     c.metrics = state::local_measurements(*detail, revision.id);
     // Its quality was compared with the default its newest quality measurement names.
     for (const auto& e : detail->evidence)
-        if (e.revision_id == revision.id && e.evidence_class == state::EvidenceClass::local && e.min && e.metric == "relative_quality_loss")
+        if (e.revision_id == revision.id && e.evidence_class == state::EvidenceClass::local && e.min && e.metric == qualify::metric::relative_quality_loss.name)
             c.control_revision_id = e.control_revision_id;
     std::map<std::string, bool> gates;
     for (const auto& v : detail->verdicts)

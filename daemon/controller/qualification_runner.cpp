@@ -1,4 +1,5 @@
 #include "daemon/controller/qualification_runner.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <fstream>
 
@@ -172,7 +173,7 @@ void QualificationRunner::execute(const QualificationJob& job) {
                                report.receipt_path.filename().string() + ")";
     // The control the quality was compared with, when the suite compared every control position:
     // every row names it (control_revision_id), so a later default cannot inherit the comparison.
-    const bool compared = report.find("relative_quality_loss") && job.control_revision;
+    const bool compared = report.find(std::string(qualify::metric::relative_quality_loss.name)) && job.control_revision;
     auto evidence = [&](const std::string& metric, double value, const std::string& unit) {
         state::EvidenceRow row;
         row.metric = metric;
@@ -191,7 +192,7 @@ void QualificationRunner::execute(const QualificationJob& job) {
     for (const auto& m : report.measurements) evidence(m.metric, m.value, m.unit);
     std::vector<std::string> failed_gates;
     for (const auto& g : report.gates) {
-        const std::size_t e = evidence("gate_pass_rate:" + g.gate, g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
+        const std::size_t e = evidence(qualify::gate_pass_rate_metric(g.gate), g.attempts ? double(g.passed) / g.attempts : 0.0, "ratio");
         record.verdicts.push_back({g.gate, g.pass ? state::GateResult::pass : state::GateResult::fail, std::nullopt, g.reasons, {e}});
         if (!g.pass) failed_gates.push_back(g.gate + " (" + std::to_string(g.passed) + "/" + std::to_string(g.attempts) + ")");
     }

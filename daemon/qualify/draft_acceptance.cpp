@@ -1,4 +1,5 @@
 #include "daemon/qualify/draft_acceptance.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <cstdio>
 
@@ -42,11 +43,11 @@ DraftAcceptance draft_acceptance(const std::optional<DraftCounters>& before, con
         out.note = "counted from the engine's start: the draft counters could not be read before the measurements, so the gates' "
                    "requests are included";
     }
-    out.measurements.push_back({"draft_proposed_tokens", delta.proposed, "tokens"});
-    out.measurements.push_back({"draft_accepted_tokens", delta.accepted, "tokens"});
-    if (delta.proposed > 0) out.measurements.push_back({"draft_acceptance_ratio", delta.accepted / delta.proposed, "ratio"});
+    out.measurements.push_back({metric::draft_proposed, delta.proposed});
+    out.measurements.push_back({metric::draft_accepted, delta.accepted});
+    if (delta.proposed > 0) out.measurements.push_back({metric::draft_acceptance_ratio, delta.accepted / delta.proposed});
     if (delta.verifications > 0)
-        out.measurements.push_back({"draft_mean_accepted_tokens", delta.accepted / delta.verifications, "tokens"});
+        out.measurements.push_back({metric::draft_mean_accepted, delta.accepted / delta.verifications});
     if (delta.proposed <= 0 || delta.verifications <= 0) {
         std::string missing = delta.proposed <= 0 ? "no acceptance ratio" : "";
         if (delta.verifications <= 0) missing += (missing.empty() ? "" : " and ") + std::string("no mean accepted tokens");

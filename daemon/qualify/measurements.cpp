@@ -2,6 +2,7 @@
 // /proc. Every figure is a median over repeats where the request is short, because the machines
 // this runs on are shared and one descheduled request should not decide a promotion.
 #include "daemon/qualify/measurements.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -105,12 +106,12 @@ void add_warm_e2e(std::vector<Measurement>& out, Journal& journal, const std::ve
     }
     if (succeeded == tasks && tasks > 0) {
         const double e2e = median(totals);
-        out.push_back({"warm_e2e_seconds", e2e, "seconds"});
-        out.push_back({"tasks_per_hour", double(passes.front().tasks) * 3600.0 / e2e, "tasks/h"});
+        out.push_back({metric::warm_e2e, e2e});
+        out.push_back({metric::tasks_per_hour, double(passes.front().tasks) * 3600.0 / e2e});
         journal.note("warm_e2e", fmt::format("the median of {} passes ({} s)", passes.size(), each));
     } else {
         journal.note("warm_e2e", fmt::format("{} of {} tasks succeeded over {} passes", succeeded, tasks, passes.size()));
-        if (seconds > 0) out.push_back({"tasks_per_hour", succeeded * 3600.0 / seconds, "tasks/h"});
+        if (seconds > 0) out.push_back({metric::tasks_per_hour, succeeded * 3600.0 / seconds});
     }
 }
 
@@ -129,7 +130,7 @@ std::vector<Measurement> measure_speed(RunContext& run) {
             const Exchange x = run.client.post("ttft", "/v1/chat/completions", body);
             if (summarize_stream(x).error.empty() && x.first_content_seconds) ttft.push_back(*x.first_content_seconds);
         }
-        if (ttft.size() == 3) out.push_back({"ttft_seconds", median(ttft), "seconds"});
+        if (ttft.size() == 3) out.push_back({metric::ttft, median(ttft)});
         else journal.note("ttft", "not measured: " + std::to_string(ttft.size()) + " of 3 streams gave a first token");
     }
 
@@ -159,7 +160,7 @@ std::vector<Measurement> measure_speed(RunContext& run) {
             long long tokens = 0;
             for (int i = 1; i <= 3; ++i)
                 if (auto r = prefill(i, sentences)) rates.push_back(double(r->first) / r->second), tokens = r->first;
-            if (rates.size() == 3) out.push_back({"prefill_tokens_per_second", median(rates), "tokens/s"});
+            if (rates.size() == 3) out.push_back({metric::prefill_rate, median(rates)});
             journal.note("prefill", "prompts of " + std::to_string(tokens) + " tokens (target " + std::to_string(target) + ")");
         } else {
             journal.note("prefill", "not measured: the probe gave no usage.prompt_tokens or no first token");
@@ -176,7 +177,7 @@ std::vector<Measurement> measure_speed(RunContext& run) {
             const Stream s = decode_stream(run, "decode_c1", kDecodePrompts[i % std::size(kDecodePrompts)]);
             if (s.ok) rates.push_back(double(s.tokens - 1) / (s.end - s.first));
         }
-        if (rates.size() == 3) c1 = median(rates), out.push_back({"decode_tokens_per_second_c1", *c1, "tokens/s"});
+        if (rates.size() == 3) c1 = median(rates), out.push_back({metric::decode_rate_c1, *c1});
         else journal.note("decode_c1", "not measured: a stream failed or gave fewer than two tokens");
     }
 
@@ -185,7 +186,7 @@ std::vector<Measurement> measure_speed(RunContext& run) {
     {
         const int n = std::max(run.plan.concurrency, 1);
         if (n == 1) {
-            if (c1) out.push_back({"decode_tokens_per_second_cN", *c1, "tokens/s"});
+            if (c1) out.push_back({metric::decode_rate_cn, *c1});
         } else {
             std::vector<Stream> streams(static_cast<std::size_t>(n));
             std::vector<std::thread> threads;
@@ -197,7 +198,7 @@ std::vector<Measurement> measure_speed(RunContext& run) {
                 double first = streams[0].first, end = streams[0].end;
                 long long tokens = 0;
                 for (const auto& s : streams) first = std::min(first, s.first), end = std::max(end, s.end), tokens += s.tokens - 1;
-                out.push_back({"decode_tokens_per_second_cN", double(tokens) / (end - first), "tokens/s"});
+                out.push_back({metric::decode_rate_cn, double(tokens) / (end - first)});
             } else {
                 journal.note("decode_cN", "not measured: a stream of " + std::to_string(n) + " failed");
             }

@@ -3,6 +3,7 @@
 // decide per candidate: hard gates, measured against this default, thresholds (inconclusive
 // holds), the minimum interval; among the winners, best_of's order.
 #include "daemon/qualify/promotion_policy.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -44,8 +45,9 @@ std::optional<Policy> parse_policy(std::string_view text) {
 
 namespace {
 
-std::optional<double> metric(const Contender& c, const std::string& name) {
-    const auto it = c.metrics.find(name);
+// The contender's value of a catalogued metric, when measured and finite.
+std::optional<double> value_of(const Contender& c, const Metric& m) {
+    const auto it = c.metrics.find(std::string(m.name));
     if (it == c.metrics.end() || !std::isfinite(it->second)) return std::nullopt;
     return it->second;
 }
@@ -70,10 +72,10 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
         if (!ok) failed.push_back(fmt::format("relative quality loss {:.4f} > {:.4f}", *loss, limit));
     } else {
         checks.push_back("relative_quality_loss: not measured");
-        missing.push_back("relative_quality_loss");
+        missing.push_back(std::string(metric::relative_quality_loss.name));
     }
 
-    const auto cand_e2e = metric(candidate, "warm_e2e_seconds"), ctrl_e2e = metric(control, "warm_e2e_seconds");
+    const auto cand_e2e = value_of(candidate, metric::warm_e2e), ctrl_e2e = value_of(control, metric::warm_e2e);
     if (numbers.warm_e2e_gain) {
         const double gain = *numbers.warm_e2e_gain, limit = t.min_warm_e2e_gain + m;
         const bool ok = gain >= limit;
@@ -86,7 +88,7 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
         missing.push_back("warm_e2e_seconds of the " + which);
     }
 
-    const auto cand_tph = metric(candidate, "tasks_per_hour"), ctrl_tph = metric(control, "tasks_per_hour");
+    const auto cand_tph = value_of(candidate, metric::tasks_per_hour), ctrl_tph = value_of(control, metric::tasks_per_hour);
     if (numbers.tasks_per_hour_ratio) {
         const double ratio = *numbers.tasks_per_hour_ratio, limit = t.min_tasks_per_hour_ratio + m;
         const bool ok = ratio >= limit;
@@ -100,7 +102,7 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
     }
 
     // Where the pass rates were measured, they are compared too (the gates already applied them).
-    if (const auto rate = metric(candidate, "deterministic_pass_rate")) {
+    if (const auto rate = value_of(candidate, metric::deterministic_pass_rate)) {
         const bool ok = *rate >= t.min_deterministic_pass_rate;
         checks.push_back(fmt::format("deterministic_pass_rate {:.4f} >= {:.4f}: {}", *rate, t.min_deterministic_pass_rate,
                                      ok ? "pass" : "fail"));
@@ -112,10 +114,10 @@ void compare(const Contender& candidate, const Contender& control, const Thresho
 
 Comparison compare_with(const Contender& candidate, const Contender& control) {
     Comparison c;
-    c.relative_quality_loss = metric(candidate, "relative_quality_loss");
-    const auto cand_e2e = metric(candidate, "warm_e2e_seconds"), ctrl_e2e = metric(control, "warm_e2e_seconds");
+    c.relative_quality_loss = value_of(candidate, metric::relative_quality_loss);
+    const auto cand_e2e = value_of(candidate, metric::warm_e2e), ctrl_e2e = value_of(control, metric::warm_e2e);
     if (cand_e2e && ctrl_e2e && *ctrl_e2e > 0) c.warm_e2e_gain = 1 - *cand_e2e / *ctrl_e2e;
-    const auto cand_tph = metric(candidate, "tasks_per_hour"), ctrl_tph = metric(control, "tasks_per_hour");
+    const auto cand_tph = value_of(candidate, metric::tasks_per_hour), ctrl_tph = value_of(control, metric::tasks_per_hour);
     if (cand_tph && ctrl_tph && *ctrl_tph > 0) c.tasks_per_hour_ratio = *cand_tph / *ctrl_tph;
     return c;
 }
@@ -175,8 +177,8 @@ std::optional<Contender> best_of(const std::vector<Contender>& contenders) {
     // Missing warm e2e time ranks last, missing tasks/h lowest: a measured contender beats an
     // unmeasured one. Then recipe id and revision id, so the pick never depends on input order.
     auto key = [](const Contender* c) {
-        const auto e2e = metric(*c, "warm_e2e_seconds");
-        const auto tph = metric(*c, "tasks_per_hour");
+        const auto e2e = value_of(*c, metric::warm_e2e);
+        const auto tph = value_of(*c, metric::tasks_per_hour);
         return std::make_tuple(e2e ? 0 : 1, e2e.value_or(0.0), -tph.value_or(-INFINITY), c->recipe_id, c->revision_id);
     };
     return **std::min_element(passed.begin(), passed.end(),
@@ -208,7 +210,7 @@ PromotionChoice choose_promotion(const std::vector<Contender>& validated, const 
     if (!current) {
         const auto best = best_of(validated);
         if (!best) return hold(PromotionCondition::nothing_to_promote, "no validated candidate passed its hard gates");
-        const auto e2e = metric(*best, "warm_e2e_seconds");
+        const auto e2e = value_of(*best, metric::warm_e2e);
         choice.action = Action::promote;
         choice.revision_id = best->revision_id;
         choice.condition = PromotionCondition::first_default;

@@ -1,6 +1,7 @@
 // qualify(): the order of one run (gates, then measurements, quality and the draft's acceptance when
 // the engine answered at all, then peak memory), and the receipt that records it.
 #include "daemon/qualify/qualification.hpp"
+#include "daemon/qualify/metrics_catalogue.hpp"
 
 #include <map>
 #include <stdexcept>
@@ -142,9 +143,9 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
             // A partial comparison is kept in the report and the receipt, but yields no evidence:
             // the promotion policy must see the quality as not measured and hold.
             if (q.complete()) {
-                report.measurements.push_back({"relative_quality_loss", q.relative_quality_loss, "ratio"});
-                report.measurements.push_back({"mean_kl", q.mean_kl, "nats"});
-                report.measurements.push_back({"top1_agreement", q.top1_agreement, "ratio"});
+                report.measurements.push_back({metric::relative_quality_loss, q.relative_quality_loss});
+                report.measurements.push_back({metric::mean_kl, q.mean_kl});
+                report.measurements.push_back({metric::top1_agreement, q.top1_agreement});
             } else {
                 journal.note("quality", "incomplete: " + std::to_string(q.positions) + " of " +
                                             std::to_string(q.control_positions) + " control positions compared");
@@ -160,14 +161,14 @@ Report qualify(const Target& target, const Plan& plan, const std::filesystem::pa
         if (metrics_after) {
             const auto series = sum_series(*metrics_after);
             if (const auto it = series.find("anvil_engine_gpu_memory_bytes"); it != series.end() && it->second > 0)
-                report.measurements.push_back({"gpu_memory_bytes", it->second, "bytes"});
+                report.measurements.push_back({metric::gpu_memory, it->second});
         }
     } else {
         journal.note("measurements", "skipped: no smoke request succeeded");
     }
     if (target.pid) {
         if (auto peak = process_tree_peak_bytes(*target.pid))
-            report.measurements.push_back({"peak_memory_bytes", double(*peak), "bytes"});
+            report.measurements.push_back({metric::peak_memory, double(*peak)});
         else journal.note("peak_memory", "not measured: /proc/" + std::to_string(*target.pid) + "/status is not readable");
     }
     report.finished_at = support::utc_now();

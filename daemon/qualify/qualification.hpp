@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/qualify/metrics_catalogue.hpp"
+
 namespace anvil::qualify {
 
 // The engine under test and where it came from (all of it goes into the receipt).
@@ -78,6 +80,10 @@ struct GateOutcome {
 };
 
 struct Measurement {
+    Measurement() = default;
+    Measurement(std::string name, double v, std::string u) : metric(std::move(name)), value(v), unit(std::move(u)) {}
+    // A measurement of a catalogued metric: its name and unit from the catalogue (metrics_catalogue.hpp).
+    Measurement(const Metric& m, double v) : metric(m.name), value(v), unit(m.unit) {}
     std::string metric;  // ttft_seconds, prefill_tokens_per_second, decode_tokens_per_second_c1,
                          // decode_tokens_per_second_cN, warm_e2e_seconds, tasks_per_hour, peak_memory_bytes;
                          // with control samples and a complete comparison also relative_quality_loss,

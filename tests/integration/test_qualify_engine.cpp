@@ -147,6 +147,15 @@ TEST_CASE("a healthy embedded engine passes the gates, is measured, and compares
 
     // The same engine replaying its own prefixes: the same distributions.
     const Report self = qualify(f32.target("anvil-tiny-llama-f32-cpu", 1), plan, receipts.path(), control.quality_samples);
+    // Every measurement is a metric of the catalogue, with the catalogue's unit (the quality
+    // comparison's too, which only a report with a control has).
+    for (const Report* r : {&control, &self})
+        for (const Measurement& m : r->measurements) {
+            INFO(m.metric);
+            const auto catalogued = find_metric(m.metric);
+            REQUIRE(catalogued);
+            CHECK(m.unit == catalogued->unit);
+        }
     REQUIRE(self.quality);
     CHECK(self.quality->complete());
     CHECK(self.quality->positions == positions.size());

@@ -3,9 +3,11 @@
 // measured against this default, every threshold with its numbers and margin, inconclusive holds,
 // the interval), ties, and the deterministic pick among contenders.
 #include <functional>
+#include <set>
 
 #include <catch2/catch.hpp>
 
+#include "daemon/qualify/metrics_catalogue.hpp"
 #include "daemon/qualify/promotion_policy.hpp"
 
 using namespace anvil::qualify;
@@ -290,4 +292,20 @@ TEST_CASE("best_of picks the fastest validated contender, ties by tasks per hour
     unmeasured.metrics.erase("warm_e2e_seconds");
     CHECK(best_of({unmeasured, f32})->recipe_id == "f32");
     CHECK(best_of({unmeasured})->recipe_id == "a-first");
+}
+
+TEST_CASE("the metrics catalogue: one entry per name, a unit and a direction each, gate pass rates as a family", "[promotion]") {
+    std::set<std::string_view> names;
+    for (const Metric& m : kMetrics) {
+        INFO(m.name);
+        CHECK(names.insert(m.name).second);
+        CHECK_FALSE(m.unit.empty());
+        CHECK(find_metric(m.name.ends_with(':') ? std::string(m.name) + "json" : std::string(m.name))->name == m.name);
+    }
+    CHECK(find_metric("warm_e2e_seconds")->better == Better::lower);
+    CHECK(find_metric("tasks_per_hour")->better == Better::higher);
+    CHECK(find_metric(gate_pass_rate_metric("determinism"))->unit == "ratio");
+    CHECK(gate_pass_rate_metric("json") == "gate_pass_rate:json");
+    CHECK_FALSE(find_metric("gate_pass_rate:"));  // a family needs a member
+    CHECK_FALSE(find_metric("warm_e2e"));
 }
