@@ -1,6 +1,6 @@
 // What proposes the tokens a speculative step verifies: the draft's kind and options, the check
 // that a draft model speaks the target's tokenizer, and prompt lookup (the draft without a model).
-// The engine runs the model drafts itself (engine_speculation.cpp); the rule that accepts or
+// The engine runs the model drafts itself (speculator.cpp); the rule that accepts or
 // corrects their tokens is speculative_rule.*.
 #pragma once
 

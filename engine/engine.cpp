@@ -434,8 +434,18 @@ void Engine::release_held() {
 }
 
 void Engine::step() {
+    const std::vector<ScheduledChunk>& plan = schedule();
+    if (plan.empty()) return;
+    if (speculator_) speculator_->propose(plan, active_, *runner_, blocks_);
+    run(plan);
+    sample(plan);
+    metrics_.kv_blocks_used = blocks_.used();
+    metrics_.running = int64_t(scheduler_.running());
+}
+
+const std::vector<ScheduledChunk>& Engine::schedule() {
     if (!held_.empty()) release_held();
-    if (options_.draft.kind != DraftKind::None) set_lookahead();
+    if (speculator_) speculator_->set_lookahead(active_);
     const auto& plan = scheduler_.schedule();
     metrics_.running = int64_t(scheduler_.running());
     metrics_.waiting = int64_t(scheduler_.waiting() + held_.size());
@@ -444,9 +454,10 @@ void Engine::step() {
     metrics_.preemptions = scheduler_.preemptions();
     metrics_.prefix_cache_queries = scheduler_.prefix_queries();
     metrics_.prefix_cache_hits = scheduler_.prefix_hits();
-    if (plan.empty()) return;
-    if (options_.draft.kind != DraftKind::None) propose(plan);
+    return plan;
+}
 
+void Engine::run(const std::vector<ScheduledChunk>& plan) {
     batch_.clear();
     for (size_t i = 0; i < plan.size(); ++i) {
         const ScheduledChunk& c = plan[i];
@@ -484,7 +495,9 @@ void Engine::step() {
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
     metrics_.engine_steps += 1;
     scheduler_.commit();
+}
 
+void Engine::sample(const std::vector<ScheduledChunk>& plan) {
     // Copy out what the sampling needs before finishing sequences changes the plan's owners.
     int row = 0;
     sampled_.clear();
@@ -507,7 +520,8 @@ void Engine::step() {
         if (it == active_.end()) continue;
         Active& active = *it->second;
         if (drafts > 0) {
-            verify(active, logits_row);
+            speculator_->verify(active, *runner_, logits_row, blocks_,
+                                [this](Active& a, int32_t token, const float* logits) { return emit_token(a, token, logits); });
             continue;
         }
         if (active.sequence.largest_only) {
@@ -526,8 +540,6 @@ void Engine::step() {
         const int32_t token = sample_token(logits, config_.vocab_size, active.params, active.rng, sampler_scratch_);
         emit_token(active, token, logits);
     }
-    metrics_.kv_blocks_used = blocks_.used();
-    metrics_.running = int64_t(scheduler_.running());
 }
 
 }  // namespace anvil::engine

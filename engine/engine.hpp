@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/active_request.hpp"
 #include "engine/block_manager.hpp"
 #include "engine/chat_template.hpp"
 #include "engine/config.hpp"
@@ -25,6 +26,7 @@
 #include "engine/request_stream.hpp"
 #include "engine/sampler.hpp"
 #include "engine/scheduler.hpp"
+#include "engine/speculator.hpp"
 #include "engine/token_mask.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/weights.hpp"
@@ -84,7 +86,7 @@ public:
     size_t weight_bytes_per_token() const { return weight_bytes_per_token_; }
     std::string device() const { return runner_->device(); }  // "cpu", or "cuda:N (name)"
     // GPU memory the target's and the draft's runners allocated; 0 on the CPU.
-    size_t device_bytes() const { return runner_->device_bytes() + (draft_runner_ ? draft_runner_->device_bytes() : 0); }
+    size_t device_bytes() const { return runner_->device_bytes() + (speculator_ ? speculator_->device_bytes() : 0); }
 
     // What the draft's own weights hold: 0 without one, or when it is the target's own tensors
     // (a self draft in the target's format).
@@ -92,25 +94,15 @@ public:
     const DraftOptions& draft() const { return options_.draft; }
 
 private:
-    struct Active {  // a sequence with its sampling state and stream
-        Sequence sequence;
-        SamplingParams params;
-        Rng rng;
-        std::shared_ptr<RequestStream> stream;
-        StreamDecoder decoder;
-        std::string pending;  // decoded text not yet sent: it may be the start of a stop string
-        int generated = 0;
-        int index = 0;  // the request's choice this sequence samples
-        // [draft tokens][vocab]: the distributions a model draft sampled its tokens from
-        std::vector<float> draft_probs;
-        // response_format: where the answer stands against its grammar (such a sequence never drafts)
-        std::optional<JsonMatcher> matcher;
-        // A later choice of n, held out of the scheduler until this sequence (the first choice) has
-        // computed the prompt they share; 0 when it is not held.
-        uint64_t behind = 0;
-    };
+    using Active = ActiveRequest;
     void loop();
+    // One step of the batch: schedule (which sequences, how many tokens each, drafts proposed),
+    // run (the batch through the target's runner once), sample (prompt logprobs, then each
+    // sequence's tokens, drafts verified) and emit (each token to its stream).
     void step();
+    const std::vector<ScheduledChunk>& schedule();
+    void run(const std::vector<ScheduledChunk>& plan);
+    void sample(const std::vector<ScheduledChunk>& plan);
     void accept_new();
     void finish(Active& active, const std::string& reason);
     // Sends a sampled token; true when it ended the sequence (which is then erased).
@@ -119,20 +111,14 @@ private:
     // null when the grammar allows no token at all.
     const float* constrain(Active& active, const float* logits);
 
-    // Speculative decoding (engine_speculation.cpp): loading the draft, proposing draft tokens
-    // for the plan's decoding sequences, and verifying them against the target's logits.
-    // The target's and the draft's weights (read_draft: the draft's config and weights; before any
-    // runner, so that a GPU target can leave the draft's share of the device), then the runners.
+    // Loading the draft (engine_draft.cpp): the target's and the draft's weights (read_draft: the
+    // draft's config and weights; before any runner, so that a GPU target can leave the draft's
+    // share of the device), then the runners and the speculator.
     std::unique_ptr<ModelWeights> read_weights(const std::filesystem::path& model_dir);
     void read_draft(const std::filesystem::path& model_dir, const ModelWeights& target);
     std::unique_ptr<Runner> make_target_runner();
     void start_draft();
     RunnerOptions draft_runner_options(const RunnerOptions& target) const;
-    void set_lookahead();
-    void propose(const std::vector<ScheduledChunk>& plan);
-    void propose_with_model(Runner& runner, int exit_after);
-    int32_t draft_token(Active& active, const Runner& runner, int row, int step);
-    void verify(Active& active, int first_row);
 
     EngineOptions options_;
     ModelConfig config_;
@@ -174,18 +160,8 @@ private:
     static constexpr int kPromptLogitRows = 32;
     void report_prompt_logprobs(const Prompted& p);
 
-    // The draft's runner (--draft-self, --draft-model; none for --draft-layers, which runs the
-    // target's runner, and --draft-ngram).
-    std::unique_ptr<Runner> draft_runner_;
-    Batch draft_batch_;
-    struct Drafting {
-        Active* active;
-        int tokens;  // draft tokens to propose: the plan's reservation
-    };
-    std::vector<Drafting> drafting_;
-    std::vector<int> scratch_next_, scratch_rows_;  // [drafting]: per sequence, next position and logits row
-    std::vector<float> target_probs_;  // [vocab]: the target's distribution at a draft position
-    std::vector<float> residual_;      // [vocab]: max(0, p - q)
+    // Drafts and verifies for the running sequences (speculator.hpp); none without a draft.
+    std::unique_ptr<Speculator> speculator_;
 
     std::mutex mutex_;  // guards incoming_ and stopping_
     std::condition_variable wake_;

@@ -1,7 +1,7 @@
 // The memory anvil-engine holds for an embedded recipe, judged on paper: the target's weights as it
 // serves them, its KV cache, and its draft's weights and KV cache. The rules are the engine's own
 // (engine/weights.cpp: which tensors are converted and how; engine/kv_cache.cpp; the draft's
-// runner in engine/engine_speculation.cpp), restated here because the registry may not depend on
+// runner in engine/engine_draft.cpp), restated here because the registry may not depend on
 // the engine; tests hold the two together. On the CPU, activation buffers, the tokenizer and the
 // HTTP server are not counted: they are small beside these (on a GPU the runners' working memory is). Every figure is a model of the engine, never a
 // measurement, so a gate that uses it judges on estimated evidence.
