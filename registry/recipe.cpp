@@ -271,7 +271,7 @@ void read_weights_precision(const Node& root, JsonReader& reader, Recipe& r, Rec
             if (args[i] == "--weights" && i + 1 < args.size()) value = args[at = i + 1];
             else if (args[i].starts_with("--weights=")) value = args[i].substr(10);
             if (value && std::find(std::begin(kEmbeddedWeights), std::end(kEmbeddedWeights), *value) == std::end(kEmbeddedWeights))
-                reader.fail(root.child("launch").child("arguments").at(at), "one of anvil-engine's weights: f32, bf16, q8 or stored",
+                reader.fail(root.child("launch").child("arguments").at(at), "one of anvil-engine's weights: f32, bf16, q8, stored or auto",
                             render_short(*value));
         }
     }

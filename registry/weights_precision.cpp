@@ -9,7 +9,7 @@ namespace anvil::registry {
 
 namespace {
 
-constexpr std::array<std::pair<std::string_view, WeightsPrecision>, 36> kSpellings{{
+constexpr std::array<std::pair<std::string_view, WeightsPrecision>, 41> kSpellings{{
     {"f32", WeightsPrecision::f32},           {"fp32", WeightsPrecision::f32},
     {"float32", WeightsPrecision::f32},       {"float", WeightsPrecision::f32},
     {"bf16", WeightsPrecision::half},         {"bfloat16", WeightsPrecision::half},
@@ -20,7 +20,9 @@ constexpr std::array<std::pair<std::string_view, WeightsPrecision>, 36> kSpellin
     {"int8", WeightsPrecision::eight_bit},    {"fp8", WeightsPrecision::eight_bit},
     {"fp8_e4m3", WeightsPrecision::eight_bit}, {"fp8_e5m2", WeightsPrecision::eight_bit},
     {"w8a8", WeightsPrecision::eight_bit},    {"w8a16", WeightsPrecision::eight_bit},
-    {"experts_int8", WeightsPrecision::eight_bit},
+    {"experts_int8", WeightsPrecision::eight_bit}, {"fbgemm_fp8", WeightsPrecision::eight_bit},
+    {"tpu_int8", WeightsPrecision::eight_bit},    {"float8_e4m3fn", WeightsPrecision::eight_bit},
+    {"float8_e5m2", WeightsPrecision::eight_bit}, {"int8_w8a8", WeightsPrecision::eight_bit},
     {"q4_0", WeightsPrecision::fewer_bits},   {"q4_1", WeightsPrecision::fewer_bits},
     {"q4_k", WeightsPrecision::fewer_bits},   {"q4_k_m", WeightsPrecision::fewer_bits},
     {"q4_k_s", WeightsPrecision::fewer_bits}, {"q5_k_m", WeightsPrecision::fewer_bits},

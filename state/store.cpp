@@ -152,7 +152,10 @@ void Store::note_write_failure(const StoreError& e) const {
     impl_->failures.message = e.what();
 }
 
-void Store::use_clock(std::function<std::chrono::system_clock::time_point()> clock) { impl_->clock = std::move(clock); }
+void Store::use_clock(std::function<std::chrono::system_clock::time_point()> clock) {
+    if (clock) impl_->clock = std::move(clock);
+    else impl_->clock = [] { return std::chrono::system_clock::now(); };
+}
 
 Store::WriteFailures Store::write_failures() const {
     std::lock_guard lock(impl_->failures_mutex);

@@ -57,7 +57,9 @@ public:
     };
     WriteFailures write_failures() const;
     // The clock every row's time (created_at, a transition's, an engine's) is read from: the
-    // system's unless the controller gives its own (its tests move a fake one). Set before use.
+    // system's (also given as an empty function) unless the controller gives its own (its tests
+    // move a fake one). Set while no other thread uses the store: at the controller's construction
+    // and destruction.
     void use_clock(std::function<std::chrono::system_clock::time_point()> clock);
     int schema_version() const;
 

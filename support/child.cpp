@@ -69,7 +69,7 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::optional<
     }
     if (pid == 0) {
         ::setpgid(0, 0);
-        const int devnull = ::open("/dev/null", O_RDONLY);
+        const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // dup2 onto 0 keeps 0 open across exec
         ::dup2(devnull, 0);
         ::dup2(out[1], 1);
         ::dup2(err[1], 2);

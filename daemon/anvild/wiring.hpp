@@ -19,6 +19,8 @@ namespace anvil::daemon {
 class ProductionController {
 public:
     ProductionController(const DaemonConfig& config, state::Store& store, endpoint::UpstreamSwitch& endpoint, DaemonMetrics& metrics);
+    // Cuts a running qualification short and waits for it before the controller it asks goes.
+    ~ProductionController() { qualifications_.cancel_and_wait(); }
     ProductionController(const ProductionController&) = delete;
     ProductionController& operator=(const ProductionController&) = delete;
     Reconciler& reconciler() { return *reconciler_; }

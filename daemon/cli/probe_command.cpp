@@ -5,6 +5,7 @@
 // timed. A probe still running at the deadline is killed with its process group and recorded as a
 // failure with NCCL's diagnostics. Either way the outcome is written as a receipt (path and sha256
 // printed): the evidence for the tensor-parallel gate. Exit 0 proven, 1 failed, 2 could not run.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <set>
@@ -90,7 +91,8 @@ int probe_command(const std::vector<std::string>& args) {
     const bool json = a.has("--json");
     hardware::ProbeRequest request;
     if (auto d = a.value("--deadline"))
-        request.deadline = std::chrono::milliseconds(static_cast<std::int64_t>(positive_number("--deadline", *d) * 1000));
+        // At least 1 ms: a zero deadline would mean none.
+        request.deadline = std::chrono::milliseconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(positive_number("--deadline", *d) * 1000)));
     else request.deadline = std::chrono::seconds(30);
     if (auto m = a.value("--max-bytes")) {
         const double v = positive_number("--max-bytes", *m);

@@ -68,8 +68,12 @@ int SystemClock::local_minute_of_day() const {
     return local.tm_hour * 60 + local.tm_min;
 }
 
-Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics)
-    : config_(config), store_(store), metrics_(metrics) {
+Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics)
+    : config_(config), store_(store), metrics_(metrics), engines_(&ports.engines), endpoint_(&ports.endpoint),
+      qualifications_(&ports.qualifications), clock_(&ports.clock) {
+    // Every time the ledger and the controller store, and every schedule, come from this clock,
+    // from the first write on; the destructor gives the ledger the system's back.
+    store_.use_clock([clock = clock_] { return clock->system(); });
     // Which file owns each recipe id, as the ledger last saw it: the first read after a restart
     // keeps every id with that file, so a newcomer cannot take it by sorting first.
     const auto heads = store_.latest_revision_heads();
@@ -101,6 +105,18 @@ Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, DaemonMe
         }
     }
     if (inventory) inventory_ = std::make_shared<const registry::Inventory>(std::move(*inventory));
+    if (config_.slurm) memory_.next_inventory_read = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
+    requests_ = std::make_unique<OperatorRequests>(
+        store_, store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
+        [this] {
+            {
+                std::lock_guard lock(mutex_);
+                force_sync_ = true;
+            }
+            wake();
+        },
+        [this] { wake(); });
+    publish();
 }
 
 void Reconciler::inventory_step() {
@@ -117,34 +133,16 @@ void Reconciler::inventory_step() {
     ++inventory_generation_;
 }
 
-Reconciler::Reconciler(const DaemonConfig& config, state::Store& store, ControllerPorts ports, DaemonMetrics& metrics)
-    : Reconciler(config, store, metrics) {
-    engines_ = &ports.engines;
-    endpoint_ = &ports.endpoint;
-    qualifications_ = &ports.qualifications;
-    clock_ = &ports.clock;
-    // Every time the ledger and the controller store, and every schedule, come from this clock.
-    store_.use_clock([clock = clock_] { return clock->system(); });
-    if (config.slurm) memory_.next_inventory_read = clock_->steady() + (inventory_ ? kClusterInventoryEvery : kClusterInventoryRetry);
-    requests_ = std::make_unique<OperatorRequests>(
-        store_, store_, *qualifications_, *clock_, [this](const state::RevisionRow& r) { return not_in_registry(r); },
-        [this] {
-            {
-                std::lock_guard lock(mutex_);
-                force_sync_ = true;
-            }
-            wake();
-        },
-        [this] { wake(); });
-}
-
 std::optional<std::string> Reconciler::not_in_registry(state::Id revision_id) const {
     const auto revision = store_.revision(revision_id);
     if (!revision) return "revision " + std::to_string(revision_id) + " is not in the ledger";
     return not_in_registry(*revision);
 }
 
-Reconciler::~Reconciler() { qualifications_->cancel_and_wait(); }
+Reconciler::~Reconciler() {
+    qualifications_->cancel_and_wait();
+    store_.use_clock({});  // the clock may go with its owner; the ledger outlives both (a reload)
+}
 
 void Reconciler::start_up(const std::function<void()>& serving_again) {
     engines_->adopt();
@@ -196,9 +194,12 @@ void Reconciler::pass() {
     auto finish = [&] {
         const double seconds = ms_since(started) / 1000.0;
         metrics_.record_pass(seconds);
-        std::lock_guard lock(mutex_);
-        first_pass_done_ = true;
-        last_pass_ = {{"finished_at", now_text()}, {"seconds", seconds}, {"steps", steps}};
+        {
+            std::lock_guard lock(mutex_);
+            first_pass_done_ = true;
+            last_pass_ = {{"finished_at", now_text()}, {"seconds", seconds}, {"steps", steps}};
+        }
+        publish();
     };
     if (!ledger_may_be_written()) {
         steps["ledger"] = "cannot be written: waiting";
@@ -227,6 +228,7 @@ void Reconciler::pass() {
     };
     std::set<std::string> failed;
     std::string failures;
+    std::optional<std::string> stopped_by_ledger;  // the step a lasting write failure stopped the pass at
     for (const Step& s : kSteps) {
         const std::string key = std::string(s.name) + "_ms";
         if (s.needs && failed.count(s.needs)) {
@@ -238,9 +240,14 @@ void Reconciler::pass() {
         try {
             (this->*s.run)();
             steps[key] = ms_since(t);
+            publish();
         } catch (const state::StoreError& e) {
             // A write that failed for a lasting cause ends the pass: the ledger step says so and backs off.
-            if (state::lasting_write_failure(e.sqlite_code) && store_.write_failures().count != failures_before) break;
+            if (state::lasting_write_failure(e.sqlite_code) && store_.write_failures().count != failures_before) {
+                steps[key] = std::string("stopped: the ledger refuses writes: ") + e.what();
+                stopped_by_ledger = s.name;
+                break;
+            }
             failed.insert(s.name);
             failures += std::string(failures.empty() ? "" : "; ") + s.name + " step: " + e.what();
             steps[key] = std::string("failed: ") + e.what();
@@ -250,7 +257,11 @@ void Reconciler::pass() {
             steps[key] = std::string("failed: ") + e.what();
         }
     }
-    if (failures.empty()) {
+    if (stopped_by_ledger) {
+        set_condition("Reconciling", false, "StoppedByLedger",
+                      "the pass stopped at the " + *stopped_by_ledger + " step: the ledger refuses writes (see LedgerWritable)" +
+                          (failures.empty() ? std::string() : "; " + failures));
+    } else if (failures.empty()) {
         set_condition("Reconciling", true, "EveryStepRan", "every step of the last pass ran");
     } else {
         spdlog::error("reconcile pass: {}; the next pass tries again", failures);
@@ -327,40 +338,45 @@ std::optional<std::string> Reconciler::engine_log(state::Id engine_row_id, std::
     return std::nullopt;
 }
 
-std::vector<std::string> Reconciler::not_ready_reasons() const {
-    std::lock_guard lock(mutex_);
-    std::vector<std::string> out;
-    for (const auto& w : watches_)
-        if (!w->read_once()) out.push_back("source " + w->config().name + " not read yet" + (w->last_error() ? ": " + *w->last_error() : ""));
-    if (!first_pass_done_) out.push_back("first reconcile pass");
-    return out;
-}
-
-std::map<std::string, Condition> Reconciler::conditions() const {
-    std::lock_guard lock(mutex_);
-    return conditions_;
-}
-
-json Reconciler::last_pass() const {
-    std::lock_guard lock(mutex_);
-    return last_pass_;
+std::shared_ptr<const Reconciler::Snapshot> Reconciler::snapshot() const {
+    std::lock_guard lock(snapshot_mutex_);
+    return snapshot_;
 }
 
 std::pair<std::optional<registry::Inventory>, std::string> Reconciler::inventory() const {
-    std::lock_guard lock(mutex_);
-    return {inventory_ ? std::optional(*inventory_) : std::nullopt, inventory_note_};
+    const auto s = snapshot();
+    return {s->inventory ? std::optional(*s->inventory) : std::nullopt, s->inventory_note};
 }
 
-std::vector<Reconciler::SourceView> Reconciler::sources() const {
-    std::vector<SourceView> out;
-    std::lock_guard lock(mutex_);
-    for (const auto& w : watches_) {
-        SourceView v{w->config(), w->catalog().commit(), w->last_sync_at(), w->last_error(), w->catalog().size(), {}};
-        for (const auto& [path, doc] : w->catalog().documents())
-            if (!w->catalog().usable(doc)) v.invalid.emplace_back(path, w->catalog().problems(doc));
-        out.push_back(std::move(v));
+void Reconciler::publish() {
+    auto next = std::make_shared<Snapshot>();
+    const auto previous = snapshot();
+    {
+        // Only this thread changes what is read here; the lock is for the runner and the API's
+        // feasibility reads, which take catalogs and the inventory under it.
+        std::lock_guard lock(mutex_);
+        next->conditions = conditions_;
+        next->last_pass = last_pass_;
+        for (const auto& w : watches_)
+            if (!w->read_once())
+                next->not_ready.push_back("source " + w->config().name + " not read yet" + (w->last_error() ? ": " + *w->last_error() : ""));
+        if (!first_pass_done_) next->not_ready.push_back("first reconcile pass");
+        next->inventory = inventory_;
+        next->inventory_note = inventory_note_;
+        if (sources_read_ || !previous) {
+            for (const auto& w : watches_) {
+                SourceView v{w->config(), w->catalog().commit(), w->last_sync_at(), w->last_error(), w->catalog().size(), {}};
+                for (const auto& [path, doc] : w->catalog().documents())
+                    if (!w->catalog().usable(doc)) v.invalid.emplace_back(path, w->catalog().problems(doc));
+                next->sources.push_back(std::move(v));
+            }
+        } else {
+            next->sources = previous->sources;
+        }
     }
-    return out;
+    sources_read_ = false;
+    std::lock_guard lock(snapshot_mutex_);
+    snapshot_ = std::move(next);
 }
 
 }  // namespace anvil::daemon

@@ -71,13 +71,7 @@ public:
     // Called (from any thread) when something wants a pass soon: a qualification ended, an API write.
     void set_wake(std::function<void()> wake) { wake_ = std::move(wake); }
 
-    // ---- reads for the API (any thread; each takes mutex_ only to copy) ----
-    bool ready() const { return not_ready_reasons().empty(); }
-    std::vector<std::string> not_ready_reasons() const;
-    std::map<std::string, Condition> conditions() const;
-    nlohmann::json last_pass() const;  // when it finished, how long, and each step's milliseconds
-    // The inventory feasibility judges with, and where it came from.
-    std::pair<std::optional<registry::Inventory>, std::string> inventory() const;
+    // ---- reads for the API (any thread) ----
     // Each source as last read: where it stands and which documents it refused, and why.
     struct SourceView {
         SourceConfig config;
@@ -87,7 +81,24 @@ public:
         std::size_t documents = 0;
         std::vector<std::pair<std::string, std::vector<std::string>>> invalid;  // path → problems
     };
-    std::vector<SourceView> sources() const;
+    // What the API reads of the controller, as one immutable value published at construction and
+    // at the end of every step: a reader takes it whole and never waits for a pass, nor sees one
+    // half done.
+    struct Snapshot {
+        std::map<std::string, Condition> conditions;
+        nlohmann::json last_pass = nullptr;  // when it finished, how long, and each step's milliseconds
+        std::vector<std::string> not_ready;  // why anvild is not ready; empty when it is
+        std::shared_ptr<const registry::Inventory> inventory;  // what feasibility judges with
+        std::string inventory_note;                            // where it came from
+        std::vector<SourceView> sources;
+    };
+    std::shared_ptr<const Snapshot> snapshot() const;
+    bool ready() const { return snapshot()->not_ready.empty(); }
+    std::vector<std::string> not_ready_reasons() const { return snapshot()->not_ready; }
+    std::map<std::string, Condition> conditions() const { return snapshot()->conditions; }
+    nlohmann::json last_pass() const { return snapshot()->last_pass; }
+    std::pair<std::optional<registry::Inventory>, std::string> inventory() const;
+    std::vector<SourceView> sources() const { return snapshot()->sources; }
     // Feasibility of the recipe as the registry holds it now, on this machine's inputs.
     std::optional<nlohmann::json> feasibility_of(const std::string& recipe_id) const;
     std::vector<drivers::RunningEngine> engines() const { return engines_->engines(); }
@@ -136,7 +147,6 @@ private:
         std::shared_ptr<std::mutex> model_shapes_mutex = std::make_shared<std::mutex>();
         std::shared_ptr<const registry::Inventory> inventory;  // as it was when these were gathered
     };
-    Reconciler(const DaemonConfig& config, state::Store& store, DaemonMetrics& metrics);  // the sources and the inventory
 
     // ---- the steps (one file each) ----
     void registry_step();  // registry_step.cpp
@@ -181,6 +191,9 @@ private:
     void wake() const {
         if (wake_) wake_();
     }
+    // Publishes the snapshot of what the steps have done so far (the sources' views again only
+    // when a source was read since the last one).
+    void publish();
     // The clock's time as the ledger writes times (ISO 8601, UTC, milliseconds).
     std::string now_text() const;
     // Milliseconds since `t`, for the pass's step timings.
@@ -204,8 +217,11 @@ private:
     std::shared_ptr<const registry::Inventory> inventory_;
     std::string inventory_note_;
     std::uint64_t inventory_generation_ = 0;                  // moves when inventory_ is replaced
-    std::map<std::string, Condition> conditions_;
+    std::map<std::string, Condition> conditions_;  // the reconcile thread's; readers take the snapshot
     nlohmann::json last_pass_ = nullptr;
+    bool sources_read_ = true;  // a source was read since the last snapshot (the reconcile thread's)
+    mutable std::mutex snapshot_mutex_;  // held only to swap or copy the pointer below
+    std::shared_ptr<const Snapshot> snapshot_;
     bool force_sync_ = false;
     bool first_pass_done_ = false;
     mutable std::shared_ptr<const GateInputs> gate_inputs_;

@@ -31,6 +31,7 @@ void Reconciler::registry_step() {
         // The fetch runs without mutex_ (a slow remote must not stall /readyz or /status); the
         // watch takes it only to swap in what it read.
         const WatchResult result = watch->poll(mutex_, now, now_text());
+        sources_read_ = true;
         step_detail_["registry_poll_ms"] = ms_since(polled);
         std::optional<std::string> error;
         std::string commit;
@@ -45,7 +46,9 @@ void Reconciler::registry_step() {
             const auto t = std::chrono::steady_clock::now();
             try {
                 ingest(*watch, result, memory_.source_ids.at(watch->config().name));
-            } catch (const state::StoreError&) {
+            } catch (...) {
+                // Whatever stopped it (a full disk, or anything else), the catalog has moved on and
+                // the next poll would say "unchanged": the change is kept and ingested again first.
                 memory_.pending_ingest.emplace(watch->config().name, result);
                 throw;
             }
@@ -68,14 +71,16 @@ void Reconciler::ingest(RegistryWatch& watch, const WatchResult& result, state::
         if (record || !result.changed_recipes.empty())
             ingested = store_.ingest_revisions(source_id, result.changed_recipes, "reconciler", record ? &result.report : nullptr);
     });
+    // What the retire step looks at again: what this read touched, or everything after a full
+    // read. Only now that the ledger holds the commit's revisions: retiring against them earlier
+    // would retire the heads they replace.
+    if (result.report.mode == registry::SyncReport::Mode::full) memory_.retire_scope.all = true;
+    memory_.retire_scope.recipes.insert(result.touched_recipe_ids.begin(), result.touched_recipe_ids.end());
+    memory_.retire_scope.recipes.insert(result.removed_recipe_ids.begin(), result.removed_recipe_ids.end());
     std::vector<std::pair<state::Id, const registry::Document*>> created;
     for (std::size_t i = 0; i < ingested.size(); ++i)
         if (ingested[i].created) created.emplace_back(ingested[i].revision_id, result.changed_recipes[i]);
     timed("ingest_judge_ms", [&] { judge(created); });
-    // What the retire step looks at again: what this read touched, or everything after a full read.
-    if (result.report.mode == registry::SyncReport::Mode::full) memory_.retire_scope.all = true;
-    memory_.retire_scope.recipes.insert(result.touched_recipe_ids.begin(), result.touched_recipe_ids.end());
-    memory_.retire_scope.recipes.insert(result.removed_recipe_ids.begin(), result.removed_recipe_ids.end());
     // Recipes gone from the registry are retired by the retire step, which runs next. (Only this
     // thread swaps catalogs, so reading the watch's here needs no lock.)
     const std::string& commit = watch.catalog().commit();

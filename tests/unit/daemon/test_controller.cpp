@@ -474,7 +474,8 @@ TEST_CASE("controller: the fake clock alone moves the registry's polls and the m
     w.reconciler->pass();  // the first read, due at once
     REQUIRE(w.qualifications.job);
     w.finish_qualification(speed(10.0));
-    w.reconciler->pass();  // the first default: no interval applies to it
+    w.clock.advance(3600s);  // an hour on the fake clock alone: the stored times must follow it
+    w.reconciler->pass();    // the first default: no interval applies to it
     REQUIRE(w.default_recipe() == "tiny-f32");
     // Stored times are the clock's: the promotion and the condition it set.
     const auto promoted_at = anvil::support::parse_utc(w.store->last_promotion()->at);

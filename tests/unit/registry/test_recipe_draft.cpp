@@ -137,6 +137,24 @@ TEST_CASE("a bad draft is refused with the file, the JSON pointer and what was e
                                    at + "/model/dtype: expected a string, found nothing"});
 }
 
+TEST_CASE("an embedded recipe's weights are one anvil-engine serves, read into the typed precision", "[documents][weights]") {
+    json j = example_recipe();
+    j["launch"]["arguments"] = {"--weights", "q4_k_m", "--max-context", "2048"};
+    CHECK(errors_of(j) == std::vector<std::string>{"recipes/spec.json: at /launch/arguments/1: expected one of anvil-engine's weights: "
+                                                   "f32, bf16, q8, stored or auto, found \"q4_k_m\""});
+    j["launch"]["arguments"] = {"--max-context", "2048", "--weights=fp8"};
+    CHECK(errors_of(j) == std::vector<std::string>{"recipes/spec.json: at /launch/arguments/2: expected one of anvil-engine's weights: "
+                                                   "f32, bf16, q8, stored or auto, found \"fp8\""});
+    for (const auto& [flag, precision] : std::vector<std::pair<std::string, WeightsPrecision>>{
+             {"f32", WeightsPrecision::f32}, {"bf16", WeightsPrecision::half}, {"q8", WeightsPrecision::eight_bit}}) {
+        j["launch"]["arguments"] = {"--weights", flag};
+        const Document doc = parse(j);
+        INFO(flag << ": " << all_errors(doc));
+        REQUIRE(doc.recipe());
+        CHECK(doc.recipe()->weights == precision);
+    }
+}
+
 TEST_CASE("a draft belongs to the embedded engine: other launches are invalid, and --draft-* arguments refused", "[documents][draft]") {
     json j = with_draft({{"kind", "ngram"}, {"ngram", 2}});
     j["launch"]["kind"] = "native";
