@@ -57,18 +57,8 @@ struct Settings {
     std::int64_t max_batch_tokens = 256;
 };
 
-std::optional<std::string> last_value(const std::vector<std::string>& args, std::string_view flag) {
-    std::optional<std::string> out;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == flag && i + 1 < args.size()) out = args[i + 1];
-        else if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') out = a.substr(flag.size() + 1);
-    }
-    return out;
-}
-
 std::int64_t number_flag(const std::vector<std::string>& args, std::string_view flag, std::int64_t fallback) {
-    const auto text = last_value(args, flag);
+    const auto text = last_flag_value(args, flag);
     if (!text) return fallback;
     std::int64_t v = 0;
     const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
@@ -79,8 +69,8 @@ std::int64_t number_flag(const std::vector<std::string>& args, std::string_view 
 
 Settings settings_of(const Launch& l) {
     Settings s;
-    if (auto w = last_value(l.arguments, "--weights")) s.weights = *w;
-    if (auto k = last_value(l.arguments, "--kv-dtype")) s.kv_dtype = *k;
+    if (auto w = last_flag_value(l.arguments, "--weights")) s.weights = *w;
+    if (auto k = last_flag_value(l.arguments, "--kv-dtype")) s.kv_dtype = *k;
     s.max_context = number_flag(l.arguments, "--max-context", s.max_context);
     s.max_seqs = number_flag(l.arguments, "--max-seqs", s.max_seqs);
     s.kv_blocks = number_flag(l.arguments, "--kv-blocks", s.kv_blocks);
@@ -374,7 +364,7 @@ EmbeddedMemory estimate_embedded_memory(const Recipe& recipe, const ModelShapeLo
 }
 
 std::optional<double> embedded_gpu_fraction(const Launch& launch) {
-    const auto text = last_value(launch.arguments, "--gpu-memory-utilization");
+    const auto text = last_flag_value(launch.arguments, "--gpu-memory-utilization");
     if (!text) return 0.9;  // engine/serve_command.hpp
     double v = 0;
     const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);

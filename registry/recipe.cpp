@@ -313,6 +313,16 @@ void assess_pins(const Recipe& r, RecipeCheck& check) {
 
 }  // namespace
 
+std::optional<std::string> last_flag_value(const std::vector<std::string>& arguments, std::string_view flag) {
+    std::optional<std::string> out;
+    for (std::size_t i = 0; i < arguments.size(); ++i) {
+        const std::string& a = arguments[i];
+        if (a == flag && i + 1 < arguments.size()) out = arguments[i + 1];
+        else if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') out = a.substr(flag.size() + 1);
+    }
+    return out;
+}
+
 std::string normalize_engine(std::string name) {
     if (name == "llama-cpp" || name == "llamacpp") return "llama.cpp";
     return name;

@@ -142,6 +142,10 @@ struct RecipeCheck {
 // An engine's name as the registry's recipes spell it ("llama-cpp" and "llamacpp" are "llama.cpp").
 std::string normalize_engine(std::string name);
 
+// The last value launch arguments give `flag` ("--flag value" or "--flag=value"): the one an
+// engine that keeps the last of a repeated flag uses. Nothing when the flag is absent.
+std::optional<std::string> last_flag_value(const std::vector<std::string>& arguments, std::string_view flag);
+
 // Reads the record at `root` (already unwrapped from a {"data", "meta"} envelope). Structural and
 // consistency problems go to `reader`; pinning and warnings go to `check`.
 std::optional<Recipe> parse_recipe(const Node& root, JsonReader& reader, RecipeCheck& check);

@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "registry/recipe.hpp"
 #include "support/text.hpp"
 
 namespace anvil::registry {
@@ -33,17 +34,6 @@ constexpr std::array<std::pair<std::string_view, WeightsPrecision>, 41> kSpellin
     {"mxfp4", WeightsPrecision::fewer_bits},  {"nvfp4", WeightsPrecision::fewer_bits},
 }};
 
-// The last value of `flag` ("--flag value" or "--flag=value"), as the engines read a repeated flag.
-std::optional<std::string> last_value(const std::vector<std::string>& arguments, std::string_view flag) {
-    std::optional<std::string> out;
-    for (std::size_t i = 0; i < arguments.size(); ++i) {
-        const std::string& a = arguments[i];
-        if (a == flag && i + 1 < arguments.size()) out = arguments[i + 1];
-        else if (a.size() > flag.size() && a.starts_with(flag) && a[flag.size()] == '=') out = a.substr(flag.size() + 1);
-    }
-    return out;
-}
-
 }  // namespace
 
 std::string_view to_string(WeightsPrecision precision) {
@@ -66,9 +56,9 @@ std::optional<WeightsPrecision> precision_of(std::string_view spelling) {
 }
 
 std::optional<std::string> weights_spelling(const std::vector<std::string>& arguments, const std::optional<std::string>& model_dtype) {
-    if (auto w = last_value(arguments, "--weights"); w && *w != "stored") return w;
-    if (auto q = last_value(arguments, "--quantization")) return q;
-    if (auto d = last_value(arguments, "--dtype")) return d;
+    if (auto w = last_flag_value(arguments, "--weights"); w && *w != "stored") return w;
+    if (auto q = last_flag_value(arguments, "--quantization")) return q;
+    if (auto d = last_flag_value(arguments, "--dtype")) return d;
     if (model_dtype && !model_dtype->empty()) return model_dtype;
     return std::nullopt;
 }
