@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "formats/gguf.hpp"
 #include "engine/gguf_model.hpp"
 #include "engine/tokenizer.hpp"
+#include "formats/gguf.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace anvil::engine;
+    namespace formats = anvil::formats;
     formats::GgufImage image;
     try {
         image = formats::parse_gguf(data, size, "fuzz.gguf");
