@@ -279,7 +279,7 @@ void Engine::accept_new() {
         const uint64_t id = s->id;
         const bool held = a->behind != 0;
         active_.emplace(id, std::move(a));
-        if (held) held_.push_back(id);
+        if (held) held_.hold(id);
         else scheduler_.add(s);
     }
     if (cancel_pending_.exchange(false)) {
@@ -401,36 +401,9 @@ void Engine::report_prompt_logprobs(const Prompted& p) {
     auto it = active_.find(p.id);
     if (it == active_.end()) return;
     Active& active = *it->second;
-    Sequence& s = active.sequence;
-    StreamEvent event;
-    event.index = active.index;
-    event.first_prompt_token = p.start + 1;
-    // The model's own distribution: no logit_bias and no grammar (they shape the answer, not the prompt).
-    for (int k = 0; k < p.rows; ++k) {
-        const float* logits = runner_->logits(p.row + k);
-        const int32_t token = s.tokens[size_t(p.start + k + 1)];
-        event.prompt.push_back({token, token_logprob(logits, config_.vocab_size, token),
-                                top_logprobs(logits, config_.vocab_size, active.params.prompt_logprobs)});
-    }
-    s.prompt_logits_next = p.start + p.rows;
+    StreamEvent event = prompt_logprobs_event(active, *runner_, p.row, p.start, p.rows, config_.vocab_size);
+    active.sequence.prompt_logits_next = p.start + p.rows;
     active.stream->push(std::move(event));
-}
-
-void Engine::release_held() {
-    for (auto it = held_.begin(); it != held_.end();) {
-        const auto held = active_.find(*it);
-        if (held == active_.end()) {  // cancelled while it waited
-            it = held_.erase(it);
-            continue;
-        }
-        const auto first = active_.find(held->second->behind);
-        if (first == active_.end() || first->second->sequence.computed >= first->second->sequence.prompt_tokens) {
-            scheduler_.add(&held->second->sequence);
-            it = held_.erase(it);
-        } else {
-            ++it;
-        }
-    }
 }
 
 void Engine::step() {
@@ -444,7 +417,7 @@ void Engine::step() {
 }
 
 const std::vector<ScheduledChunk>& Engine::schedule() {
-    if (!held_.empty()) release_held();
+    if (!held_.empty()) held_.release(active_, scheduler_);
     if (speculator_) speculator_->set_lookahead(active_);
     const auto& plan = scheduler_.schedule();
     metrics_.running = int64_t(scheduler_.running());

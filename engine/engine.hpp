@@ -18,6 +18,7 @@
 #include "engine/active_request.hpp"
 #include "engine/block_manager.hpp"
 #include "engine/chat_template.hpp"
+#include "engine/choices.hpp"
 #include "engine/config.hpp"
 #include "engine/draft.hpp"
 #include "engine/json_grammar.hpp"
@@ -170,8 +171,7 @@ private:
     std::atomic<bool> cancel_pending_{false};
     uint64_t next_id_ = 0;  // guarded by mutex_
     std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
-    std::vector<uint64_t> held_;  // later choices waiting for their first choice's prompt
-    void release_held();
+    HeldChoices held_;  // later choices waiting for their first choice's prompt
     std::thread thread_;
 };
 
