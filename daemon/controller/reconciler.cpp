@@ -364,17 +364,23 @@ void Reconciler::publish() {
         next->inventory = inventory_;
         next->inventory_note = inventory_note_;
         if (sources_read_ || !previous) {
-            for (const auto& w : watches_) {
+            // The refused documents are listed again only when a catalog changed (a pass over
+            // every document); a poll that found nothing new updates the rest of the view.
+            const bool relist = sources_changed_ || !previous || previous->sources.size() != watches_.size();
+            for (std::size_t i = 0; i < watches_.size(); ++i) {
+                const auto& w = watches_[i];
                 SourceView v{w->config(), w->catalog().commit(), w->last_sync_at(), w->last_error(), w->catalog().size(), {}};
-                for (const auto& [path, doc] : w->catalog().documents())
-                    if (!w->catalog().usable(doc)) v.invalid.emplace_back(path, w->catalog().problems(doc));
+                if (!relist) v.invalid = previous->sources[i].invalid;
+                else
+                    for (const auto& [path, doc] : w->catalog().documents())
+                        if (!w->catalog().usable(doc)) v.invalid.emplace_back(path, w->catalog().problems(doc));
                 next->sources.push_back(std::move(v));
             }
         } else {
             next->sources = previous->sources;
         }
     }
-    sources_read_ = false;
+    sources_read_ = sources_changed_ = false;
     std::lock_guard lock(snapshot_mutex_);
     snapshot_ = std::move(next);
 }

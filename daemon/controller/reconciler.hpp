@@ -219,7 +219,8 @@ private:
     std::uint64_t inventory_generation_ = 0;                  // moves when inventory_ is replaced
     std::map<std::string, Condition> conditions_;  // the reconcile thread's; readers take the snapshot
     nlohmann::json last_pass_ = nullptr;
-    bool sources_read_ = true;  // a source was read since the last snapshot (the reconcile thread's)
+    bool sources_read_ = true;     // a source was read since the last snapshot (the reconcile thread's)
+    bool sources_changed_ = true;  // and its catalog changed
     mutable std::mutex snapshot_mutex_;  // held only to swap or copy the pointer below
     std::shared_ptr<const Snapshot> snapshot_;
     bool force_sync_ = false;

@@ -32,6 +32,7 @@ void Reconciler::registry_step() {
         // watch takes it only to swap in what it read.
         const WatchResult result = watch->poll(mutex_, now, now_text());
         sources_read_ = true;
+        if (result.changed) sources_changed_ = true;
         step_detail_["registry_poll_ms"] = ms_since(polled);
         std::optional<std::string> error;
         std::string commit;
