@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/json_grammar.hpp"
@@ -34,5 +35,8 @@ struct ActiveRequest {
     // computed the prompt they share; 0 when it is not held.
     uint64_t behind = 0;
 };
+
+// The engine's running sequences by id: the engine thread's, lent to the speculator and the held choices.
+using ActiveRequests = std::unordered_map<uint64_t, std::unique_ptr<ActiveRequest>>;
 
 }  // namespace anvil::engine

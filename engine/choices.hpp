@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/active_request.hpp"
@@ -16,8 +15,6 @@
 #include "engine/scheduler.hpp"
 
 namespace anvil::engine {
-
-using ActiveRequests = std::unordered_map<uint64_t, std::unique_ptr<ActiveRequest>>;
 
 class HeldChoices {
 public:

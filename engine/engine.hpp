@@ -170,7 +170,7 @@ private:
     bool stopping_ = false;
     std::atomic<bool> cancel_pending_{false};
     uint64_t next_id_ = 0;  // guarded by mutex_
-    std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
+    ActiveRequests active_;  // engine thread only
     HeldChoices held_;  // later choices waiting for their first choice's prompt
     std::thread thread_;
 };

@@ -24,7 +24,7 @@ Speculator::Speculator(const DraftOptions& draft, Limits limits, std::unique_ptr
     rows_.reserve(size_t(limits_.max_seqs));
 }
 
-void Speculator::set_lookahead(Requests& requests) const {
+void Speculator::set_lookahead(ActiveRequests& requests) const {
     // No draft past what the request may still generate (the target adds one token of its own)
     // or past the context.
     for (auto& [id, active] : requests) {
@@ -38,7 +38,7 @@ void Speculator::set_lookahead(Requests& requests) const {
     }
 }
 
-void Speculator::propose(const std::vector<ScheduledChunk>& plan, Requests& requests, Runner& target, BlockManager& blocks) {
+void Speculator::propose(const std::vector<ScheduledChunk>& plan, ActiveRequests& requests, Runner& target, BlockManager& blocks) {
     const auto started = std::chrono::steady_clock::now();
     drafting_.clear();
     for (const ScheduledChunk& c : plan) {

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/active_request.hpp"
@@ -24,7 +23,6 @@ namespace anvil::engine {
 
 class Speculator {
 public:
-    using Requests = std::unordered_map<uint64_t, std::unique_ptr<ActiveRequest>>;
     // Sends a token of the target's (the logits it was sampled from, or null when only its largest
     // came back); true when it ended the sequence, which is then gone.
     using Emit = std::function<bool(ActiveRequest&, int32_t token, const float* logits)>;
@@ -42,10 +40,10 @@ public:
 
     // Each sequence's lookahead: no draft past what the request may still generate (the target
     // adds one token of its own), past the context, or for a constrained answer.
-    void set_lookahead(Requests& requests) const;
+    void set_lookahead(ActiveRequests& requests) const;
     // Draft tokens for the plan's sequences that reserved positions for them (Sequence::drafts);
     // reserved positions left unproposed go back to the pool at once.
-    void propose(const std::vector<ScheduledChunk>& plan, Requests& requests, Runner& target, BlockManager& blocks);
+    void propose(const std::vector<ScheduledChunk>& plan, ActiveRequests& requests, Runner& target, BlockManager& blocks);
     // The target's logits at the sequence's draft positions (from `first_row`) accept a prefix of
     // its drafts and give one token after it; each goes out through `emit`. The rejected drafts'
     // blocks go back.

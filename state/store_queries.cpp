@@ -259,26 +259,36 @@ std::vector<Id> Store::candidates_without_feasibility(int limit) const {
     return out;
 }
 
+namespace {
+
+// Each recipe's newest revision with its source and status: the heads, all or one recipe's.
+constexpr const char* kRevisionHeads =
+    "SELECT r.id, r.recipe_id, r.sha256, src.url, r.path, s.status FROM recipes rc "
+    "JOIN recipe_revisions r ON r.id = rc.latest_revision_id JOIN revision_status s ON s.revision_id = r.id "
+    "LEFT JOIN sources src ON src.id = r.source_id";
+
+RevisionHead head_of(const Statement& s) {
+    return {s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))};
+}
+
+}  // namespace
+
 std::vector<RevisionHead> Store::latest_revision_heads() const {
     auto r = impl_->reader();
-    auto& s = r.prepare("SELECT r.id, r.recipe_id, r.sha256, src.url, r.path, s.status FROM recipes rc "
-                        "JOIN recipe_revisions r ON r.id = rc.latest_revision_id JOIN revision_status s ON s.revision_id = r.id "
-                        "LEFT JOIN sources src ON src.id = r.source_id ORDER BY rc.id");
+    auto& s = r.prepare(std::string(kRevisionHeads) + " ORDER BY rc.id");
     std::vector<RevisionHead> out;
-    while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))});
+    while (s.step()) out.push_back(head_of(s));
     s.reset();
     return out;
 }
 
 std::vector<RevisionHead> Store::latest_revision_heads(const std::set<std::string>& recipe_ids) const {
     auto r = impl_->reader();
-    auto& s = r.prepare("SELECT r.id, r.recipe_id, r.sha256, src.url, r.path, s.status FROM recipes rc "
-                        "JOIN recipe_revisions r ON r.id = rc.latest_revision_id JOIN revision_status s ON s.revision_id = r.id "
-                        "LEFT JOIN sources src ON src.id = r.source_id WHERE rc.id = ?");
+    auto& s = r.prepare(std::string(kRevisionHeads) + " WHERE rc.id = ?");
     std::vector<RevisionHead> out;
     for (const auto& id : recipe_ids) {
         s.bind(1, id);
-        while (s.step()) out.push_back({s.integer(0), s.text(1), s.text(2), s.optional_text(3).value_or(""), s.text(4), status_from(s.text(5))});
+        while (s.step()) out.push_back(head_of(s));
         s.reset();
     }
     return out;
